@@ -1,0 +1,1 @@
+"""Backend plugins. Each subpackage is self-contained and imports no other backend."""

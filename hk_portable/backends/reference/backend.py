@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import torch
+
+from ... import __version__
+from ...interface.backend import Artifact, Backend, BackendStatus, Target
+from .interpreter import Interpreter
+
+CPU_TARGET = Target(backend="reference", arch="cpu", vendor="none", lanes=1,
+                    capabilities=("run", "atomics", "dropout", "fp8"))
+
+
+class ReferenceBackend(Backend):
+    """Runs every op as torch does, op by op, all blocks of a grid at once (on any torch device)."""
+    name = "reference"
+
+    def status(self) -> BackendStatus:
+        return BackendStatus(True, None, f"torch {torch.__version__} interpreter")
+
+    def targets(self) -> list[Target]:
+        return [CPU_TARGET]
+
+    def compile(self, program, target, options=None) -> Artifact:
+        return Artifact(backend=self.name, target=target.arch, kernel_name=program.name,
+                        program_hash=program.hash, source=str(program),
+                        options={"interpreter": "torch", "version": __version__}, payload=program)
+
+    def launch(self, artifact, args, grid, stream=None) -> None:
+        program = artifact.payload
+        if program is None:
+            raise RuntimeError("reference artifact has no Program attached")
+        with torch.no_grad():
+            Interpreter(program, args, grid).run()
+
+    def cacheable(self) -> bool:
+        return False

@@ -1,0 +1,1 @@
+"""pytest plugin placeholder (filled in with the conformance suite)."""

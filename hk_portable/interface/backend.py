@@ -1,0 +1,99 @@
+"""The backend plugin contract: Backend, Target, Artifact, BackendStatus."""
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from .ir import Program
+
+
+@dataclass(frozen=True)
+class Target:
+    """What code generation needs and what conformance skips on."""
+    backend: str
+    arch: str                              # "cpu", "sm_80", "sm_90a", "gfx942", "gfx950"
+    vendor: str = "none"                   # "nvidia" | "amd" | "none"
+    lanes: int = 1                         # lanes per warp/wave
+    max_shared_bytes: int = 1 << 62        # per block
+    mma_shapes: tuple[str, ...] = ()       # e.g. ("m16n8k16",)
+    dtypes: tuple[str, ...] = ("bf16", "f16", "f32", "fp8e4m3", "fp8e5m2", "i32")
+    capabilities: tuple[str, ...] = ()     # "atomics", "dropout", "run" (can execute here), ...
+    compile_only: bool = False             # True when this machine cannot execute the target
+    emulated: bool = False                 # True when executed by an emulator
+
+    def __str__(self) -> str:
+        return self.arch
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class BackendStatus:
+    available: bool                        # can execute kernels here
+    reason: str | None = None              # why not, in words
+    device: str | None = None              # e.g. "NVIDIA H200 (sm_90)"
+
+
+@dataclass
+class Artifact:
+    """What compile() produced: enough to launch, inspect and cache."""
+    backend: str
+    target: str
+    kernel_name: str
+    program_hash: str
+    source: str | None = None              # generated source (C++), if any
+    binary: bytes | None = None            # cubin / hsaco / host shared object
+    asm: str | None = None                 # ptx / amdgcn assembly, if produced
+    launch: dict[str, Any] = field(default_factory=dict)     # block size, dynamic shared bytes, ABI
+    resources: dict[str, Any] = field(default_factory=dict)  # registers, shared memory, spills
+    options: dict[str, Any] = field(default_factory=dict)    # numerics flags (ftz, fma contraction, ...)
+    payload: Any = None                    # backend-private, not cached (e.g. the reference's Program)
+
+
+class Backend(abc.ABC):
+    """A backend plugin. Must not import any other backend."""
+    name: str = ""
+
+    @abc.abstractmethod
+    def status(self) -> BackendStatus:
+        """Whether kernels can run here; if not, why (probed with a real call)."""
+
+    @abc.abstractmethod
+    def targets(self) -> list[Target]:
+        """The device's target first (if any), then compile-only targets."""
+
+    def default_target(self) -> Target:
+        ts = self.targets()
+        if not ts:
+            raise RuntimeError(f"backend {self.name!r} has no targets")
+        return ts[0]
+
+    def target(self, arch: str | None) -> Target:
+        if arch is None:
+            return self.default_target()
+        for t in self.targets():
+            if t.arch == arch:
+                return t
+        from .errors import UnsupportedError
+        raise UnsupportedError(f"backend {self.name!r} has no target {arch!r}; "
+                               f"its targets are {[t.arch for t in self.targets()]}")
+
+    def check(self, program: Program, target: Target) -> None:
+        """Raise UnsupportedError if `target` cannot take `program` (tile shapes, dtypes, memory)."""
+
+    @abc.abstractmethod
+    def compile(self, program: Program, target: Target, options: dict | None = None) -> Artifact:
+        ...
+
+    @abc.abstractmethod
+    def launch(self, artifact: Artifact, args: Sequence[Any], grid: tuple[int, int, int], stream=None) -> None:
+        ...
+
+    def accepts_device(self, device) -> bool:
+        """Whether tensors on this torch device can be passed to launch()."""
+        return True

@@ -1,0 +1,63 @@
+"""Bit-exact definitions shared by the spec (reference backend) and the tests: Philox4x32-10,
+the dropout threshold and the conversions. GPU backends implement the same formulas in C++."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+MASK32 = 0xFFFFFFFF
+
+FP8_MAX = {"fp8e4m3": 448.0, "fp8e5m2": 57344.0}
+
+
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 on int64 tensors holding uint32 values (vectorised). Returns four uint32 tensors."""
+    def mulhilo(m, x):
+        # 32x32 -> 64 bit product in two 16-bit halves of x, so no int64 intermediate overflows
+        lo_part = m * (x & 0xFFFF)
+        hi_part = m * (x >> 16)
+        full_lo = (lo_part & MASK32) + ((hi_part & 0xFFFF) << 16)
+        lo = full_lo & MASK32
+        hi = ((lo_part >> 32) + (hi_part >> 16) + (full_lo >> 32)) & MASK32
+        return hi, lo
+
+    for r in range(10):
+        if r:
+            k0 = (k0 + PHILOX_W0) & MASK32
+            k1 = (k1 + PHILOX_W1) & MASK32
+        hi0, lo0 = mulhilo(PHILOX_M0, c0)
+        hi1, lo1 = mulhilo(PHILOX_M1, c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def dropout_threshold(p: float) -> int:
+    """keep iff (philox_word0 >> 8) >= threshold; p is first rounded to f32, as a kernel argument is."""
+    p32 = float(torch.tensor(p, dtype=torch.float32))
+    return math.floor(p32 * 2**24) if p32 > 0 else 0 if not math.isnan(p32) else 0
+
+
+def dropout_keep(p: float, seed: int, index: torch.Tensor) -> torch.Tensor:
+    """The keep mask for 64-bit counter indices `index` (int64 tensor, values taken mod 2**64)."""
+    lo = index & MASK32
+    hi = (index >> 32) & MASK32
+    z = torch.zeros_like(index)
+    x0, _, _, _ = philox4x32_10(lo, hi, z, z, z + (seed & MASK32), z + ((seed >> 32) & MASK32))
+    return (x0 >> 8) >= dropout_threshold(p)
+
+
+def cast_tensor(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The interface's conversion: RNE for floats, fp8 saturating to its finite max (NaN stays NaN),
+    float -> int32 truncating toward zero, saturating, NaN -> 0."""
+    if x.dtype == dtype:
+        return x
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        m = FP8_MAX["fp8e4m3" if dtype == torch.float8_e4m3fn else "fp8e5m2"]
+        return x.float().clamp(-m, m).to(dtype)      # clamp keeps NaN
+    if dtype == torch.int32 and x.is_floating_point():
+        xf = x.double().nan_to_num(nan=0.0).clamp(-2**31, 2**31 - 1)
+        return torch.trunc(xf).to(torch.int32)
+    return x.to(dtype)
