@@ -1,0 +1,362 @@
+"""One C-style emitter for CUDA and HIP (the tinygrad pattern: a shared renderer, small per-vendor
+subclasses). Each IR op becomes one call into the backend's device library (`hk::` namespace,
+specified in DEVICE_API.md); the device library owns layouts, instructions and schedules.
+
+The emitter's own decisions are few and vendor-neutral:
+  * which axis each register vector (RV) is aligned with (row or column of a tile), from its uses;
+  * where block barriers go around shared-memory writes outside pipelines;
+  * the shared-memory arena: one byte array, each buffer at a 128-byte aligned offset.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..interface import dtypes as D
+from ..interface.errors import UnsupportedError
+from ..interface.ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value
+
+CTYPE = {"bf16": "hk::bf16", "f16": "hk::f16", "f32": "float", "fp8e4m3": "hk::fp8e4m3",
+         "fp8e5m2": "hk::fp8e5m2", "i32": "int", "bool": "bool"}
+UNARY_FN = {op: f"hk::op_{op}" for op in ("neg", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",
+                                           "sigmoid", "relu", "not")}
+BINARY_FN = {op: f"hk::op_{op}" for op in ("add", "sub", "mul", "div", "maximum", "minimum", "and", "or",
+                                            "lt", "le", "gt", "ge", "eq", "ne")}
+SMEM_ALIGN = 128
+ROW, COL = "ROW", "COL"
+
+
+@dataclass
+class EmittedKernel:
+    source: str
+    kernel_name: str
+    shared_bytes: int
+    num_threads: int
+    params: list[tuple[str, object]]          # (name, IR type) in ABI order
+    vector_axes: dict[int, str] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ RV axis assignment
+def assign_vector_axes(program: Program) -> dict[Value, str]:
+    """Give every RV value an axis: ROW (one value per tile row) or COL (per tile column).
+
+    Axes come from reductions (row_*/col_*) and broadcasts, and flow through elementwise ops, where,
+    loop carries and yields. An RV used as both is rejected (a conversion is not implemented)."""
+    axis: dict[Value, str] = {}
+    groups: dict[Value, Value] = {}        # union-find over RVs that must share an axis
+
+    def find(v):
+        while groups.get(v, v) is not v:
+            v = groups[v]
+        return v
+
+    def union(a, b):
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            groups[ra] = rb
+
+    def is_rv(v):
+        return isinstance(v.type, TileType) and v.type.space == "rv"
+
+    fixed: list[tuple[Value, str, Op]] = []
+    for op in program.body.walk():
+        rvs = [v for v in list(op.operands) + list(op.results) if is_rv(v)]
+        if op.opcode == "reduce":
+            fixed.append((op.result, ROW if op.attrs["axis"] == "row" else COL, op))
+        elif op.opcode == "broadcast":
+            fixed.append((op.operands[0], ROW if op.attrs["axis"] == "row" else COL, op))
+        elif op.opcode in ("unary", "binary", "cmp", "where", "cast", "splat", "fill"):
+            for v in rvs[1:]:
+                union(rvs[0], v)
+        for reg in op.regions:
+            if op.opcode == "for":
+                inits, args = op.operands[2:], reg.args[1:]
+            elif op.opcode == "pipeline":
+                inits, args = op.operands[1:], reg.args[2:] if reg.name == "compute" else []
+            else:
+                inits, args = [], []
+            for a, b in zip(inits, args):
+                if is_rv(a):
+                    union(a, b)
+            for y, r, a in zip(reg.yields, op.results, args):
+                if is_rv(y):
+                    union(y, r)
+                    union(y, a)
+    for v, ax, op in fixed:
+        root = find(v)
+        if axis.get(root, ax) != ax:
+            raise UnsupportedError(f"register vector %{v.id} ({v.type}) is used both as a row and a column "
+                                   f"vector (at '{op.opcode}'); compute it twice or store and reload it")
+        axis[root] = ax
+    out = {}
+    for op in program.body.walk():
+        for v in list(op.operands) + list(op.results) + [a for r in op.regions for a in r.args]:
+            if is_rv(v):
+                out[v] = axis.get(find(v), ROW)
+    return out
+
+
+# -------------------------------------------------------------------------------------- emitter
+class CStyleEmitter:
+    """Program -> C++ source. Subclasses set the vendor hooks below."""
+    lanes = 32
+
+    # ---- vendor hooks
+    def prelude(self, program: Program, num_threads: int, shared_bytes: int) -> str:
+        raise NotImplementedError
+
+    def kernel_qualifiers(self, num_threads: int) -> str:
+        return "extern \"C\" __global__"
+
+    def smem_arena(self, shared_bytes: int) -> str:
+        return f"HK_SMEM_ARENA(hk_smem, {max(shared_bytes, 16)});"
+
+    def num_threads(self, program: Program) -> int:
+        return program.num_warps * self.lanes
+
+    # ---- driver
+    def emit(self, program: Program) -> EmittedKernel:
+        self.p = program
+        self.axes = assign_vector_axes(program)
+        self.lines: list[str] = []
+        self.indent = 1
+        self.smem_offsets: dict[Value, int] = {}
+        shared = 0
+        for op in program.shared_buffers():
+            shared = -(-shared // SMEM_ALIGN) * SMEM_ALIGN
+            self.smem_offsets[op.result] = shared
+            shared += op.result.type.nbytes
+        nt = self.num_threads(program)
+        params = [(prm.name, prm.type) for prm in program.params]
+        sig = ", ".join(f"{self.ctype(v.type, v)} {self.name(v)}" for v in program.body.args)
+        self.line(self.smem_arena(shared))
+        self.region(program.body)
+        body = "\n".join(self.lines)
+        kname = program.name
+        src = (f"{self.prelude(program, nt, shared)}\n"
+               f"// ---- kernel {kname}: program {program.hash[:16]}\n"
+               f"{self.kernel_qualifiers(nt)} void {kname}({sig}) {{\n{body}\n}}\n")
+        return EmittedKernel(src, kname, shared, nt, params, {v.id: a for v, a in self.axes.items()})
+
+    # ---- helpers
+    def line(self, s: str) -> None:
+        self.lines.append("  " * self.indent + s)
+
+    @staticmethod
+    def name(v: Value) -> str:
+        return f"v{v.id}"
+
+    def ctype(self, t, v: Value | None = None) -> str:
+        if isinstance(t, ScalarType):
+            return CTYPE[t.dtype.name]
+        if isinstance(t, GlobalType):
+            return f"hk::gl<{CTYPE[t.dtype.name]}, {t.rank}>"
+        if isinstance(t, SharedBufType):
+            return f"hk::sbuf<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}, {t.stages}>"
+        if t.space == "rt":
+            return f"hk::rt<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}>"
+        if t.space == "st":
+            return f"hk::st<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}>"
+        ax = self.axes.get(v, ROW) if v is not None else ROW
+        return f"hk::rv<{CTYPE[t.dtype.name]}, {t.shape[0]}, hk::{ax}>"
+
+    @staticmethod
+    def literal(x, dtype: D.DType) -> str:
+        if not dtype.is_float:
+            return f"{int(x)}"
+        x = float(x)
+        if math.isnan(x):
+            return "HK_NAN"
+        if math.isinf(x):
+            return "HK_INF" if x > 0 else "(-HK_INF)"
+        return f"{x.hex()}f" if x != int(x) or abs(x) >= 2**24 else f"{x!r}f"
+
+    def decl(self, v: Value) -> str:
+        return f"{self.ctype(v.type, v)} {self.name(v)}"
+
+    def args(self, vals) -> str:
+        return ", ".join(self.name(v) for v in vals)
+
+    # ---- regions and ops
+    def region(self, reg: Region, in_pipeline_load: bool = False) -> None:
+        for op in reg.ops:
+            fn = getattr(self, "op_" + op.opcode, None)
+            if fn is None:
+                raise UnsupportedError(f"the C++ emitter has no rule for opcode '{op.opcode}'")
+            if op.opcode in ("load_st", "rt_to_st") and not in_pipeline_load:
+                # shared writes outside a pipeline: barrier before (earlier reads done) and after (visible)
+                self.line("hk::sync();")
+                fn(op)
+                self.line("hk::async_wait_all(); hk::sync();")
+            else:
+                fn(op)
+
+    def _result(self, op: Op, expr_stmt: str) -> None:
+        """`T v = ...;` for scalars, or `T v; call(v, ...);` for tiles (expr_stmt has {dst})."""
+        v = op.result
+        self.line(f"{self.decl(v)};")
+        self.line(expr_stmt.format(dst=self.name(v)))
+
+    def op_const(self, op):
+        t = op.result.type
+        self.line(f"const {self.decl(op.result)} = {self.literal(op.attrs['value'], t.dtype)};")
+
+    def op_block_idx(self, op):
+        self.line(f"const int {self.name(op.result)} = hk::block_idx<{op.attrs['axis']}>();")
+
+    def op_num_blocks(self, op):
+        self.line(f"const int {self.name(op.result)} = hk::num_blocks<{op.attrs['axis']}>();")
+
+    def op_dim(self, op):
+        self.line(f"const int {self.name(op.result)} = {self.name(op.operands[0])}.shape[{op.attrs['index']}];")
+
+    def op_sbin(self, op):
+        a, b = (self.name(v) for v in op.operands)
+        k, t = op.attrs["op"], op.result.type.dtype
+        if t is D.i32:
+            expr = {"add": f"hk::iadd({a}, {b})", "sub": f"hk::isub({a}, {b})", "mul": f"hk::imul({a}, {b})",
+                    "floordiv": f"hk::floordiv({a}, {b})", "mod": f"hk::floormod({a}, {b})",
+                    "min": f"({a} < {b} ? {a} : {b})", "max": f"({a} > {b} ? {a} : {b})"}[k]
+        else:
+            expr = {"add": f"{a} + {b}", "sub": f"{a} - {b}", "mul": f"{a} * {b}", "div": f"hk::fdiv({a}, {b})",
+                    "min": f"hk::fminf_({a}, {b})", "max": f"hk::fmaxf_({a}, {b})"}[k]
+        self.line(f"const {self.decl(op.result)} = {expr};")
+
+    def op_scast(self, op):
+        x = self.name(op.operands[0])
+        expr = f"hk::f32_to_i32({x})" if op.attrs["dtype"] == "i32" else f"(float){x}"
+        self.line(f"const {self.decl(op.result)} = {expr};")
+
+    def op_alloc_shared(self, op):
+        self.line(f"{self.decl(op.result)}(hk_smem + {self.smem_offsets[op.result]});")
+
+    def op_stage(self, op):
+        buf, s = op.operands
+        self.line(f"{self.decl(op.result)} = {self.name(buf)}.stage({self.name(s)});")
+
+    def op_fill(self, op):
+        self._result(op, f"hk::fill({{dst}}, {self.literal(op.attrs['value'], op.result.type.dtype)});")
+
+    def op_splat(self, op):
+        self._result(op, f"hk::fill({{dst}}, {self.name(op.operands[0])});")
+
+    def op_broadcast(self, op):
+        self._result(op, f"hk::broadcast({{dst}}, {self.name(op.operands[0])});")
+
+    def op_load_gl(self, op):
+        fill = self.literal(op.attrs["fill"], D.f32)
+        gl, *idx = op.operands
+        self._result(op, f"hk::load({{dst}}, {self.name(gl)}, {fill}, {self.args(idx)});")
+
+    def op_load_st(self, op):
+        st, gl, *idx = op.operands
+        fill = self.literal(op.attrs["fill"], D.f32)
+        self.line(f"hk::load({self.name(st)}, {self.name(gl)}, {fill}, {self.args(idx)});")
+
+    def op_st_to_rt(self, op):
+        self._result(op, f"hk::load({{dst}}, {self.name(op.operands[0])});")
+
+    def op_rt_to_st(self, op):
+        self.line(f"hk::store({self.name(op.operands[0])}, {self.name(op.operands[1])});")
+
+    def op_store_gl(self, op):
+        gl, src, *idx = op.operands
+        self.line(f"hk::store({self.name(gl)}, {self.name(src)}, {self.args(idx)});")
+
+    def op_atomic_add(self, op):
+        gl, src, *idx = op.operands
+        self.line(f"hk::atomic_add({self.name(gl)}, {self.name(src)}, {self.args(idx)});")
+
+    def op_mma(self, op):
+        a, b, c = op.operands
+        ta, tb = ("true" if op.attrs[k] else "false" for k in ("trans_a", "trans_b"))
+        self._result(op, f"hk::mma<{ta}, {tb}>({{dst}}, {self.name(a)}, {self.name(b)}, {self.name(c)});")
+
+    def op_unary(self, op):
+        self._result(op, f"hk::unary<{UNARY_FN[op.attrs['op']]}>({{dst}}, {self.name(op.operands[0])});")
+
+    def op_binary(self, op):
+        a, b = op.operands
+        self._result(op, f"hk::binary<{BINARY_FN[op.attrs['op']]}>({{dst}}, {self.name(a)}, {self.name(b)});")
+
+    op_cmp = op_binary
+
+    def op_where(self, op):
+        self._result(op, f"hk::where({{dst}}, {self.args(op.operands)});")
+
+    def op_cast(self, op):
+        self._result(op, f"hk::cast({{dst}}, {self.name(op.operands[0])});")
+
+    def op_reduce(self, op):
+        k = {"max": "hk::op_maximum", "min": "hk::op_minimum", "sum": "hk::op_add"}[op.attrs["op"]]
+        ax = ROW if op.attrs["axis"] == "row" else COL
+        self._result(op, f"hk::reduce<{k}, hk::{ax}>({{dst}}, {self.name(op.operands[0])});")
+
+    def op_causal_mask(self, op):
+        self._result(op, f"hk::causal_mask({{dst}}, {self.args(op.operands)});")
+
+    def op_bounds_mask(self, op):
+        self._result(op, f"hk::bounds_mask({{dst}}, {self.args(op.operands)});")
+
+    def op_dropout_mask(self, op):
+        self._result(op, f"hk::dropout_mask({{dst}}, {self.args(op.operands)});")
+
+    # ---- structured control flow
+    def _carry_vars(self, op: Op, inits) -> list[str]:
+        names = []
+        for r, init in zip(op.results, inits):
+            n = self.name(r)
+            self.line(f"{self.decl(r)} = {self.name(init)};")
+            names.append(n)
+        return names
+
+    def _bind_args(self, args, carry_names) -> None:
+        for a, n in zip(args, carry_names):
+            self.line(f"{self.decl(a).replace(' ' + self.name(a), ' &' + self.name(a))} = {n};")
+
+    def _yield(self, reg: Region, carry_names: list[str]) -> None:
+        args = set(reg.args)
+        if any(y in args for y in reg.yields):
+            # a yield that is itself a carry argument would be clobbered by sequential assignment
+            for k, y in enumerate(reg.yields):
+                self.line(f"auto hk_tmp{k} = {self.name(y)};")
+            for k, n in enumerate(carry_names):
+                self.line(f"{n} = hk_tmp{k};")
+        else:
+            for y, n in zip(reg.yields, carry_names):
+                if self.name(y) != n:
+                    self.line(f"{n} = {self.name(y)};")
+
+    def op_for(self, op):
+        lo, hi, *inits = op.operands
+        (reg,) = op.regions
+        carry = self._carry_vars(op, inits)
+        i = self.name(reg.args[0])
+        self.line(f"for (int {i} = {self.name(lo)}; {i} < {self.name(hi)}; ++{i}) {{")
+        self.indent += 1
+        self._bind_args(reg.args[1:], carry)
+        self.region(reg)
+        self._yield(reg, carry)
+        self.indent -= 1
+        self.line("}")
+
+    def op_pipeline(self, op):
+        n, *inits = op.operands
+        lreg, creg = op.regions
+        carry = self._carry_vars(op, inits)
+        uid = op.results[0].id if op.results else id(op) % 100000
+        li, ls = (self.name(a) for a in lreg.args[:2])
+        self.line(f"auto hk_load{uid} = [&](int {li}, int {ls}) {{")
+        self.indent += 1
+        self.region(lreg, in_pipeline_load=True)
+        self.indent -= 1
+        self.line("};")
+        ci, cs = (self.name(a) for a in creg.args[:2])
+        self.line(f"auto hk_compute{uid} = [&](int {ci}, int {cs}) {{")
+        self.indent += 1
+        self._bind_args(creg.args[2:], carry)
+        self.region(creg)
+        self._yield(creg, carry)
+        self.indent -= 1
+        self.line("};")
+        self.line(f"hk::pipeline<{op.attrs['stages']}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
