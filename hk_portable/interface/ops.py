@@ -512,9 +512,12 @@ def dropout_mask(like, p, seed, offset, row_offset, col_offset, row_stride) -> T
 
 
 def _split64(x, what: str) -> tuple[Scalar, Scalar]:
-    """A 64-bit value as two i32 words (lo, hi). Runtime scalars are 32-bit (hi = 0)."""
+    """A 64-bit value as two i32 words (lo, hi): a Python int, an int32 runtime scalar (hi = 0), or a
+    (lo, hi) pair of int32 runtime scalars holding the two words' bit patterns."""
     if isinstance(x, Scalar):
         return _i32(x, what), as_scalar(0)
+    if isinstance(x, tuple) and len(x) == 2:
+        return _i32(x[0], what + " (low word)"), _i32(x[1], what + " (high word)")
     if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**64:
         raise TypeError(f"{what} must be an int in [0, 2**64) or an int32 runtime scalar, got {x!r}")
     lo, hi = x & 0xFFFFFFFF, x >> 32

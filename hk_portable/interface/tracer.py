@@ -314,23 +314,44 @@ class GlobalArg(Proxy):
         return self.type.rank
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> "_Shape":
+        return _Shape(self)
+
+    def dim(self, i: int) -> Scalar:
+        if not -self.rank <= i < self.rank:
+            raise IndexError(f"dimension {i} out of range for a rank-{self.rank} tensor")
+        i %= self.rank
         b = builder()
-        dims = []
-        for i in range(self.rank):
-            key = ("dim", self.value.id, i)
-            if key not in b.cse:
-                # shapes are defined at the top level so they may be used anywhere
-                saved, b.region = b.region, b.body
-                try:
-                    b.cse[key] = b.emit("dim", (self.value,), [ScalarType(D.i32)], {"index": i}).result
-                finally:
-                    b.region = saved
-            dims.append(Scalar(b.cse[key]))
-        return tuple(dims)
+        key = ("dim", self.value.id, i)
+        if key not in b.cse:
+            # shapes are defined at the top level so they may be used anywhere
+            saved, b.region = b.region, b.body
+            try:
+                b.cse[key] = b.emit("dim", (self.value,), [ScalarType(D.i32)], {"index": i}).result
+            finally:
+                b.region = saved
+        return Scalar(b.cse[key])
 
     def __repr__(self):
         return f"GlobalArg(%{self.value.id}: {self.type})"
+
+
+class _Shape:
+    """`gl.shape`: indexing emits only the dimensions a kernel reads."""
+
+    def __init__(self, gl: GlobalArg):
+        self.gl = gl
+
+    def __len__(self) -> int:
+        return self.gl.rank
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self.gl.dim(k) for k in range(self.gl.rank)[i])
+        return self.gl.dim(i)
+
+    def __iter__(self):
+        return (self.gl.dim(k) for k in range(self.gl.rank))
 
 
 # ---------------------------------------------------------------------------------------- top level
