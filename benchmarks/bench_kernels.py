@@ -91,8 +91,8 @@ def run(backend: str, quick: bool) -> dict:
                 if case.get("compare", True):
                     entry["max_abs_diff_vs_baseline"] = float((out_hk.float() - out_base.float()).abs().max())
                 t_hk, t_base = bench(case["hk"]), bench(case["base"])
-                scale = 1e-9 if case["unit"] == "TFLOP/s" else 1e-6
-                rate = lambda ms: case["work"] / (ms * 1e-3) * scale * (1e-3 if case["unit"] == "TFLOP/s" else 1)  # noqa
+                per_unit = 1e12 if case["unit"] == "TFLOP/s" else 1e9      # work per second -> TFLOP/s or GB/s
+                rate = lambda ms: case["work"] / (ms * 1e-3) / per_unit     # noqa: E731
                 entry.update(hk_ms=t_hk, baseline_ms=t_base, hk_rate=rate(t_hk), baseline_rate=rate(t_base),
                              speed_ratio_hk_over_baseline=t_base / t_hk)
             except Exception as e:  # noqa: BLE001 - one failing case must not hide the others
