@@ -20,10 +20,9 @@ def use_backend(name: str):
     return registry.use_backend(name)
 
 
-def backends():
-    """Every installed backend with whether it can run here and why not (list of BackendInfo)."""
-    from .backends import registry
-    return registry.report()
+# hk.backends(): every installed backend with whether it can run here and why not (list of BackendInfo).
+# It is the hk_portable.backends package, which is callable (see its docstring for why).
+from . import backends  # noqa: E402
 
 
 def get_backend(name: str):
