@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import os
 import threading
 from dataclasses import dataclass, field
@@ -23,6 +24,10 @@ _lock = threading.Lock()
 _loaded: dict[str, Backend] = {}
 _failed: dict[str, str] = {}
 _context: contextvars.ContextVar[str | None] = contextvars.ContextVar("hk_backend", default=None)
+# a missing name is reported by us (NoMatches below); newer stevedore deprecates warn_on_missing_entrypoint
+_QUIET = ({"on_missing_entrypoints_callback": None}
+          if "on_missing_entrypoints_callback" in inspect.signature(DriverManager.__init__).parameters
+          else {"warn_on_missing_entrypoint": False})
 
 
 @dataclass
@@ -71,8 +76,7 @@ def load(name: str) -> Backend:
         if name in _failed:
             raise BackendError(_failed[name])
     try:
-        mgr = DriverManager(NAMESPACE, name, invoke_on_load=True, on_load_failure_callback=_reraise,
-                            warn_on_missing_entrypoint=False)
+        mgr = DriverManager(NAMESPACE, name, invoke_on_load=True, on_load_failure_callback=_reraise, **_QUIET)
         be = mgr.driver
         if not isinstance(be, Backend):
             raise TypeError(f"entry point does not produce an hk_portable Backend (got {type(be).__name__})")
