@@ -1,0 +1,154 @@
+"""Kernel cases: every kernel in hk_portable.kernels through its public wrapper, against float64 math.
+
+A kernel whose module is not installed yet is reported as skipped ("kernel module not present"),
+never dropped silently.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+
+import torch
+
+from .cases import Case, Check, Setup, f64, poisoned, rand_float
+from .tolerances import bound_for
+
+NOT_PRESENT = "kernel module not present"
+
+
+def _module_missing(module: str) -> str | None:
+    """The skip reason if hk_portable.kernels.<module> does not exist (an import error is not a skip)."""
+    return None if importlib.util.find_spec(f"hk_portable.kernels.{module}") is not None else NOT_PRESENT
+
+
+def _kernel_case(kernel: str, variant: str, make, module: str) -> Case:
+    return Case(id=f"kernel/{kernel}/{variant}", kind="kernel", name=kernel, make=make,
+                missing=_module_missing(module))
+
+
+def _wrapper(module: str, name: str):
+    return getattr(importlib.import_module(f"hk_portable.kernels.{module}"), name)
+
+
+# ============================================================================================== gemm
+GEMM_SHAPES = ((1, 1, 1), (17, 33, 65), (100, 70, 130), (256, 256, 256))
+
+
+def _gemm_case(dtype: str, out_dtype: str, shape) -> Case:
+    M, N, K = shape
+
+    def make(gen):
+        a = rand_float(gen, (M, K), dtype, 0.1, 2.0)
+        b = rand_float(gen, (K, N), dtype, 0.1, 2.0)
+        value = f64(a) @ f64(b)
+        scale = f64(a).abs() @ f64(b).abs()
+        gemm = _wrapper("gemm", "gemm")
+        return Setup({"a": a, "b": b}, {"c": poisoned((M, N), out_dtype)},
+                     lambda t, be: gemm(t["a"], t["b"], t["c"], backend=be),
+                     [Check("c = a @ b", "c", value, bound_for("gemm", out_dtype), scale=scale, k=K)])
+    return _kernel_case("gemm", f"{dtype}-{out_dtype}/{M}x{N}x{K}", make, "gemm")
+
+
+def gemm_cases() -> list[Case]:
+    return [_gemm_case(dt, out, s) for dt in ("bf16", "f16") for out in ("f32", dt) for s in GEMM_SHAPES]
+
+
+# ========================================================================================= attention
+# (B, Hq, Hkv, N, D, causal): one query row; a ragged causal sequence; GQA with D=128; a long-ish row.
+ATTENTION_CONFIGS = ((1, 2, 2, 1, 64, False), (1, 2, 1, 77, 64, True), (2, 4, 2, 130, 128, False),
+                     (1, 2, 2, 200, 64, True))
+
+
+def attention_math(q, k, v, causal: bool, scale: float):
+    """float64 (o, lse, sum_j softmax_j |v_j|): GQA, causal mask aligned top-left (key j <= query i)."""
+    g = q.shape[1] // k.shape[1]
+    kd, vd = f64(k).repeat_interleave(g, dim=1), f64(v).repeat_interleave(g, dim=1)
+    s = (f64(q) @ kd.transpose(-1, -2)) * scale
+    if causal:
+        n, nk = q.shape[2], k.shape[2]
+        s = s.masked_fill(torch.ones(n, nk, dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.softmax(s, -1)
+    return p @ vd, torch.logsumexp(s, -1), p @ vd.abs()
+
+
+def _attention_case(dtype: str, config) -> Case:
+    B, Hq, Hkv, N, D, causal = config
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+
+    def make(gen):
+        q, k, v = (rand_float(gen, (B, h, N, D), dtype, 0.05, 2.0) for h in (Hq, Hkv, Hkv))
+        scale = 1.0 / math.sqrt(D)
+        o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale)
+        attention_fwd = _wrapper("attention", "attention_fwd")
+
+        def launch(t, be):
+            attention_fwd(t["q"], t["k"], t["v"], causal=causal, scale=scale, out=t["o"], lse=t["lse"], backend=be)
+        return Setup({"q": q, "k": k, "v": v}, {"o": poisoned((B, Hq, N, D), tdt), "lse": poisoned((B, Hq, N), "f32")},
+                     launch,
+                     [Check("o", "o", o_val, bound_for("attention_fwd.o", dtype), scale=o_scale),
+                      Check("lse", "lse", lse_val, bound_for("attention_fwd.lse", "f32"), k=N)])
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}_D{D}_{'causal' if causal else 'full'}"
+    return _kernel_case("attention_fwd", variant, make, "attention")
+
+
+def attention_cases() -> list[Case]:
+    return [_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_CONFIGS]
+
+
+# ========================================================================================= layernorm
+# (rows, d_model, p): the p = 0 path, ragged rows, and a row of 8192.
+LAYERNORM_CONFIGS = ((7, 256, 0.0), (33, 1000, 0.1), (4, 8192, 0.5))
+LN_SEED, LN_OFFSET, LN_EPS = 0x0123456789ABCDEF, 2**32 - 5000, 1e-5
+
+
+def layernorm_math(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float):
+    """float64 (y, h, keep, y_scale, h_scale) with the keep mask from the interface's Philox definition."""
+    from hk_portable.interface.numerics import dropout_keep
+    rows, d = x.shape
+    index = offset + torch.arange(rows).view(-1, 1) * d + torch.arange(d).view(1, -1)
+    keep = dropout_keep(p, seed, index)
+    scaled = torch.where(keep, f64(x) / (1.0 - p), 0.0)
+    h = scaled + f64(residual)
+    mean = h.mean(-1, keepdim=True)
+    rstd = 1.0 / torch.sqrt(h.var(-1, unbiased=False, keepdim=True) + eps)
+    y = (h - mean) * rstd * f64(weight) + f64(bias)
+    # h is a sum of two terms: its error is relative to their magnitudes, not to |h| (which may cancel)
+    h_scale = scaled.abs() + f64(residual).abs()
+    y_scale = rstd * f64(weight).abs() * (h_scale + h.abs().mean(-1, keepdim=True) + (h - mean).abs()) \
+        + f64(bias).abs() + y.abs()
+    return y, h, keep, y_scale, h_scale
+
+
+def _layernorm_case(dtype: str, config, weight_dtype: str = "f32") -> Case:
+    rows, d, p = config
+
+    def make(gen):
+        x, residual = (rand_float(gen, (rows, d), dtype, 0.05, 3.0) for _ in range(2))
+        weight = rand_float(gen, (d,), weight_dtype, 0.5, 1.5)
+        bias = rand_float(gen, (d,), weight_dtype, 0.05, 0.5)
+        y_val, h_val, keep, y_scale, h_scale = layernorm_math(x, residual, weight, bias, p, LN_SEED, LN_OFFSET,
+                                                              LN_EPS)
+        fn = _wrapper("layernorm", "dropout_residual_layernorm")
+
+        def launch(t, be):
+            fn(t["x"], t["residual"], t["weight"], t["bias"], p=p, seed=LN_SEED, offset=LN_OFFSET, eps=LN_EPS,
+               out=t["y"], h_out=t["h"], backend=be)
+        checks = [Check("y", "y", y_val, bound_for("dropout_residual_layernorm.y", dtype), scale=y_scale, k=d),
+                  Check("h", "h", h_val, bound_for("dropout_residual_layernorm.h", dtype), scale=h_scale)]
+        if p > 0:   # dropped elements are exactly the residual: the Philox mask matches bit for bit
+            checks.append(Check("h = residual where dropped (the Philox mask)", "h", residual,
+                                bound_for("dropout_mask", "*"), select=~keep))
+        return Setup({"x": x, "residual": residual, "weight": weight, "bias": bias},
+                     {"y": poisoned((rows, d), dtype), "h": poisoned((rows, d), dtype)}, launch, checks)
+    variant = f"{dtype}/{rows}x{d}_p{p:g}" + (f"_w{weight_dtype}" if weight_dtype != "f32" else "")
+    return _kernel_case("dropout_residual_layernorm", variant, make, "layernorm")
+
+
+def layernorm_cases() -> list[Case]:
+    out = [_layernorm_case(dt, c) for dt in ("bf16", "f16") for c in LAYERNORM_CONFIGS]
+    return out + [_layernorm_case("f32", LAYERNORM_CONFIGS[1]), _layernorm_case("bf16", LAYERNORM_CONFIGS[1], "bf16")]
+
+
+def cases() -> list[Case]:
+    return gemm_cases() + attention_cases() + layernorm_cases()

@@ -1,0 +1,139 @@
+"""The one tolerance table of the conformance suite (DESIGN section 4).
+
+Every op and kernel output the suite checks has an entry per dtype: the tier and, for the bounded
+tier, the error bound with the reason it is what it is. Backends are held to these numbers; change a
+bound here, with its reason, never in a case.
+
+Exact tier: the output equals the float64 math rounded once to the output dtype, bit for bit (and
+equals the reference backend bit for bit).
+
+Bounded tier: element i passes when |out_i - ref_i| <= abs + (rel + per_term * k) * scale_i, where
+ref_i is the float64 result, k the number of terms an element sums (reduction length, mma K; 0 for
+elementwise ops) and scale_i the magnitude the error is relative to: |ref_i| for elementwise ops,
+sum |x| for sums, |acc| + sum |a||b| for mma, and a kernel-specific magnitude for kernels (see the
+kernel cases). The reported error is |out_i - ref_i| / (scale_i + abs / rel_total), in the units of the
+reported bound rel_total = rel + per_term * k.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXACT = "exact"
+BOUNDED = "bounded"
+
+U32 = 2.0 ** -24                 # unit roundoff of f32 (half an ulp at 1.0)
+EPS = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10, "f32": 2.0 ** -23}   # one ulp at 1.0 (torch.finfo().eps)
+TINY = {"bf16": 2.0 ** -126, "f16": 2.0 ** -14, "f32": 2.0 ** -126}  # smallest normal
+
+
+@dataclass(frozen=True)
+class Bound:
+    tier: str                    # EXACT | BOUNDED
+    reason: str
+    rel: float = 0.0
+    abs: float = 0.0
+    per_term: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.tier == EXACT
+
+    def rel_total(self, k: int = 0) -> float:
+        return self.rel + self.per_term * k
+
+
+def exact(reason: str) -> Bound:
+    return Bound(EXACT, reason)
+
+
+def bounded(reason: str, rel: float, abs: float = 0.0, per_term: float = 0.0) -> Bound:
+    return Bound(BOUNDED, reason, rel=rel, abs=abs, per_term=per_term)
+
+
+# ----------------------------------------------------------------------------------- the table
+_ROUNDED_ONCE = "computed in f32 and rounded once (RNE); f32 has >= 2p+2 bits, so this is the correctly rounded result"
+_TRANSCENDENTAL_F32 = "GPU fast approximations (ex2.approx, v_exp_f32, lg2.approx, rsqrt) are within a few ulp of f32"
+_ONE_ULP_16 = "f32 result within a few f32 ulp, then rounded once to the 16-bit output: at most 1 ulp of the output"
+
+TABLE: dict[tuple[str, str], Bound] = {
+    # movement, fills, selection, masks: no arithmetic, so nothing may differ
+    ("load", "*"): exact("a copy (with a dtype conversion: RNE, fp8 saturating); out-of-bounds reads give the fill"),
+    ("store", "*"): exact("a copy converting to the tensor dtype (RNE, fp8 saturating); out-of-bounds writes dropped"),
+    ("atomic_add", "f32"): exact("one f32 addition per element (one contribution per element)"),
+    ("atomic_add_accumulate", "f32"): bounded("several blocks add into one element in an unspecified order: an f32 sum",
+                                              rel=U32, per_term=U32),
+    ("cast", "*"): exact("RNE between floats (fp8 saturating to its finite max), float->int32 truncating and saturating"),
+    ("fill", "*"): exact("a constant rounded once to the tile dtype"),
+    ("where", "*"): exact("a selection, no arithmetic"),
+    ("cmp", "*"): exact("comparisons are exact on every dtype"),
+    ("logical", "*"): exact("boolean algebra on masks"),
+    ("broadcast", "*"): exact("a copy of the vector along rows or columns"),
+    ("causal_mask", "*"): exact("integer comparisons"),
+    ("bounds_mask", "*"): exact("integer comparisons"),
+    ("dropout_mask", "*"): exact("Philox4x32-10 is integer arithmetic: every backend gives the same bits"),
+    ("scalar", "i32"): exact("int32 arithmetic wraps; floordiv/mod follow Python"),
+    ("scalar", "f32"): exact("IEEE f32 arithmetic on scalars (no contraction)"),
+    ("control", "*"): exact("loops and pipelines only move data here; the arithmetic inside is exact"),
+    ("max", "*"): exact("max/min select one of their inputs (NaN-ignoring)"),
+    ("min", "*"): exact("max/min select one of their inputs (NaN-ignoring)"),
+    # elementwise arithmetic that rounds once
+    ("neg", "*"): exact("sign flip"),
+    ("abs", "*"): exact("sign clear"),
+    ("relu", "*"): exact("a selection between x and 0"),
+    ("add", "*"): exact(_ROUNDED_ONCE + " (FMA contraction is off)"),
+    ("sub", "*"): exact(_ROUNDED_ONCE + " (FMA contraction is off)"),
+    ("mul", "*"): exact(_ROUNDED_ONCE + " (FMA contraction is off)"),
+    ("maximum", "*"): exact("fmax selects one of its inputs"),
+    ("minimum", "*"): exact("fmin selects one of its inputs"),
+    ("div", "f32"): bounded("approximate reciprocal/division allowed (__fdividef, v_rcp_f32): 2 ulp", rel=2.0 ** -21),
+    ("div", "bf16"): bounded(_ONE_ULP_16, rel=EPS["bf16"], abs=TINY["bf16"]),
+    ("div", "f16"): bounded(_ONE_ULP_16, rel=EPS["f16"], abs=TINY["f16"]),
+    # transcendental: GPUs use hardware approximations
+    **{(op, "f32"): bounded(_TRANSCENDENTAL_F32, rel=2.0 ** -20, abs=2.0 ** -100)
+       for op in ("exp", "exp2", "sqrt", "rsqrt")},
+    **{(op, "f32"): bounded(_TRANSCENDENTAL_F32 + "; near x = 1 the approximation's error is absolute (2^-21)",
+                            rel=2.0 ** -20, abs=2.0 ** -21) for op in ("log", "log2")},
+    **{(op, "f32"): bounded("composed from exp and a reciprocal: a few ulp of f32, absolute near 0",
+                            rel=2.0 ** -20, abs=2.0 ** -24) for op in ("tanh", "sigmoid")},
+    **{(op, dt): bounded(_ONE_ULP_16, rel=EPS[dt], abs=TINY[dt])
+       for op in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid") for dt in ("bf16", "f16")},
+    # reductions and matrix products: f32 accumulation in an order the backend chooses
+    ("sum", "f32"): bounded("f32 accumulation in any order: (k-1) u sum|x|", rel=U32, per_term=U32),
+    ("sum", "bf16"): bounded("f32 accumulation, then 1 ulp of bf16", rel=EPS["bf16"], per_term=U32),
+    ("sum", "f16"): bounded("f32 accumulation, then 1 ulp of f16", rel=EPS["f16"], per_term=U32),
+    ("sum", "i32"): exact("integer sums wrap and are exact in any order"),
+    ("mma", "bf16"): bounded("exact products, f32 accumulation in any order (matrix units may truncate): "
+                             "2u per term of |acc| + sum |a||b|", rel=2 * U32, per_term=2 * U32),
+    ("mma", "f16"): bounded("exact products, f32 accumulation in any order (matrix units may truncate): "
+                            "2u per term of |acc| + sum |a||b|", rel=2 * U32, per_term=2 * U32),
+    # kernels (bounds derived from their dtypes; scales are described in kernel_cases)
+    ("gemm", "f32"): bounded("mma bound over K (relative to sum_k |a||b|)", rel=2 * U32, per_term=2 * U32),
+    ("gemm", "bf16"): bounded("mma bound over K, then the store rounds to bf16 (1 ulp)", rel=EPS["bf16"],
+                              per_term=2 * U32),
+    ("gemm", "f16"): bounded("mma bound over K, then the store rounds to f16 (1 ulp)", rel=EPS["f16"],
+                             per_term=2 * U32),
+    ("attention_fwd.o", "bf16"): bounded(
+        "P rounded to bf16 for the PV product (2^-8 each), l summed from unrounded P, O rounded to bf16: "
+        "3 half-ulps of bf16, relative to sum_j softmax_j |v_j|", rel=2.0 ** -6, abs=2.0 ** -20),
+    ("attention_fwd.o", "f16"): bounded(
+        "P rounded to f16 for the PV product, O rounded to f16: 3 half-ulps of f16 relative to "
+        "sum_j softmax_j |v_j|", rel=2.0 ** -9, abs=2.0 ** -20),
+    ("attention_fwd.lse", "f32"): bounded(
+        "f32 scores, exp2/log2 approximations and an f32 row sum: absolute error in the log domain",
+        rel=2.0 ** -20, abs=2.0 ** -16, per_term=U32),
+    **{("dropout_residual_layernorm.h", dt): bounded(
+        "x * (1/(1-p)) + residual: three f32 roundings, then one rounding to the output; relative to "
+        "|x/(1-p)| + |residual|", rel=EPS[dt] + 4 * U32, abs=TINY[dt]) for dt in ("bf16", "f16", "f32")},
+    **{("dropout_residual_layernorm.y", dt): bounded(
+        "normalises h as stored (1 ulp) with f32 row sums over d_model, then rounds y once: relative to "
+        "rstd*|w|*(|h| + mean|h| + |h - mean|) + |b| + |y|", rel=2 * EPS[dt], abs=TINY[dt], per_term=2 * U32)
+       for dt in ("bf16", "f16", "f32")},
+}
+
+
+def bound_for(name: str, dtype: str) -> Bound:
+    """The table's entry for (name, dtype), else (name, '*'). KeyError names what is missing."""
+    for key in ((name, dtype), (name, "*")):
+        if key in TABLE:
+            return TABLE[key]
+    raise KeyError(f"no tolerance for {name!r} with dtype {dtype!r}: add it to hk_portable/conformance/tolerances.py")
