@@ -5,7 +5,11 @@ import abc
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from .errors import UnsupportedError
 from .ir import Program
+
+# what `hk compile --emit KIND` can ask a backend for
+EMIT_KINDS = ("ir", "source", "asm", "ptx", "sass", "hsaco")
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,6 @@ class Backend(abc.ABC):
         for t in self.targets():
             if t.arch == arch:
                 return t
-        from .errors import UnsupportedError
         raise UnsupportedError(f"backend {self.name!r} has no target {arch!r}; "
                                f"its targets are {[t.arch for t in self.targets()]}")
 
@@ -97,3 +100,16 @@ class Backend(abc.ABC):
     def accepts_device(self, device) -> bool:
         """Whether tensors on this torch device can be passed to launch()."""
         return True
+
+    def emit(self, artifact: Artifact, kind: str) -> str | bytes:
+        """What `hk compile --emit KIND` shows, KIND in EMIT_KINDS other than "ir" (the Program's text,
+        which the caller prints without compiling: every backend receives the same Program).
+
+        Default: "source" and "asm" from the Artifact. A backend overrides this for its other forms
+        ("ptx"/"sass", "hsaco" as bytes); what it cannot give is an UnsupportedError saying what it can."""
+        value = {"source": artifact.source, "asm": artifact.asm}.get(kind)
+        if value is None:
+            can = [k for k, v in (("source", artifact.source), ("asm", artifact.asm)) if v is not None]
+            raise UnsupportedError(f"backend {self.name!r} cannot emit {kind!r} for target {artifact.target}; "
+                                   f"it can emit: {', '.join(['ir'] + can)}")
+        return value

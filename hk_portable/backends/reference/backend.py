@@ -4,6 +4,7 @@ import torch
 
 from ... import __version__
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
+from ...interface.errors import UnsupportedError
 from .interpreter import Interpreter
 
 CPU_TARGET = Target(backend="reference", arch="cpu", vendor="none", lanes=1,
@@ -34,3 +35,10 @@ class ReferenceBackend(Backend):
 
     def cacheable(self) -> bool:
         return False
+
+    def emit(self, artifact, kind):
+        """The reference interprets the Tile IR itself: the IR is all there is to show."""
+        if kind != "ir":
+            raise UnsupportedError(f"the reference backend interprets the Tile IR and produces no {kind}; "
+                                   "use --emit ir (or a compiling backend such as cuda or hip)")
+        return str(artifact.payload)
