@@ -102,7 +102,7 @@ def resolve_target(backend: Backend, arch: str | None, emulate: bool = False) ->
     targets = backend.targets()
     matches = [t for t in targets if (arch is None or t.arch == arch) and (not emulate or t.emulated)]
     if not matches:
-        what = (f"an emulated target{' ' + repr(arch) if arch else ''}" if emulate else f"a target {arch!r}")
+        what = f"emulated target{' ' + repr(arch) if arch else ''}" if emulate else f"target {arch!r}"
         listed = ", ".join(f"{t.arch}{' (emulated)' if t.emulated else ''}{' (compile-only)' if t.compile_only else ''}"
                            for t in targets) or "none"
         raise BackendError(f"backend {backend.name!r} has no {what}; its targets: {listed}")

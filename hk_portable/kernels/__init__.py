@@ -1,0 +1,28 @@
+"""Kernels written once against the tile interface.
+
+KERNELS maps the names `hk compile` takes to (module, kernel object). Modules are imported when a
+kernel is asked for; each exposes `example_args(device="cpu") -> (args, consts)`, its default
+example configuration."""
+from __future__ import annotations
+
+import importlib
+
+KERNELS: dict[str, tuple[str, str]] = {
+    "gemm": ("hk_portable.kernels.gemm", "gemm_kernel"),
+    "attention_fwd": ("hk_portable.kernels.attention", "attention_fwd_kernel"),
+    "dropout_residual_layernorm": ("hk_portable.kernels.layernorm", "dropout_residual_layernorm_kernel"),
+}
+
+
+def load(name: str):
+    """(module, kernel) for a KERNELS name; LookupError that names the choices or the missing module."""
+    if name not in KERNELS:
+        raise LookupError(f"unknown kernel {name!r}; the library's kernels are: {', '.join(sorted(KERNELS))}")
+    module_name, attr = KERNELS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        raise LookupError(f"kernel {name!r}: its module {module_name} is not present in this installation") from None
+    return module, getattr(module, attr)
