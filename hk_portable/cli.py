@@ -63,6 +63,8 @@ def cmd_conformance(args) -> int:
     if not cases:
         raise CliError(f"no conformance case matches -k {' '.join(args.k)!r}")
     console = Console()
+    if not console.is_terminal:            # logs: wide enough that case ids and reasons stay on one line
+        console = Console(width=160)
     console.print(f"hk conformance: {len(cases)} cases on backend {session.backend.name}, target "
                   f"{session.target.arch}{' (emulated)' if session.target.emulated else ''}, seed {seed}")
     result = session.run(cases, on_result=_progress(console, len(cases)))

@@ -55,7 +55,7 @@ def missing_capabilities(program: Program, target: Target) -> list[str]:
     out = [f"dtype {d}" for d in sorted(dtypes - set(target.dtypes))]
     out += [f"capability '{c}'" for c in sorted(caps) if not target.has(c)]
     if smem > target.max_shared_bytes:
-        out.append(f"{smem} bytes of shared memory (the target has {target.max_shared_bytes})")
+        out.append(f"{smem} bytes of shared memory (it declares {target.max_shared_bytes})")
     return out
 
 
@@ -79,8 +79,8 @@ class OnTarget(Backend):
     def check(self, program: Program, target: Target) -> None:
         missing = missing_capabilities(program, target)
         if missing:
-            raise CapabilityMissing(f"target {target.arch} does not declare {', '.join(missing)} "
-                                    f"(kernel '{program.name}')")
+            raise CapabilityMissing(f"target {target.arch} lacks what kernel '{program.name}' needs: "
+                                    f"{', '.join(missing)}")
         self.inner.check(program, target)
 
     def compile(self, program: Program, target: Target, options: dict | None = None) -> Artifact:
