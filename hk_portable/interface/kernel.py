@@ -202,7 +202,8 @@ def check_no_overlap(name: str, outputs: dict[str, torch.Tensor], inputs: dict[s
     items = list(outputs.items()) + list(inputs.items())
     for i, (on, o) in enumerate(outputs.items()):
         for jn, t in items[i + 1:]:
-            if o.device == t.device and o.numel() and t.numel() and _overlaps(o, t):
+            # meta tensors have no memory (data_ptr() is 0 for all of them): nothing can overlap
+            if o.device == t.device and o.device.type != "meta" and o.numel() and t.numel() and _overlaps(o, t):
                 raise ArgumentError(f"{name}: output '{on}' overlaps argument '{jn}' in memory; pass separate "
                                     "tensors (in-place use is not supported)")
 
