@@ -33,6 +33,10 @@ class ReferenceBackend(Backend):
         with torch.no_grad():
             Interpreter(program, args, grid).run()
 
+    def accepts_device(self, device) -> bool:
+        """Any torch device with data: a 'meta' tensor has none, so a run would compute nothing."""
+        return torch.device(device).type != "meta"
+
     def cacheable(self) -> bool:
         return False
 
