@@ -367,6 +367,15 @@ def _find_kernels(ii: str) -> dict[str, dict]:
     return kernels
 
 
+# Gathers the per-variable hk_lds.<n> sections that survive --gc-sections into one range.
+_LDS_SCRIPT = """SECTIONS
+{
+  hk_lds : { hk_emu_lds_begin = .; *(hk_lds.*) hk_emu_lds_end = .; }
+}
+INSERT AFTER .data;
+"""
+
+
 def _strip_amdgpu_attrs(ii: str) -> str:
     return _AMDGPU_ATTR.sub(lambda m: "maybe_unused" if m.group("ns") else "unused", ii)
 
@@ -414,6 +423,7 @@ class KernelInfo:
     name: str
     params: list = field(default_factory=list)
     bounds: tuple | None = None     # amdgpu_flat_work_group_size(lo, hi), evaluated; None: (1, 1024)
+    static_lds: int = 0             # bytes of __shared__ variables the kernel reaches
 
 
 @dataclass
@@ -499,19 +509,21 @@ class _Memory:
 # Modules
 # ---------------------------------------------------------------------------------------------------
 class Module:
-    """A compiled source. ``launch`` runs one of its kernels; ``kernels`` lists them."""
+    """A compiled source. ``launch`` runs one of its kernels; ``kernels`` lists them.
 
-    def __init__(self, path: Path, arch: str, kernels: dict[str, dict], name: str):
-        self.path = path
+    Each kernel is its own shared object (linked with --gc-sections, so its static LDS is exactly the
+    __shared__ variables it reaches); each worker thread gets its own copy of that object."""
+
+    def __init__(self, directory: Path, arch: str, kernels: dict[str, dict], name: str):
+        self.directory = directory
         self.arch = arch
         self.name = name
         self._rt, _ = _runtime()
-        self._copies: list[ctypes.CDLL] = []
-        self._infos: list[_ModInfo] = []
-        self._kernel_meta = kernels
+        self._libs: dict[str, list[ctypes.CDLL]] = {}
+        self._infos: dict[str, list[_ModInfo]] = {}
         self.kernels: dict[str, KernelInfo] = {}
-        lib = self._copy(0)
         for k, meta in kernels.items():
+            lib = self._copy(k, 0)
             info = KernelInfo(k)
             fn = getattr(lib, f"hk_emu_params_{k}")
             fn.restype = ctypes.c_int
@@ -524,29 +536,34 @@ class Module:
                 b = (ctypes.c_int * 2)()
                 getattr(lib, f"hk_emu_bounds_{k}")(b)
                 info.bounds = (b[0], b[1])
+            mi = self._infos[k][0]
+            info.static_lds = (mi.lds_hi - mi.lds_lo) if mi.lds_lo else 0
             self.kernels[k] = info
 
     def __repr__(self):
         return f"<emulator.Module {self.name} {self.arch} kernels={list(self.kernels)}>"
 
-    def _copy(self, i: int) -> ctypes.CDLL:
-        """The module copy for worker i (each worker thread needs its own static-LDS section)."""
+    def _copy(self, kernel: str, i: int) -> ctypes.CDLL:
+        """Kernel's object for worker i (each worker thread needs its own static-LDS section)."""
         with _lock:
-            while len(self._copies) <= i:
-                j = len(self._copies)
-                p = self.path if j == 0 else self.path.with_name(f"{self.path.stem}.w{j}.so")
+            libs = self._libs.setdefault(kernel, [])
+            infos = self._infos.setdefault(kernel, [])
+            while len(libs) <= i:
+                j = len(libs)
+                base = self.directory / f"{kernel}.so"
+                p = base if j == 0 else self.directory / f"{kernel}.w{j}.so"
                 if j and not p.exists():
-                    tmp = p.with_name(f".{p.name}.{os.getpid()}.{threading.get_ident()}")
-                    shutil.copyfile(self.path, tmp)
+                    tmp = self.directory / f".{p.name}.{os.getpid()}.{threading.get_ident()}"
+                    shutil.copyfile(base, tmp)
                     os.replace(tmp, p)
                 lib = ctypes.CDLL(str(p), mode=os.RTLD_NOW | os.RTLD_LOCAL)
                 info = _ModInfo()
                 lib.hk_emu_module_info_get(ctypes.byref(info))
                 if info.abi != ABI:
                     raise EmulatorError(f"{p}: module ABI {info.abi} != {ABI}")
-                self._copies.append(lib)
-                self._infos.append(info)
-            return self._copies[i]
+                libs.append(lib)
+                infos.append(info)
+            return libs[i]
 
     def launch(self, kernel: str, grid=(1, 1, 1), block=(64, 1, 1), args=(), shared_bytes: int = 0, *,
                tensors=(), threads: int | None = None, timeout: float | None = None,
@@ -592,16 +609,17 @@ class Module:
         if timeout is None and os.environ.get("HK_EMU_TIMEOUT_S"):
             timeout = float(os.environ["HK_EMU_TIMEOUT_S"])
         for i in range(nw):
-            self._copy(i)
+            self._copy(kernel, i)
         with _lock:
             mem = _Memory(self._rt, items)
             try:
                 bufs = [_pack(a, p, mem, i, kernel) for i, (a, p) in enumerate(zip(args, info.params))]
                 params = (ctypes.c_void_p * max(1, len(bufs)))(*[ctypes.addressof(b) for b in bufs])
+                libs, infos = self._libs[kernel], self._infos[kernel]
                 entries = (ctypes.c_void_p * nw)(*[
-                    ctypes.cast(getattr(self._copies[i], f"hk_emu_entry_{kernel}"), ctypes.c_void_p).value
+                    ctypes.cast(getattr(libs[i], f"hk_emu_entry_{kernel}"), ctypes.c_void_p).value
                     for i in range(nw)])
-                mods = (ctypes.c_void_p * nw)(*[ctypes.addressof(self._infos[i]) for i in range(nw)])
+                mods = (ctypes.c_void_p * nw)(*[ctypes.addressof(infos[i]) for i in range(nw)])
                 err = ctypes.create_string_buffer(16384)
                 L = _Launch()
                 L.abi, L.nworkers = ABI, nw
@@ -716,8 +734,8 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
         if key in _modules:
             return _modules[key]
         _, rt_path = _runtime()
-        dest = _cache_root() / "mod" / key / "module.so"
-        meta_path = dest.with_name("kernels.txt")
+        final_dir = _cache_root() / "mod" / key
+        meta_path = final_dir / "kernels.txt"
 
         def build(tmp: Path) -> Path:
             src_file = tmp / name
@@ -743,25 +761,29 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
                     glue.append(f'extern "C" __attribute__((visibility("default"))) void hk_emu_bounds_{k}'
                                 f'(int* b) {{ b[0] = (int)({lo}); b[1] = (int)({hi}); }}')
             ii.write_text(text + "\n".join(glue) + "\n")
-            (tmp / "kernels.txt").write_text(
-                "\n".join(f"{k}\t{'' if not m['bounds'] else m['bounds'][0] + chr(1) + m['bounds'][1]}"
-                          for k, m in kernels.items()) + "\n")
-            out = tmp / "module.so"
-            _run([cxx, "-std=c++17", *flags, "-g1", "-fPIC", "-shared", "-fno-omit-frame-pointer",
-                  "-fvisibility=hidden", "-Wno-unused-command-line-argument", "-Wno-ignored-attributes",
-                  "-Wno-unknown-attributes", "-x", "c++-cpp-output", str(ii), "-x", "none", "-o", str(out),
-                  str(rt_path), f"-Wl,-rpath,{rt_path.parent}"], tmp, f"compiling {name} for the emulator")
-            # keep the kernel list beside the .so
-            os.replace(tmp / "kernels.txt", tmp / "kernels.final")
+            obj = tmp / "module.o"
+            _run([cxx, "-std=c++17", *flags, "-g1", "-fPIC", "-c", "-fno-omit-frame-pointer", "-fvisibility=hidden",
+                  "-ffunction-sections", "-fdata-sections", "-Wno-unused-command-line-argument",
+                  "-Wno-ignored-attributes", "-Wno-unknown-attributes", "-x", "c++-cpp-output", str(ii),
+                  "-o", str(obj)], tmp, f"compiling {name} for the emulator")
             out_dir = tmp / "out"
             out_dir.mkdir()
-            os.replace(out, out_dir / "module.so")
-            os.replace(tmp / "kernels.final", out_dir / "kernels.txt")
+            script = tmp / "hk_lds.ld"
+            script.write_text(_LDS_SCRIPT)
+            for k in kernels:
+                vmap = tmp / f"{k}.map"
+                syms = [f"hk_emu_entry_{k}", f"hk_emu_params_{k}", f"hk_emu_bounds_{k}", "hk_emu_module_info_get"]
+                vmap.write_text("{ global: " + " ".join(x + ";" for x in syms) + " local: *; };\n")
+                _run([cxx, "-shared", "-o", str(out_dir / f"{k}.so"), str(obj), str(rt_path),
+                      "-Wl,--gc-sections", f"-Wl,--version-script={vmap}", f"-Wl,-T,{script}",
+                      f"-Wl,-rpath,{rt_path.parent}"], tmp, f"linking kernel {k} of {name}")
+            (out_dir / "kernels.txt").write_text(
+                "\n".join(f"{k}\t{'' if not m['bounds'] else m['bounds'][0] + chr(1) + m['bounds'][1]}"
+                          for k, m in kernels.items()) + "\n")
             shutil.copyfile(ii, out_dir / "module.ii")
             return out_dir
 
-        final_dir = dest.parent
-        if not (final_dir / "module.so").exists():
+        if not meta_path.exists():
             final_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final_dir.parent))
             try:
@@ -769,7 +791,7 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
                 try:
                     os.replace(out_dir, final_dir)
                 except OSError:
-                    if not (final_dir / "module.so").exists():
+                    if not meta_path.exists():
                         raise
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -779,6 +801,6 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
                 continue
             k, _, b = line.partition("\t")
             kernels[k] = {"bounds": tuple(b.split(chr(1))) if b else None}
-        mod = Module(dest, arch, kernels, name)
+        mod = Module(final_dir, arch, kernels, name)
         _modules[key] = mod
         return mod

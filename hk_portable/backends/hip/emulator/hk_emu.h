@@ -56,10 +56,15 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-// Static LDS: every __shared__ variable goes into the section "hk_lds" of this module; each worker
-// thread runs its blocks one at a time on its own copy of the module, so the section is the block's
-// LDS. Dynamic LDS (`extern __shared__ T name[];`) is rewritten by load() to alias hk_emu_dyn_lds.
-#define __shared__ static __attribute__((section("hk_lds")))
+// Static LDS: every __shared__ variable becomes a static variable in its own section "hk_lds.<n>".
+// load() links one shared object per kernel with --gc-sections and a linker script that gathers the
+// surviving hk_lds.* sections between hk_emu_lds_begin and hk_emu_lds_end: exactly the __shared__
+// variables that kernel can reach. Each worker thread runs its blocks one at a time on its own copy of
+// the object, so that range is the block's static LDS. Dynamic LDS (`extern __shared__ T name[];`) is
+// rewritten by load() to alias hk_emu_dyn_lds.
+#define HK_EMU_STR2(x) #x
+#define HK_EMU_STR(x) HK_EMU_STR2(x)
+#define __shared__ static __attribute__((section("hk_lds." HK_EMU_STR(__COUNTER__))))
 #define HK_EMU_DYN_CAP (160 * 1024 + 4096)
 
 // ---------------------------------------------------------------------------------------------
@@ -688,15 +693,15 @@ static inline hk_emu_f2 __builtin_amdgcn_cvt_pk_f32_bf8(int src, bool word_sel) 
 // Module glue: LDS ranges, and per-kernel entry/descriptor templates used by the export block that
 // load() appends (hk_emu_entry_<kernel>, hk_emu_params_<kernel>).
 // ---------------------------------------------------------------------------------------------
-extern "C" char __start_hk_lds[] __attribute__((weak, visibility("hidden")));
-extern "C" char __stop_hk_lds[] __attribute__((weak, visibility("hidden")));
+extern "C" char hk_emu_lds_begin[] __attribute__((weak, visibility("hidden")));
+extern "C" char hk_emu_lds_end[] __attribute__((weak, visibility("hidden")));
 extern "C" {
 __attribute__((visibility("hidden"), aligned(4096))) char hk_emu_dyn_lds[HK_EMU_DYN_CAP];
 __attribute__((visibility("default"))) void hk_emu_module_info_get(hk_emu_module_info* o) {
   o->abi = HK_EMU_ABI;
   o->pad = HK_EMU_ARCH;
-  o->lds_lo = __start_hk_lds;
-  o->lds_hi = __stop_hk_lds;
+  o->lds_lo = hk_emu_lds_begin;
+  o->lds_hi = hk_emu_lds_end;
   o->dyn = hk_emu_dyn_lds;
   o->dyn_cap = HK_EMU_DYN_CAP;
 }

@@ -14,6 +14,14 @@
 // ---------------------------------------------------------------------------------------------
 // ABI structures (mirrored by ctypes in emulator/__init__.py: keep field order and types)
 // ---------------------------------------------------------------------------------------------
+#if defined(__clang__)
+// Wave-level entry points are convergent, as the device builtins they implement are: the host optimizer
+// must not merge, sink or hoist them across divergent control flow (it would change which lanes meet).
+#define HK_EMU_CONVERGENT __attribute__((convergent))
+#else
+#define HK_EMU_CONVERGENT
+#endif
+
 extern "C" {
 
 // What a lane may ask about itself. Filled by the runtime per lane, read by the header's builtins.
@@ -51,7 +59,7 @@ enum {
 struct hk_emu_module_info {
   uint32_t abi;
   uint32_t pad;
-  char* lds_lo;          // [lds_lo, lds_hi): every static __shared__ variable (section "hk_lds")
+  char* lds_lo;          // [lds_lo, lds_hi): the kernel's static __shared__ variables (hk_lds.* sections)
   char* lds_hi;
   char* dyn;             // the dynamic LDS window (extern __shared__ arrays alias it), page aligned
   uint64_t dyn_cap;      // bytes in the window, including one trailing guard page
@@ -104,10 +112,10 @@ enum {
 const hk_emu_lane_info* hk_emu_cur(void);
 // A wave-level operation: every live lane of the wave calls it at the same call site; the lane's
 // `in` bytes are deposited, the lane yields, the runtime computes all lanes' results and resumes.
-void hk_emu_xlane(int op, const void* in, uint32_t in_bytes, void* out, uint32_t out_bytes,
+HK_EMU_CONVERGENT void hk_emu_xlane(int op, const void* in, uint32_t in_bytes, void* out, uint32_t out_bytes,
                   const int32_t* imm, const char* file, int line);
 // Sync points without data: block barrier (s_barrier), soft wave points (waitcnt, fence, wave_barrier).
-void hk_emu_point(int op, const char* file, int line);
+HK_EMU_CONVERGENT void hk_emu_point(int op, const char* file, int line);
 // Check one LDS access of n bytes at p (bounds, alignment, races between barriers).
 void hk_emu_lds_check(const void* p, uint32_t n, uint32_t align, int is_write, const char* file, int line);
 // Report an error from device code and abort the launch.
