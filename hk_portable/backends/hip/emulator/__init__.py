@@ -637,13 +637,46 @@ class Module:
                     raise EmulatorError("shared_bytes must be >= 0")
                 rc = self._rt.hk_emu_launch_kernel(ctypes.addressof(L))
                 if rc != 0:
-                    raise EmulatorError(err.value.decode(errors="replace") or f"launch failed ({rc})")
+                    raise EmulatorError(_symbolize(err.value.decode(errors="replace")) or f"launch failed ({rc})")
                 mem.copy_back()
                 s = L.stats
                 return LaunchStats(blocks=s[0], wave_ops=s[1], barriers=s[2], switches=s[3],
                                    lds_accesses=s[4], seconds=s[5] / 1e9, workers=nw)
             finally:
                 mem.free()
+
+
+_PC = re.compile(r"\[pc (\S+)\+0x([0-9a-f]+)\]")
+
+
+def _symbolizer() -> list[str] | None:
+    c = compiler()
+    cands = []
+    if c and re.search(r"-(\d+)$", c[0]):
+        cands.append("llvm-symbolizer-" + re.search(r"-(\d+)$", c[0]).group(1))
+    cands.append("llvm-symbolizer")
+    for x in cands:
+        if shutil.which(x):
+            return [shutil.which(x)]
+    return None
+
+
+def _symbolize(msg: str) -> str:
+    """Turn "[pc /path/kernel.so+0x1193]" into "[at kernel.hip:12:30 in add]" when a symbolizer exists."""
+    m = _PC.search(msg)
+    tool = _symbolizer() if m else None
+    if not m or not tool:
+        return msg
+    try:
+        p = subprocess.run(tool + [f"--obj={m.group(1)}", "0x" + m.group(2)], capture_output=True, text=True,
+                           timeout=20)
+        lines = [x for x in p.stdout.splitlines() if x.strip()]
+    except (OSError, subprocess.SubprocessError):
+        return msg
+    if len(lines) >= 2 and not lines[1].startswith("??"):
+        where = re.sub(r"^\S*/\.build-[^/]+/", "", lines[1])   # the build dir is gone: keep the file name
+        return msg[:m.start()] + f"[at {where} in {lines[0]}]" + msg[m.end():]
+    return msg
 
 
 def _dim3(d, what) -> tuple[int, int, int]:
@@ -763,6 +796,7 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
             ii.write_text(text + "\n".join(glue) + "\n")
             obj = tmp / "module.o"
             _run([cxx, "-std=c++17", *flags, "-g1", "-fPIC", "-c", "-fno-omit-frame-pointer", "-fvisibility=hidden",
+                  "-fstack-clash-protection",
                   "-ffunction-sections", "-fdata-sections", "-Wno-unused-command-line-argument",
                   "-Wno-ignored-attributes", "-Wno-unknown-attributes", "-x", "c++-cpp-output", str(ii),
                   "-o", str(obj)], tmp, f"compiling {name} for the emulator")

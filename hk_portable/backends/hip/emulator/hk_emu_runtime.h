@@ -31,6 +31,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -90,6 +92,7 @@ namespace {
 constexpr int MAX_LANES = 1024;
 constexpr int MAX_WAVES = MAX_LANES / 64;
 constexpr size_t PAGE = 4096;
+constexpr size_t STACK_GUARD = 64 * 1024;  // below each lane stack (modules use -fstack-clash-protection too)
 constexpr uint8_t MULTI = 0xff;
 
 enum : uint8_t { L_READY, L_BLOCKED, L_EXITED };
@@ -157,6 +160,8 @@ struct Worker {
   sigjmp_buf jb;
   volatile int in_block = 0;
   bool aborted = false;        // this block was stopped because another block failed
+  pthread_t thread;            // the OS thread serving this worker during a launch
+  bool alive = false;          // guarded by g_wd_mutex
   char err[8192];
   char* altstack = nullptr;
   uint64_t st_xlane = 0, st_switch = 0, st_lds = 0, st_barrier = 0, st_blocks = 0;
@@ -169,10 +174,13 @@ std::vector<Worker*> g_workers;
 std::atomic<uint64_t> g_next_block{0};
 std::atomic<bool> g_abort{false};
 std::mutex g_err_mutex;
+std::atomic<bool> g_timed_out{false};
+std::mutex g_wd_mutex;       // the watchdog signals only workers that are alive under this lock
+const int WATCHDOG_SIG = SIGXCPU;  // sent to workers that stay in a lane past the deadline
 uint64_t g_err_block = ~0ull;
 std::vector<char> g_err;
 struct sigaction g_old_sa[65];
-const int g_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP};
+const int g_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGXCPU};
 
 size_t lane_stack_bytes() {
   static size_t v = [] {
@@ -195,14 +203,14 @@ Worker* make_worker(int index) {
   w->index = index;
   w->lanes = new Lane[MAX_LANES];
   w->stack_size = lane_stack_bytes();
-  size_t per = w->stack_size + PAGE;
+  size_t per = w->stack_size + STACK_GUARD;
   w->stack_mem = (char*)mmap(nullptr, per * MAX_LANES, PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (w->stack_mem == MAP_FAILED) { fprintf(stderr, "hk_emu: cannot map lane stacks\n"); abort(); }
   for (int i = 0; i < MAX_LANES; ++i) {
-    char* g = w->stack_mem + (size_t)i * per;   // guard page at the low end of each stack
-    mprotect(g, PAGE, PROT_NONE);
-    w->lanes[i].stack_lo = g + PAGE;
+    char* g = w->stack_mem + (size_t)i * per;   // guard pages at the low end of each stack
+    mprotect(g, STACK_GUARD, PROT_NONE);
+    w->lanes[i].stack_lo = g + STACK_GUARD;
     w->lanes[i].stack_hi = g + per;
   }
   w->shadow_cap = 160 * 1024 + 64;
@@ -733,7 +741,7 @@ bool op_allows_inactive(int op) {
 
 void check_timeout(Worker* w) {
   if (!w->deadline_ns || (++w->tick & 255)) return;
-  if (now_ns() > w->deadline_ns)
+  if (now_ns() > w->deadline_ns || g_timed_out.load(std::memory_order_relaxed))
     failf(w, "timeout: the launch ran longer than %u ms (HK_EMU_TIMEOUT_MS / launch(timeout=))", w->L->timeout_ms);
   if (g_abort.load(std::memory_order_relaxed)) {
     w->aborted = true;
@@ -964,9 +972,9 @@ void describe_fault(Worker* w, int sig, siginfo_t* si, void* uc) {
   ucontext_t* u = (ucontext_t*)uc;
   void* pc = u ? (void*)(uintptr_t)u->uc_mcontext.gregs[REG_RIP] : nullptr;
   Dl_info di;
-  if (pc && dladdr(pc, &di) && di.dli_sname)
-    snprintf(pcdesc, sizeof pcdesc, " [pc in %s+%#lx]", di.dli_sname,
-             (unsigned long)((char*)pc - (char*)di.dli_saddr));
+  if (pc && dladdr(pc, &di) && di.dli_fname)
+    snprintf(pcdesc, sizeof pcdesc, " [pc %s+%#lx]", di.dli_fname,
+             (unsigned long)((char*)pc - (char*)di.dli_fbase));
   if (sig == SIGFPE) {
     snprintf(e + k, cap - (size_t)k,
              "%s: integer division by zero or overflow in %s%s (x86 traps here; AMD GPUs do not trap and "
@@ -1003,10 +1011,17 @@ void describe_fault(Worker* w, int sig, siginfo_t* si, void* uc) {
              "LDS out of bounds at %p: dynamic LDS byte %lu, but the launch has %u bytes of dynamic LDS (shared_bytes)",
              (void*)a, (unsigned long)(a - w->d_lo), w->d_size);
   }
-  if (!found && w->cur && a < w->cur->stack_lo && a >= w->cur->stack_lo - PAGE) {
+  if (!found && w->cur && a < w->cur->stack_lo && a >= w->cur->stack_lo - STACK_GUARD) {
     found = true;
     snprintf(what, sizeof what, "stack overflow of the lane (%zu KiB per lane; set HK_EMU_STACK_KB)",
              w->stack_size / 1024);
+  }
+  if (!found && sig == SIGSEGV && si->si_code == SI_KERNEL) {
+    found = true;
+    snprintf(what, sizeof what,
+             "general protection fault (no faulting address): most likely a vector load/store through a pointer "
+             "that is not aligned to the vector's size (x86 requires it for 16-byte vectors; AMD tolerates "
+             "unaligned global accesses) or a non-canonical address");
   }
   if (!found && (uintptr_t)a < PAGE) {
     found = true;
@@ -1022,6 +1037,22 @@ void describe_fault(Worker* w, int sig, siginfo_t* si, void* uc) {
 
 void on_fault(int sig, siginfo_t* si, void* uc) {
   Worker* w = tl_worker;
+  if (sig == WATCHDOG_SIG && si->si_code == SI_TKILL && g_timed_out.load()) {
+    if (!w || !w->in_block || !w->in_lane) return;  // the scheduler notices the deadline itself
+    int k = prefix(w, w->err, sizeof w->err);
+    char d[160] = "?";
+    if (w->cur) describe_lane(w->cur, d, sizeof d);
+    char pcdesc[256] = "";
+    ucontext_t* u = (ucontext_t*)uc;
+    void* pc = u ? (void*)(uintptr_t)u->uc_mcontext.gregs[REG_RIP] : nullptr;
+    Dl_info di;
+    if (pc && dladdr(pc, &di) && di.dli_fname)
+      snprintf(pcdesc, sizeof pcdesc, " [pc %s+%#lx]", di.dli_fname, (unsigned long)((char*)pc - (char*)di.dli_fbase));
+    snprintf(w->err + k, sizeof w->err - (size_t)k,
+             "timeout: the launch ran longer than %u ms; %s was still running without reaching a wave-level "
+             "operation (an endless loop?)%s", w->L->timeout_ms, d, pcdesc);
+    siglongjmp(w->jb, 3);
+  }
   if (w && w->in_block) {
     describe_fault(w, sig, si, uc);
     siglongjmp(w->jb, 2);
@@ -1059,6 +1090,11 @@ void restore_handlers() {
 void worker_main(int idx, hk_emu_launch* L) {
   Worker* w = g_workers[(size_t)idx];
   tl_worker = w;
+  {
+    std::lock_guard<std::mutex> g(g_wd_mutex);
+    w->thread = pthread_self();
+    w->alive = true;
+  }
   stack_t ss, old_ss;
   ss.ss_sp = w->altstack;
   ss.ss_size = 256 * 1024;
@@ -1096,6 +1132,10 @@ void worker_main(int idx, hk_emu_launch* L) {
     }
   }
   mprotect(w->d_lo, w->d_cap, PROT_READ | PROT_WRITE);
+  {
+    std::lock_guard<std::mutex> g(g_wd_mutex);
+    w->alive = false;
+  }
   sigaltstack(&old_ss, nullptr);
   tl_worker = nullptr;
 }
@@ -1236,11 +1276,40 @@ HK_EXPORT int hk_emu_launch_kernel(hk_emu_launch* L) {
   g_err_block = ~0ull;
   g_err.clear();
   uint64_t t0 = now_ns();
+  g_timed_out.store(false);
   install_handlers();
   std::vector<std::thread> threads;
   for (uint32_t i = 1; i < nw; ++i) threads.emplace_back(worker_main, (int)i, L);
+  // Watchdog: at the deadline, interrupt workers stuck inside a lane (loops without sync points).
+  std::mutex wd_m;
+  std::condition_variable wd_cv;
+  bool finished = false;
+  std::thread watchdog;
+  if (L->timeout_ms) {
+    watchdog = std::thread([&] {
+      std::unique_lock<std::mutex> lk(wd_m);
+      if (wd_cv.wait_for(lk, std::chrono::milliseconds(L->timeout_ms), [&] { return finished; })) return;
+      g_timed_out.store(true);
+      while (!finished) {
+        {
+          std::lock_guard<std::mutex> g(g_wd_mutex);
+          for (uint32_t i = 0; i < nw; ++i)
+            if (g_workers[i]->alive) pthread_kill(g_workers[i]->thread, WATCHDOG_SIG);
+        }
+        wd_cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return finished; });
+      }
+    });
+  }
   worker_main(0, L);
   for (auto& t : threads) t.join();
+  if (watchdog.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(wd_m);
+      finished = true;
+    }
+    wd_cv.notify_all();
+    watchdog.join();
+  }
   restore_handlers();
   memset(L->stats, 0, sizeof L->stats);
   for (uint32_t i = 0; i < nw; ++i) {
