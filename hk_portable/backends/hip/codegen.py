@@ -1,0 +1,210 @@
+"""Program -> header-free HIP C++: the shared C-style emitter plus this backend's prelude (the device
+library inlined), the launch bound, the pipeline schedule and the checks of what the library takes.
+
+Decisions made here, per program and target (a `Plan`, recorded in the Artifact):
+  * waves per block: the kernel's `num_warps` hint (1..16), or `options["waves"]`;
+  * the schedule of each `hk.pipeline`: plain double buffering, or the 8-wave ping-pong when the kernel
+    asks for 8 waves, the pipeline has 3+ stages and its compute step never talks to other waves
+    (`options["schedule"]`: "auto" | "double_buffer" | "pingpong" overrides);
+  * scratch LDS for the library's exchanges between waves (column reductions, register mma operands
+    that are not the wave's own rows), sized with the library's own formulas.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from ...codegen.cstyle import SMEM_ALIGN, CStyleEmitter, EmittedKernel
+from ...interface.backend import Target
+from ...interface.errors import UnsupportedError
+from ...interface.ir import Op, Program, Region, TileType
+
+HEADER = Path(__file__).with_name("include") / "hk_hip.h"
+MAX_WAVES = 16
+LANES = 64
+LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
+SCHEDULES = ("auto", "double_buffer", "pingpong")
+
+
+@lru_cache(maxsize=1)
+def header_text() -> str:
+    return HEADER.read_text()
+
+
+@lru_cache(maxsize=1)
+def library_hash() -> str:
+    """Hash of everything that shapes the generated code (part of the compile cache key)."""
+    h = hashlib.sha256()
+    for p in (HEADER, Path(__file__), Path(__file__).parents[2] / "codegen" / "cstyle.py"):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _round(x: int, a: int = 16) -> int:
+    return -(-x // a) * a
+
+
+def _blocks(n: int) -> int:
+    return -(-n // 16)
+
+
+# ----------------------------------------------------------------------------------------- scratch
+def _op_scratch(op: Op, waves: int) -> int:
+    """Scratch bytes one op needs, as hk_hip.h computes them (each use static_asserts it fits)."""
+    if op.opcode == "reduce" and op.attrs["axis"] == "col":
+        rows, cols = op.operands[0].type.shape
+        return waves * _blocks(cols) * 16 * 4 if _blocks(rows) > 1 else 0
+    if op.opcode == "mma":
+        a, b = op.operands[0].type, op.operands[1].type
+        a_bytes = _round(a.rows * a.cols * 2) if a.space == "rt" and op.attrs["trans_a"] else 0
+        b_bytes = b.rows * b.cols * 2 if b.space == "rt" else 0
+        return a_bytes + b_bytes
+    return 0
+
+
+def scratch_bytes(program: Program, waves: int) -> int:
+    need = max((_op_scratch(op, waves) for op in program.body.walk()), default=0)
+    return _round(need) if need else 0
+
+
+def arena_bytes(program: Program) -> int:
+    """The kernel's shared buffers, laid out as the emitter lays them out (128-byte aligned)."""
+    total = 0
+    for op in program.shared_buffers():
+        total = _round(total, SMEM_ALIGN) + op.result.type.nbytes
+    return total
+
+
+# ---------------------------------------------------------------------------------------- schedule
+def _talks_across_waves(region: Region, waves: int) -> str | None:
+    """Why a pipeline's compute step needs other waves (barriers inside), or None if it is wave-local."""
+    for op in region.walk():
+        if op.opcode in ("load_st", "rt_to_st"):
+            return f"it writes shared memory ('{op.opcode}')"
+        if op.opcode == "pipeline":
+            return "it contains a pipeline"
+        if _op_scratch(op, waves):
+            what = "a column reduction" if op.opcode == "reduce" else "an mma with a register operand"
+            return f"{what} exchanges data between waves"
+    return None
+
+
+def pipeline_schedule(op: Op, waves: int, requested: str) -> tuple[str, str]:
+    """(schedule, why) for one pipeline op."""
+    stages = op.attrs["stages"]
+    blocker = None
+    if waves != 8:
+        blocker = f"ping-pong runs 8 waves, this kernel runs {waves}"
+    elif stages < 3:
+        blocker = f"ping-pong needs stages >= 3 (a stage in flight per wave group), got {stages}"
+    else:
+        why = _talks_across_waves(op.regions[1], waves)
+        if why:
+            blocker = f"the compute step is not wave-local: {why}"
+    if requested == "pingpong" and blocker:
+        raise UnsupportedError(f"schedule 'pingpong' cannot run this pipeline: {blocker}")
+    if requested == "double_buffer" or blocker:
+        return "double_buffer", blocker or "requested"
+    return "pingpong", "8 waves, >= 3 stages, wave-local compute"
+
+
+@dataclass
+class Plan:
+    """What the backend chose for one program on one target."""
+    arch: str
+    waves: int
+    threads: int
+    scratch_bytes: int
+    arena_bytes: int
+    lds_bytes: int
+    schedules: list[dict] = field(default_factory=list)   # one per pipeline op, in program order
+    block_remap: bool = True
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def make_plan(program: Program, target: Target, options: dict | None = None) -> Plan:
+    options = dict(options or {})
+    waves = int(options.get("waves", program.num_warps))
+    if not 1 <= waves <= MAX_WAVES:
+        raise UnsupportedError(f"{program.name}: {waves} waves per block; a block runs 1 to {MAX_WAVES} waves "
+                               f"of {LANES} lanes on {target.arch}")
+    requested = options.get("schedule", "auto")
+    if requested not in SCHEDULES:
+        raise UnsupportedError(f"unknown pipeline schedule {requested!r}; expected one of {SCHEDULES}")
+    scheds = []
+    for op in program.body.walk():
+        if op.opcode == "pipeline":
+            s, why = pipeline_schedule(op, waves, requested)
+            scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
+                           "schedule": s, "why": why})
+    scratch = scratch_bytes(program, waves)
+    arena = arena_bytes(program)
+    lds = _round(max(arena, 16), SMEM_ALIGN) + scratch
+    return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds,
+                bool(options.get("block_remap", True)))
+
+
+# ------------------------------------------------------------------------------------------- checks
+def check(program: Program, target: Target, plan: Plan) -> None:
+    """UnsupportedError naming what does not fit this target."""
+    limit = LDS_BYTES.get(target.arch)
+    if limit is None:
+        raise UnsupportedError(f"the hip backend does not know the LDS size of {target.arch!r}")
+    if plan.lds_bytes > limit:
+        bufs = ", ".join(f"{op.result.type} = {op.result.type.nbytes} B" for op in program.shared_buffers())
+        raise UnsupportedError(
+            f"{program.name}: needs {plan.lds_bytes} bytes of LDS on {target.arch} (shared buffers: "
+            f"{bufs or 'none'}; library scratch {plan.scratch_bytes} B) but a block may use {limit} "
+            f"({limit // 1024} KiB); use smaller tiles or fewer stages")
+    for op in program.body.walk():
+        for v in list(op.operands) + list(op.results):
+            t = v.type
+            if isinstance(t, TileType) and t.dtype.name not in target.dtypes and t.dtype.name != "bool":
+                raise UnsupportedError(f"{program.name}: {t} uses {t.dtype}, which {target.arch} does not "
+                                       f"support here (supported: {', '.join(target.dtypes)})")
+
+
+# ------------------------------------------------------------------------------------------ emitter
+class HipEmitter(CStyleEmitter):
+    lanes = LANES
+
+    def __init__(self, plan: Plan, program: Program):
+        self.plan = plan
+        pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
+        self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
+
+    def num_threads(self, program: Program) -> int:
+        return self.plan.threads
+
+    def kernel_qualifiers(self, num_threads: int) -> str:
+        # clang ignores launch_bounds for AMD; this attribute is what bounds registers and is checked
+        return f"extern \"C\" __global__ __attribute__((amdgpu_flat_work_group_size(1, {num_threads})))"
+
+    def smem_arena(self, shared_bytes: int) -> str:
+        return f"HK_SMEM_ARENA(hk_smem, {max(shared_bytes, 16)});"
+
+    def pipeline_template_args(self, op: Op) -> str:
+        sched = self._schedule[id(op)]
+        return f"{op.attrs['stages']}, hk::sched::{sched}"
+
+    def prelude(self, program: Program, num_threads: int, shared_bytes: int) -> str:
+        p = self.plan
+        lines = [
+            f"// generated by hk_portable's hip backend: kernel {program.name} for {p.arch}, {p.waves} waves "
+            f"of 64, LDS {p.lds_bytes} B",
+            f"#define HK_NUM_WARPS {p.waves}",
+            f"#define HK_NUM_THREADS {num_threads}",
+            f"#define HK_SCRATCH_BYTES {max(p.scratch_bytes, 16)}",
+            f"#define HK_BLOCK_REMAP {1 if p.block_remap else 0}",
+            "#define HK_SMEM_ARENA(name, bytes) __shared__ __attribute__((aligned(128))) unsigned char name[bytes]",
+            header_text(),
+        ]
+        return "\n".join(lines)
+
+
+def emit(program: Program, plan: Plan) -> EmittedKernel:
+    return HipEmitter(plan, program).emit(program)
