@@ -114,6 +114,10 @@ class CStyleEmitter:
     def num_threads(self, program: Program) -> int:
         return program.num_warps * self.lanes
 
+    def pipeline_template_args(self, op: Op) -> str:
+        """Template arguments of `hk::pipeline<...>` (a backend may append its schedule choice)."""
+        return str(op.attrs["stages"])
+
     # ---- driver
     def emit(self, program: Program) -> EmittedKernel:
         self.p = program
@@ -359,4 +363,4 @@ class CStyleEmitter:
         self._yield(creg, carry)
         self.indent -= 1
         self.line("};")
-        self.line(f"hk::pipeline<{op.attrs['stages']}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
+        self.line(f"hk::pipeline<{self.pipeline_template_args(op)}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
