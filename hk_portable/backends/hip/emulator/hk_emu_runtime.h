@@ -1225,6 +1225,44 @@ HK_EXPORT __attribute__((noreturn)) void hk_emu_fail(const char* file, int line,
 // ---------------------------------------------------------------------------------------------
 HK_EXPORT int hk_emu_abi(void) { return HK_EMU_ABI; }
 
+// float/double -> bf16 helpers the x86 backend calls when it legalizes bf16 values (also for plain
+// copies of bf16 vector elements). libgcc gained them only in GCC 13; kernel modules link against this
+// runtime, so they find them here. Round to nearest even; NaN stays NaN (quiet, sign kept).
+HK_EXPORT __bf16 __truncsfbf2(float f) {
+  uint16_t h = hk_emu_num::f32_to_bf16_rne(f);
+  __bf16 r;
+  memcpy(&r, &h, 2);
+  return r;
+}
+HK_EXPORT __bf16 __truncdfbf2(double d) {
+  uint16_t h;
+  if (d != d) {
+    h = (uint16_t)((signbit(d) ? 0x8000u : 0u) | 0x7fc0u);
+  } else {
+    double a = fabs(d);
+    uint16_t sign = signbit(d) ? 0x8000 : 0;
+    if (isinf(a) || a >= 0x1.ff8p+127) {          // rounds past the largest finite (0x1.fep127)
+      h = (uint16_t)(sign | 0x7f80);
+    } else if (a == 0.0) {
+      h = sign;
+    } else {
+      int e;
+      frexp(a, &e);
+      e -= 1;                                     // a = 1.x * 2^e
+      int q = e < -126 ? -126 : e;                // subnormals share the exponent of the smallest normal
+      double quantum = ldexp(1.0, q - 7);
+      double r = nearbyint(a / quantum) * quantum;  // exact scaling, one rounding
+      float rf = (float)r;                        // r has at most 8 significant bits: exact in float
+      uint32_t u;
+      memcpy(&u, &rf, 4);
+      h = (uint16_t)(sign | (u >> 16));
+    }
+  }
+  __bf16 r;
+  memcpy(&r, &h, 2);
+  return r;
+}
+
 // A guarded region for one tensor argument: [PROT_NONE page][... data][PROT_NONE page], the data's end
 // (rounded up to 16 bytes, for alignment) abutting the trailing guard page.
 HK_EXPORT void* hk_emu_region_alloc(uint64_t nbytes, uint64_t* data_off, uint64_t* map_len) {
