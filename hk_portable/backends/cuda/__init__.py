@@ -79,7 +79,7 @@ class CudaBackend(Backend):
     def compiler_version(self) -> str:
         """Part of the cache key: NVRTC version, the numerics flags and a hash of the device library and
         emitters, so editing either never reuses a stale binary."""
-        return f"nvrtc {runtime.nvrtc_version()}; lib {codegen.library_hash()}; flags {' '.join(runtime.FLAGS)}"
+        return f"nvrtc {runtime.nvrtc_identity()}; lib {codegen.library_hash()}; flags {' '.join(runtime.FLAGS)}"
 
     def check(self, program, target: Target) -> None:
         codegen.check(program, target)

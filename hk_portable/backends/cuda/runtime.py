@@ -7,6 +7,7 @@ byte buffer (CU_LAUNCH_PARAM_BUFFER_POINTER): no DLPack, no cupy arrays, one str
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import struct
 import threading
@@ -47,6 +48,29 @@ def _nvrtc():
 def nvrtc_version() -> str:
     major, minor = _nvrtc().getVersion()
     return f"{major}.{minor}"
+
+
+@lru_cache(maxsize=1)
+def nvrtc_identity() -> str:
+    """NVRTC's identity for the cache key, cheap enough for a cache hit: the libnvrtc file of the
+    nvidia-cuda-nvrtc wheel (which cupy loads first, through cuda-pathfinder) by name, size and mtime.
+    Without the wheel, NVRTC's own version (this loads cupy: about half a second)."""
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+    except (ImportError, ValueError):
+        roots = []
+    for root in roots:
+        for sub in ("cu13/lib", "cu12/lib", "cuda_nvrtc/lib"):
+            d = os.path.join(root, sub)
+            if not os.path.isdir(d):
+                continue
+            libs = sorted(f for f in os.listdir(d) if f.startswith("libnvrtc.so"))
+            if libs:
+                st = os.stat(os.path.join(d, libs[-1]))
+                return f"{sub}/{libs[-1]}:{st.st_size}:{int(st.st_mtime)}"
+    return f"nvrtc {nvrtc_version()}"
 
 
 @dataclass

@@ -1,0 +1,201 @@
+"""Offline compilation for the cuda backend (no GPU needed: NVRTC runs on the CPU).
+
+Every library kernel and every Program the conformance suite launches is compiled for sm_80 and sm_90a;
+the matrix kernels must use mma.sync m16n8k16, pipelined kernels cp.async, and nothing may spill to
+local memory. Also: the parameter buffer layout agrees with the PTX entry's parameter list, status()
+gives the reason on a machine without a GPU, and `hk compile` emits source and PTX for both targets."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+import torch
+
+import hk_portable as hk
+from hk_portable import kernels as kernel_registry
+from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
+from hk_portable.interface.backend import Artifact, Backend, BackendStatus, Target
+
+ARCHS = ("sm_80", "sm_90a")
+
+nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="cupy (with NVRTC) is not installed")
+
+
+def _cuda():
+    return hk.get_backend("cuda")
+
+
+class Capture(Backend):
+    """Records the Programs kernels would launch (and launches nothing)."""
+    name = "capture"
+
+    def __init__(self):
+        self.programs = {}
+
+    def status(self):
+        return BackendStatus(True)
+
+    def targets(self):
+        return [Target("capture", "sm_80", "nvidia", 32, 1 << 30, capabilities=("run", "atomics", "dropout", "fp8"))]
+
+    def compile(self, program, target, options=None):
+        self.programs[program.hash] = program
+        return Artifact("capture", target.arch, program.name, program.hash)
+
+    def launch(self, artifact, args, grid, stream=None):
+        pass
+
+    def cacheable(self):
+        return False
+
+
+def _library_programs():
+    out = {}
+    for name in sorted(kernel_registry.KERNELS):
+        module, kern = kernel_registry.load(name)
+        args, consts = module.example_args()
+        out[name] = kern.trace(*args, **consts)
+    return out
+
+
+def _conformance_programs():
+    from hk_portable.conformance.cases import all_cases
+    cap = Capture()
+    for case in all_cases():
+        if case.missing:
+            continue
+        setup = case.make(torch.Generator().manual_seed(0))
+        setup.launch({**setup.inputs, **setup.outputs}, cap)
+    return cap.programs
+
+
+_JOBS: dict = {}       # name -> Program; forked workers inherit it (Programs do not survive pickling:
+                       # their dtypes are compared by identity)
+
+
+def _compile(job):
+    """(name, arch) -> summary of the compile (runs in a forked worker process)."""
+    name, arch = job
+    program = _JOBS[name]
+    be = _cuda()
+    try:
+        art = be.compile(program, be.target(arch))
+    except Exception as e:  # noqa: BLE001 - reported by the test with the kernel's name
+        return {"name": name, "arch": arch, "error": f"{type(e).__name__}: {str(e)[:3000]}"}
+    return {"name": name, "arch": arch, "error": None, "resources": art.resources,
+            "mma": "mma.sync.aligned.m16n8k16" in art.asm, "cp_async": "cp.async.cg.shared.global" in art.asm,
+            "pipeline": "pipeline" in program.opcodes(), "has_mma": "mma" in program.opcodes(),
+            "cubin": len(art.binary)}
+
+
+def _compile_all(named_programs):
+    _JOBS.clear()
+    _JOBS.update(named_programs)
+    jobs = [(name, arch) for name in named_programs for arch in ARCHS]
+    workers = max(1, min(8, os.cpu_count() or 1))
+    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_compile(j) for j in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
+        return list(ex.map(_compile, jobs, chunksize=4))
+
+
+def _check(results):
+    errors = [f"{r['name']} [{r['arch']}]: {r['error']}" for r in results if r["error"]]
+    assert not errors, "\n".join(errors[:10])
+    spills = [f"{r['name']} [{r['arch']}]: {r['resources']}" for r in results
+              if r["resources"]["spill_stores"] or r["resources"]["spill_loads"] or r["resources"]["stack_bytes"]]
+    assert not spills, "local-memory spills:\n" + "\n".join(spills)
+    no_mma = [f"{r['name']} [{r['arch']}]" for r in results if r["has_mma"] and not r["mma"]]
+    assert not no_mma, f"mma in the Program but no mma.sync in the PTX: {no_mma}"
+
+
+def test_library_kernels_compile_for_sm80_and_sm90a():
+    progs = _library_programs()
+    results = _compile_all(progs)
+    _check(results)
+    by = {(r["name"], r["arch"]): r for r in results}
+    for arch in ARCHS:
+        for name in ("gemm", "attention_fwd"):
+            r = by[name, arch]
+            assert r["mma"], f"{name} [{arch}] has no mma.sync.aligned.m16n8k16"
+            assert r["cp_async"], f"{name} [{arch}] has no cp.async (its pipeline should use it)"
+            assert r["cubin"] > 0
+
+
+def test_every_conformance_program_compiles_for_sm80_and_sm90a():
+    progs = _conformance_programs()
+    assert len(progs) > 100
+    named = {f"{p.name}#{h[:8]}": p for h, p in progs.items()}
+    _check(_compile_all(named))
+
+
+def test_param_layout_matches_ptx_entry():
+    """The host's packed parameter buffer must match the entry's .param list (alignment and size)."""
+    from hk_portable.backends.cuda import runtime
+    be = _cuda()
+    for name, prog in _library_programs().items():
+        art = be.compile(prog, be.target("sm_80"))
+        entry = re.search(r"\.entry\s+\w+\((.*?)\)", art.asm, re.S).group(1)
+        ptx = []
+        for m in re.finditer(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+\w+(?:\[(\d+)\])?", entry):
+            align, ty, count = m.groups()
+            size = int(count) if count else {"u32": 4, "s32": 4, "f32": 4, "u64": 8, "b32": 4}[ty]
+            ptx.append((int(align) if align else size, size))
+        ours = [(8 if p["kind"] == "gl" else 4, p["size"]) for p in art.launch["params"]]
+        assert ptx == ours, f"{name}: PTX params {ptx} vs packed {ours}"
+        off = 0
+        for (align, size), p in zip(ptx, art.launch["params"]):
+            off = -(-off // align) * align
+            assert p["offset"] == off, f"{name}: parameter {p['name']} at {p['offset']}, ABI says {off}"
+            off += size
+        assert art.launch["param_size"] == off == runtime.param_layout(
+            [(q.name, q.type) for q in prog.params])[1]
+
+
+def test_status_reason_and_compile_only_targets_without_gpu():
+    be = _cuda()
+    st = be.status()
+    archs = [t.arch for t in be.targets()]
+    assert "sm_80" in archs and "sm_90a" in archs
+    if not st.available:
+        assert st.reason and len(st.reason) > 10
+        assert all(t.compile_only for t in be.targets())
+    info = {b.name: b for b in hk.backends()}["cuda"]
+    assert info.available == st.available and (st.available or info.reason == st.reason)
+
+
+def test_check_rejects_unsupported_shapes_with_clear_errors():
+    @hk.kernel
+    def odd_rows(x: GL[2], y: GL[2]):
+        hk.store(y, hk.load(RT[f32, 24, 32], x, (0, 0)), (0, 0))
+
+    @hk.kernel
+    def too_much_smem(x: GL[2], y: GL[2]):
+        s = hk.shared(ST[x.dtype, 256, 256], stages=4)
+        hk.load(s[0], x, (0, 0))
+        hk.store(y, hk.load(RT[f32, 256, 256], s[0]), (0, 0))
+
+    x = torch.zeros(32, 32)
+    be = _cuda()
+    with pytest.raises(UnsupportedError, match="multiple of 16 rows"):
+        be.check(odd_rows.trace(x, x), be.target("sm_80"))
+    with pytest.raises(UnsupportedError, match="shared memory"):
+        be.check(too_much_smem.trace(x, x), be.target("sm_80"))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("emit", ["source", "ptx"])
+def test_hk_compile_cli_emits_without_gpu(arch, emit, tmp_path):
+    env = {**os.environ, "HK_CACHE_DIR": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-m", "hk_portable.cli", "compile", "gemm", "--backend", "cuda", "--target",
+                          arch, "--emit", emit], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    if emit == "ptx":
+        assert f".target {arch}" in res.stdout and "mma.sync.aligned.m16n8k16" in res.stdout
+    else:
+        assert "extern \"C\" __global__" in res.stdout and "namespace hk" in res.stdout
