@@ -489,9 +489,17 @@ static inline void load_to_lds(const void* data_or_null, const void* lds_base, u
   hk_emu_xlane(HK_EMU_OP_LOAD_LDS, in, 8 + 16, nullptr, 0, imm, f, l);
 }
 }  // namespace hk_emu
+// The device compiler rejects other sizes at compile time ("invalid size value"); so does the emulator.
+#if defined(__gfx942__)
+#define HK_EMU_LDS_DMA_SIZE_CHECK(size) \
+  __attribute__((diagnose_if(!((size) == 1 || (size) == 2 || (size) == 4), "invalid size value: size must be 1, 2, or 4 (gfx942)", "error")))
+#else
+#define HK_EMU_LDS_DMA_SIZE_CHECK(size) \
+  __attribute__((diagnose_if(!((size) == 1 || (size) == 2 || (size) == 4 || (size) == 12 || (size) == 16), "invalid size value: size must be 1, 2, 4, 12 or 16 (gfx950)", "error")))
+#endif
 template <class G, class L>
 static inline void __builtin_amdgcn_global_load_lds(G* src, L* lds, unsigned size, int offset, int aux,
-                                                    HK_EMU_LOC) {
+                                                    HK_EMU_LOC) HK_EMU_LDS_DMA_SIZE_CHECK(size) {
   (void)aux;
   unsigned char data[16];
   if (size <= 16) memcpy(data, (const char*)(const void*)src + offset, size);
@@ -499,13 +507,13 @@ static inline void __builtin_amdgcn_global_load_lds(G* src, L* lds, unsigned siz
 }
 template <class G, class L>
 static inline void __builtin_amdgcn_load_to_lds(G* src, L* lds, unsigned size, int offset, int aux,
-                                                HK_EMU_LOC) {
+                                                HK_EMU_LOC) HK_EMU_LDS_DMA_SIZE_CHECK(size) {
   __builtin_amdgcn_global_load_lds(src, lds, size, offset, aux, HK_EMU_AT);
 }
 template <class L>
 static inline void __builtin_amdgcn_raw_ptr_buffer_load_lds(__amdgpu_buffer_rsrc_t r, L* lds, unsigned size,
                                                             int voffset, int soffset, int offset, int aux,
-                                                            HK_EMU_LOC) {
+                                                            HK_EMU_LOC) HK_EMU_LDS_DMA_SIZE_CHECK(size) {
   (void)aux;
   unsigned char data[16] = {0};
   if (size <= 16) hk_emu::buffer_io(r, voffset + offset, soffset, data, size, false, HK_EMU_AT);
