@@ -97,28 +97,46 @@ class OnTarget(Backend):
 
 
 def resolve_target(backend: Backend, arch: str | None, emulate: bool = False) -> Target:
-    """The target to run on: `arch` (with emulated=True when emulate), else the default (or first
-    emulated) one. BackendError names the targets there are."""
+    """The target to run on: `arch` (an emulated one when emulate), else the default (or the first
+    emulated) target. BackendError names the targets there are."""
     targets = backend.targets()
+    if not targets:
+        raise BackendError(f"backend {backend.name!r} has no targets")
+    if arch is None and not emulate:
+        return backend.default_target()
     matches = [t for t in targets if (arch is None or t.arch == arch) and (not emulate or t.emulated)]
     if not matches:
         what = f"emulated target{' ' + repr(arch) if arch else ''}" if emulate else f"target {arch!r}"
         listed = ", ".join(f"{t.arch}{' (emulated)' if t.emulated else ''}{' (compile-only)' if t.compile_only else ''}"
-                           for t in targets) or "none"
+                           for t in targets)
         raise BackendError(f"backend {backend.name!r} has no {what}; its targets: {listed}")
-    if arch is None and not emulate:
-        return backend.default_target()
     return matches[0]
 
 
-def runnable_here(backend: Backend, target: Target) -> None:
-    """BackendError unless kernels for `target` can run on this machine."""
+def require_usable(backend: Backend) -> None:
+    """BackendError (with the backend's reason) unless it can run kernels here, natively or emulated."""
     st = registry._status(backend)
-    if not st.available:
+    emulated = any(t.emulated and not t.compile_only for t in _targets_or_none(backend))
+    if not st.available and not emulated:
         raise BackendError(f"backend {backend.name!r} cannot run kernels here: {st.reason}")
+
+
+def require_runnable(backend: Backend, target: Target) -> None:
+    """BackendError unless kernels for `target` run on this machine (an emulated target runs on the host)."""
     if target.compile_only:
         raise BackendError(f"target {target.arch} of backend {backend.name!r} is compile-only on this machine; "
                            "conformance needs a target that runs")
+    st = registry._status(backend)
+    if not st.available and not target.emulated:
+        raise BackendError(f"backend {backend.name!r} cannot run kernels here: {st.reason} "
+                           "(is there an emulated target? try --emulate)")
+
+
+def _targets_or_none(backend: Backend) -> list[Target]:
+    try:
+        return backend.targets()
+    except Exception:  # noqa: BLE001 - a failing targets() only means no emulated target to fall back on
+        return []
 
 
 # --------------------------------------------------------------------------------------- results
@@ -268,8 +286,9 @@ class Session:
     def __init__(self, backend: str | Backend = "reference", target: str | None = None, emulate: bool = False,
                  seed: int = 0, device: str | None = None):
         be = registry.load(backend) if isinstance(backend, str) else backend
+        require_usable(be)
         self.target = resolve_target(be, target, emulate)
-        runnable_here(be, self.target)
+        require_runnable(be, self.target)
         self.backend = OnTarget(be, self.target)
         self.device = torch.device(device) if device else pick_device(self.backend)
         self.seed = seed
