@@ -123,13 +123,14 @@ def require_usable(backend: Backend) -> None:
 
 def require_runnable(backend: Backend, target: Target) -> None:
     """BackendError unless kernels for `target` run on this machine (an emulated target runs on the host)."""
+    emulated = [t.arch for t in _targets_or_none(backend) if t.emulated and not t.compile_only]
+    hint = f" (its emulated targets {', '.join(emulated)} run here: add --emulate)" if emulated else ""
     if target.compile_only:
         raise BackendError(f"target {target.arch} of backend {backend.name!r} is compile-only on this machine; "
-                           "conformance needs a target that runs")
+                           f"conformance needs a target that runs{hint}")
     st = registry._status(backend)
     if not st.available and not target.emulated:
-        raise BackendError(f"backend {backend.name!r} cannot run kernels here: {st.reason} "
-                           "(is there an emulated target? try --emulate)")
+        raise BackendError(f"backend {backend.name!r} cannot run kernels here: {st.reason}{hint}")
 
 
 def _targets_or_none(backend: Backend) -> list[Target]:
