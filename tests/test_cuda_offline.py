@@ -6,20 +6,17 @@ local memory. Also: the parameter buffer layout agrees with the PTX entry's para
 gives the reason on a machine without a GPU, and `hk compile` emits source and PTX for both targets."""
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable import kernels as kernel_registry
+from hk_portable.backends.cuda import precompile
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
-from hk_portable.interface.backend import Artifact, Backend, BackendStatus, Target
 
 ARCHS = ("sm_80", "sm_90a")
 
@@ -30,78 +27,12 @@ def _cuda():
     return hk.get_backend("cuda")
 
 
-class Capture(Backend):
-    """Records the Programs kernels would launch (and launches nothing)."""
-    name = "capture"
-
-    def __init__(self):
-        self.programs = {}
-
-    def status(self):
-        return BackendStatus(True)
-
-    def targets(self):
-        return [Target("capture", "sm_80", "nvidia", 32, 1 << 30, capabilities=("run", "atomics", "dropout", "fp8"))]
-
-    def compile(self, program, target, options=None):
-        self.programs[program.hash] = program
-        return Artifact("capture", target.arch, program.name, program.hash)
-
-    def launch(self, artifact, args, grid, stream=None):
-        pass
-
-    def cacheable(self):
-        return False
-
-
 def _library_programs():
-    out = {}
-    for name in sorted(kernel_registry.KERNELS):
-        module, kern = kernel_registry.load(name)
-        args, consts = module.example_args()
-        out[name] = kern.trace(*args, **consts)
-    return out
-
-
-def _conformance_programs():
-    from hk_portable.conformance.cases import all_cases
-    cap = Capture()
-    for case in all_cases():
-        if case.missing:
-            continue
-        setup = case.make(torch.Generator().manual_seed(0))
-        setup.launch({**setup.inputs, **setup.outputs}, cap)
-    return cap.programs
-
-
-_JOBS: dict = {}       # name -> Program; forked workers inherit it (Programs do not survive pickling:
-                       # their dtypes are compared by identity)
-
-
-def _compile(job):
-    """(name, arch) -> summary of the compile (runs in a forked worker process)."""
-    name, arch = job
-    program = _JOBS[name]
-    be = _cuda()
-    try:
-        art = be.compile(program, be.target(arch))
-    except Exception as e:  # noqa: BLE001 - reported by the test with the kernel's name
-        return {"name": name, "arch": arch, "error": f"{type(e).__name__}: {str(e)[:3000]}"}
-    return {"name": name, "arch": arch, "error": None, "resources": art.resources,
-            "mma": "mma.sync.aligned.m16n8k16" in art.asm, "cp_async": "cp.async.cg.shared.global" in art.asm,
-            "pipeline": "pipeline" in program.opcodes(), "has_mma": "mma" in program.opcodes(),
-            "cubin": len(art.binary)}
+    return precompile.library_programs()
 
 
 def _compile_all(named_programs):
-    _JOBS.clear()
-    _JOBS.update(named_programs)
-    jobs = [(name, arch) for name in named_programs for arch in ARCHS]
-    workers = max(1, min(8, os.cpu_count() or 1))
-    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_compile(j) for j in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
-        return list(ex.map(_compile, jobs, chunksize=4))
+    return precompile.compile_many(named_programs, ARCHS, workers=min(8, os.cpu_count() or 1))
 
 
 def _check(results):
@@ -128,10 +59,9 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
 
 
 def test_every_conformance_program_compiles_for_sm80_and_sm90a():
-    progs = _conformance_programs()
+    progs = precompile.conformance_programs()
     assert len(progs) > 100
-    named = {f"{p.name}#{h[:8]}": p for h, p in progs.items()}
-    _check(_compile_all(named))
+    _check(_compile_all(progs))
 
 
 def test_param_layout_matches_ptx_entry():

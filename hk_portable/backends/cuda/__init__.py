@@ -34,6 +34,7 @@ class CudaBackend(Backend):
 
     def __init__(self):
         self._probe = None
+        self._targets: list[Target] | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------ availability
@@ -52,6 +53,11 @@ class CudaBackend(Backend):
                                          f"NVRTC {self.nvrtc_version_or_none()})")
 
     def targets(self) -> list[Target]:
+        if self._targets is None:                   # on every kernel call's path: built once
+            self._targets = self._make_targets()
+        return self._targets
+
+    def _make_targets(self) -> list[Target]:
         ok, _, devices = self._probed()
         out: list[Target] = []
         if ok:

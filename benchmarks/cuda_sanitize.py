@@ -1,0 +1,69 @@
+"""A small workload for compute-sanitizer (memcheck, racecheck): the gemm, attention and layernorm kernels
+on aligned and ragged shapes through the cuda backend, each result checked against float64 math.
+
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/cuda_sanitize.py
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from hk_portable.kernels import attention, gemm, layernorm
+
+
+def rel_err(out, ref) -> float:
+    out, ref = out.double(), ref.double()
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    dev, be = "cuda", "cuda"
+    if os.environ.get("HK_SANITIZE_EMULATE"):          # the same workload on the CPU emulation (no GPU)
+        from hk_portable.backends.cuda.emulator import EmulatedCudaBackend
+        dev, be = "cpu", EmulatedCudaBackend()
+    failures = []
+
+    def check(name, err, tol):
+        ok = err <= tol
+        print(f"{'ok ' if ok else 'BAD'} {name}: relative error {err:.2e} (tolerance {tol:.0e})", flush=True)
+        if not ok:
+            failures.append(name)
+
+    for (m, n, k), dt in (((128, 128, 64), torch.bfloat16), ((100, 70, 90), torch.bfloat16),
+                          ((65, 33, 17), torch.float16)):
+        a = torch.randn(m, k, device=dev, dtype=dt)
+        b = torch.randn(k, n, device=dev, dtype=dt)
+        c = gemm.gemm(a, b, out_dtype=torch.float32, backend=be)
+        check(f"gemm {m}x{n}x{k} {dt}", rel_err(c, a.double() @ b.double()), 1e-5)
+
+    for (B, hq, hkv, N, D, causal) in ((1, 2, 1, 128, 64, False), (1, 2, 2, 77, 64, True),
+                                       (1, 2, 1, 130, 128, True), (2, 1, 1, 33, 128, False)):
+        q = torch.randn(B, hq, N, D, device=dev, dtype=torch.bfloat16)
+        kk = torch.randn(B, hkv, N, D, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(B, hkv, N, D, device=dev, dtype=torch.bfloat16)
+        o, lse = attention.attention_fwd(q, kk, v, causal=causal, backend=be)
+        ro, rl = attention.reference(q, kk, v, causal=causal)
+        check(f"attention B{B} Hq{hq} Hkv{hkv} N{N} D{D} causal={causal} o", rel_err(o, ro), 2e-2)
+        check(f"attention B{B} Hq{hq} Hkv{hkv} N{N} D{D} causal={causal} lse", rel_err(lse, rl), 1e-4)
+
+    for rows, d, p in ((64, 128, 0.0), (37, 300, 0.1)):
+        x = torch.randn(rows, d, device=dev, dtype=torch.bfloat16)
+        r = torch.randn(rows, d, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(d, device=dev)
+        b = torch.randn(d, device=dev)
+        y, h = layernorm.dropout_residual_layernorm(x, r, w, b, p=p, seed=7, backend=be)
+        ry, rh = layernorm.reference(x.cpu(), r.cpu(), w.cpu(), b.cpu(), p=p, seed=7)
+        check(f"layernorm {rows}x{d} p={p} h", rel_err(h.cpu(), rh), 1e-2)
+        check(f"layernorm {rows}x{d} p={p} y", rel_err(y.cpu(), ry), 2e-2)
+
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    print("FAILED: " + ", ".join(failures) if failures else "all sanitizer workloads correct")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

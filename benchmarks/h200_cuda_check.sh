@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Everything the cuda backend's acceptance needs from a real NVIDIA GPU, in one command (one device call):
+# install, environment, cache warm-up, `hk conformance --backend cuda` (JSON report), the GPU pytest tests
+# (graph capture/replay, non-default stream ordering, ...), compute-sanitizer memcheck + racecheck on
+# gemm/attention/layernorm incl. ragged shapes, and the launch-overhead benchmark. Results under $OUT
+# (at most 8 files); a summary table is printed last.
+#
+#   run (device tool): carry [".whl"], command: bash benchmarks/h200_cuda_check.sh
+#   (.whl holds the stevedore wheel, which the device image lacks:
+#    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl stevedore==5.10.0)
+#
+# STEPS (space-separated) picks steps: env precompile conformance pytest memcheck racecheck overhead
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-$(mktemp -d)}
+export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
+STEPS=${STEPS:-"env precompile conformance pytest memcheck racecheck overhead"}
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+T_START=$(date +%s)
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+# step NAME TIMEOUT LOG CMD...: run with a time limit, record status and duration in the summary
+step() {
+    local name=$1 limit=$2 log=$3; shift 3
+    want "$name" || return 0
+    local t0=$(date +%s)
+    echo "=== $name (limit ${limit}s) ===" | tee -a "$log"
+    timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+    local rc=$?
+    note "$(printf '%-12s rc=%-3s %4ss  (log %s)' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(basename "$log")")"
+    return $rc
+}
+
+# ---------------------------------------------------------------------------------------------- install
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/env.txt" 2>&1; then
+    # no usable setuptools: register the package's entry points by hand (stevedore reads dist-info)
+    mkdir -p /tmp/site/hk_portable-0.0.dist-info
+    printf 'Metadata-Version: 2.1\nName: hk-portable\nVersion: 0.0\n' > /tmp/site/hk_portable-0.0.dist-info/METADATA
+    python3 - <<'PY' > /tmp/site/hk_portable-0.0.dist-info/entry_points.txt
+import tomllib
+eps = tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"]
+for group, items in eps.items():
+    print(f"[{group}]")
+    for k, v in items.items():
+        print(f"{k} = {v}")
+    print()
+PY
+    export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    note "install: editable install failed (see env.txt); using PYTHONPATH + a hand-made dist-info"
+fi
+HK="python3 -m hk_portable.cli"
+
+# ------------------------------------------------------------------------------------------------ steps
+if want env; then
+    {
+        date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+        python3 - <<'PY'
+import platform, torch, cupy
+from cupy_backends.cuda.libs import nvrtc
+import hk_portable as hk
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
+      "cupy", cupy.__version__, "nvrtc", nvrtc.getVersion(), "hk_portable", hk.__version__)
+print("device", torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+PY
+        git log -1 --format="commit %H %s" 2>/dev/null || true
+        COLUMNS=200 $HK backends
+        which compute-sanitizer cuobjdump nvdisasm
+    } >>"$OUT/env.txt" 2>&1
+    note "env: $(grep -m1 -i 'H200\|H100\|A100\|NVIDIA' "$OUT/env.txt" | head -c 150)"
+fi
+
+step precompile 180 "$OUT/conformance.log" python3 -m hk_portable.backends.cuda.precompile
+step conformance 240 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
+    --problems-only --seed 20261130
+# the report carries date and versions; add the GPU, driver and CUDA stack it ran on
+[ -f "$OUT/conformance_cuda.json" ] && python3 - "$OUT/conformance_cuda.json" <<'PY' >>"$OUT/conformance.log" 2>&1
+import json, subprocess, sys, torch, cupy
+from cupy_backends.cuda.libs import nvrtc
+import hk_portable as hk
+path = sys.argv[1]
+r = json.load(open(path))
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
+                     text=True).stdout.strip()
+st = hk.get_backend("cuda").status()
+r["environment"] = {"gpu": torch.cuda.get_device_name(), "nvidia_smi": smi, "torch_cuda": torch.version.cuda,
+                    "cupy": cupy.__version__, "nvrtc": ".".join(map(str, nvrtc.getVersion())),
+                    "backend_status": st.device or st.reason,
+                    "numerics": {"ftz": False, "fmad": False, "prec_div": True, "prec_sqrt": True}}
+json.dump(r, open(path, "w"), indent=1)
+print("environment added to", path, r["environment"])
+PY
+step pytest 200 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
+    tests/test_cuda_numerics.py tests/test_cuda_cache.py -k "not conformance_cases_on_cuda"
+if command -v compute-sanitizer >/dev/null; then
+    step memcheck 150 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+        python3 benchmarks/cuda_sanitize.py
+    step racecheck 180 "$OUT/sanitizer.log" compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \
+        python3 benchmarks/cuda_sanitize.py
+else
+    note "sanitizers: compute-sanitizer not on PATH"
+fi
+step overhead 120 "$OUT/pytest.log" python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json"
+
+# ---------------------------------------------------------------------------------------------- summary
+echo
+echo "================ summary ($(( $(date +%s) - T_START ))s) ================"
+cat "$SUMMARY"
+[ -f "$OUT/conformance_cuda.json" ] && python3 - "$OUT/conformance_cuda.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r.get("summary", {})
+print("conformance:", s)
+bad = [c for c in r.get("cases", []) if c.get("status") == "failed"]
+for c in bad[:25]:
+    print("  FAILED", c["id"], (c.get("reason") or "")[:300])
+PY
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer" "$OUT/sanitizer.log" 2>/dev/null | head -20
+grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
+grep -A6 "launch path" "$OUT/pytest.log" 2>/dev/null

@@ -1,0 +1,133 @@
+"""Launch overhead of a cached hk kernel against a torch eager op of the same size, in microseconds per
+call (host time of back-to-back launches; both are launch-bound at this size), and the first-call latency
+of a new process with a warm compile cache (and with a cold one, for comparison).
+
+    python benchmarks/launch_overhead.py --backend cuda --json out.json
+
+Rows: `hk kernel call` is the whole public path (argument binding, backend selection, cached artifact
+lookup, parameter packing, cuLaunchKernel); `hk backend.launch` is the backend's share alone;
+`torch eager` is torch.add(x, y, out=z) on the same [256, 256] f32 tensors."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import hk_portable as hk
+from hk_portable.interface import GL, RT, f32
+
+SHAPE = (256, 256)
+
+
+@hk.kernel(num_warps=4)
+def add_kernel(x: GL[2], y: GL[2], z: GL[2], *, BM: hk.const = 64, BN: hk.const = 64):
+    m, n = hk.block_idx(0), hk.block_idx(1)
+    hk.store(z, hk.load(RT[f32, BM, BN], x, (m, n)) + hk.load(RT[f32, BM, BN], y, (m, n)), (m, n))
+
+
+GRID = (SHAPE[0] // 64, SHAPE[1] // 64)
+
+
+def per_call_us(fn, calls: int, repeats: int) -> dict:
+    """Median over `repeats` of the host time per call of `calls` back-to-back calls (synchronised)."""
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return {"median_us": statistics.median(samples), "min_us": min(samples), "samples_us": samples}
+
+
+FIRST_CALL = """
+import time, sys
+t_start = time.perf_counter()
+import torch
+torch.cuda.init(); x = torch.randn(256, 256, device="cuda"); y = torch.randn_like(x); z = torch.empty_like(x)
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+sys.path.insert(0, {here!r})
+import launch_overhead as lo
+t1 = time.perf_counter()
+lo.add_kernel(x, y, z, grid=lo.GRID, backend={backend!r})
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+assert torch.equal(z, x + y)
+lo.add_kernel(x, y, z, grid=lo.GRID, backend={backend!r})
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+print(t1 - t0, t2 - t1, t3 - t2)
+"""
+
+
+def first_call(backend: str, cache_dir: str) -> dict:
+    """(import of hk + the kernel module, first call incl. trace/cache/module load, second call) in ms."""
+    env = {**os.environ, "HK_CACHE_DIR": cache_dir}
+    code = FIRST_CALL.format(here=os.path.dirname(os.path.abspath(__file__)), backend=backend)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    if res.returncode != 0:
+        return {"error": res.stderr[-2000:]}
+    imp, first, second = (float(v) * 1e3 for v in res.stdout.split())
+    return {"import_ms": imp, "first_call_ms": first, "second_call_ms": second}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("launch_overhead: no CUDA device; nothing measured")
+        return 2
+    be = hk.get_backend(args.backend)
+    x, y = torch.randn(*SHAPE, device="cuda"), torch.randn(*SHAPE, device="cuda")
+    z = torch.empty_like(x)
+    add_kernel(x, y, z, grid=GRID, backend=be)
+    torch.cuda.synchronize()
+    assert torch.equal(z, x + y), "hk add kernel disagrees with torch"
+    prog = add_kernel.trace(x, y, z)
+    art = add_kernel.compile_for(prog, be)
+    rows = {
+        "torch eager (torch.add out=)": per_call_us(lambda: torch.add(x, y, out=z), args.calls, args.repeats),
+        "hk kernel call": per_call_us(lambda: add_kernel(x, y, z, grid=GRID, backend=be), args.calls, args.repeats),
+        "hk backend.launch": per_call_us(lambda: be.launch(art, (x, y, z), (*GRID, 1)), args.calls, args.repeats),
+    }
+    with tempfile.TemporaryDirectory(prefix="hk-launch-bench-") as d:
+        cold = first_call(args.backend, d)
+        warm = first_call(args.backend, d)
+    out = {
+        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
+        "hk": hk.__version__, "backend": args.backend, "shape": SHAPE, "grid": GRID,
+        "per_call": rows, "first_call_cold_cache": cold, "first_call_warm_cache": warm,
+        "resources": art.resources,
+    }
+    print(f"{'launch path':32s} {'median us/call':>15s} {'min':>8s}")
+    for name, r in rows.items():
+        print(f"{name:32s} {r['median_us']:15.2f} {r['min_us']:8.2f}")
+    for label, r in (("new process, cold cache", cold), ("new process, warm cache", warm)):
+        if "error" in r:
+            print(f"{label}: failed: {r['error'][-300:]}")
+        else:
+            print(f"{label}: import {r['import_ms']:.0f} ms, first call {r['first_call_ms']:.1f} ms, "
+                  f"second call {r['second_call_ms']:.3f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Compile many Programs for cuda targets at once: the library kernels' examples and every Program the
+conformance suite launches, in parallel worker processes, through the disk cache.
+
+Used by the offline-compile tests (CI: every kernel for sm_80 and sm_90a, no GPU) and before a GPU
+conformance run (so the run itself hits the cache).
+
+    python -m hk_portable.backends.cuda.precompile --arch sm_90a [--workers 16]
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from ...interface.backend import Artifact, Backend, BackendStatus, Target
+
+
+class Capture(Backend):
+    """Records the Programs kernels would launch, and launches nothing."""
+    name = "capture"
+
+    def __init__(self):
+        self.programs = {}
+
+    def status(self):
+        return BackendStatus(True)
+
+    def targets(self):
+        return [Target("capture", "sm_80", "nvidia", 32, 1 << 30, capabilities=("run", "atomics", "dropout", "fp8"))]
+
+    def compile(self, program, target, options=None):
+        self.programs[program.hash] = program
+        return Artifact("capture", target.arch, program.name, program.hash)
+
+    def launch(self, artifact, args, grid, stream=None):
+        pass
+
+    def cacheable(self):
+        return False
+
+
+def library_programs() -> dict:
+    """name -> Program of every library kernel's example configuration."""
+    from ... import kernels
+    out = {}
+    for name in sorted(kernels.KERNELS):
+        module, kern = kernels.load(name)
+        args, consts = module.example_args()
+        out[name] = kern.trace(*args, **consts)
+    return out
+
+
+def conformance_programs() -> dict:
+    """'kernel#hash' -> Program for every Program the conformance cases launch."""
+    import torch
+
+    from ...conformance.cases import all_cases
+    cap = Capture()
+    for case in all_cases():
+        if case.missing:
+            continue
+        setup = case.make(torch.Generator().manual_seed(0))
+        setup.launch({**setup.inputs, **setup.outputs}, cap)
+    return {f"{p.name}#{h[:8]}": p for h, p in cap.programs.items()}
+
+
+_JOBS: dict = {}       # name -> Program; forked workers inherit it (a Program does not survive pickling:
+                       # its dtypes are compared by identity)
+
+
+def _compile(job):
+    name, arch, cached = job
+    from ...backends import registry
+    from ... import cache
+    be = registry.load("cuda")
+    program = _JOBS[name]
+    t0 = time.perf_counter()
+    try:
+        target = be.target(arch)
+        art = cache.compile_cached(be, program, target) if cached else be.compile(program, target)
+    except Exception as e:  # noqa: BLE001 - reported with the kernel's name
+        return {"name": name, "arch": arch, "error": f"{type(e).__name__}: {str(e)[:3000]}"}
+    return {"name": name, "arch": arch, "error": None, "resources": art.resources, "seconds": time.perf_counter() - t0,
+            "mma": "mma.sync.aligned.m16n8k16" in (art.asm or ""),
+            "cp_async": "cp.async.cg.shared.global" in (art.asm or ""),
+            "pipeline": "pipeline" in program.opcodes(), "has_mma": "mma" in program.opcodes(),
+            "cubin": len(art.binary or b"")}
+
+
+def compile_many(named_programs: dict, archs, workers: int | None = None, cached: bool = False) -> list[dict]:
+    """Compile every (program, arch); one summary dict per compile (error or resources and PTX facts)."""
+    _JOBS.clear()
+    _JOBS.update(named_programs)
+    jobs = [(name, arch, cached) for name in named_programs for arch in archs]
+    workers = workers or max(1, min(16, os.cpu_count() or 1))
+    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_compile(j) for j in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
+        return list(ex.map(_compile, jobs, chunksize=2))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="compile the library and conformance Programs into the cache")
+    ap.add_argument("--arch", action="append", help="target (repeatable); default: the cuda backend's default")
+    ap.add_argument("--workers", type=int)
+    args = ap.parse_args(argv)
+    from ...backends import registry
+    archs = args.arch or [registry.load("cuda").default_target().arch]
+    t0 = time.perf_counter()
+    progs = {**library_programs(), **conformance_programs()}
+    results = compile_many(progs, archs, args.workers, cached=True)
+    errors = [r for r in results if r["error"]]
+    spills = [r for r in results if not r["error"] and (r["resources"]["spill_stores"] or r["resources"]["stack_bytes"])]
+    print(f"precompiled {len(results)} (program, arch) pairs for {archs} in {time.perf_counter() - t0:.1f} s: "
+          f"{len(errors)} errors, {len(spills)} with local memory")
+    for r in errors[:20]:
+        print(f"  ERROR {r['name']} [{r['arch']}]: {r['error'][:500]}")
+    for r in spills[:20]:
+        print(f"  SPILL {r['name']} [{r['arch']}]: {r['resources']}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
