@@ -73,7 +73,7 @@ PY
         COLUMNS=200 $HK backends
         which compute-sanitizer cuobjdump nvdisasm
     } >>"$OUT/env.txt" 2>&1
-    note "env: $(grep -m1 -i 'H200\|H100\|A100\|NVIDIA' "$OUT/env.txt" | head -c 150)"
+    note "env: $(grep -m1 '^device' "$OUT/env.txt")"
 fi
 
 step precompile 180 "$OUT/conformance.log" python3 -m hk_portable.backends.cuda.precompile
