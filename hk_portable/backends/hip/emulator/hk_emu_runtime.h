@@ -881,7 +881,7 @@ void fill_packets(Worker* w) {
   memcpy(w->dispatch + 2, &dims, 2);
   // code object v5 implicit arguments: block_count_{x,y,z} u32 at 0, 4, 8; group_size_{x,y,z} u16 at
   // 12, 14, 16; remainder_{x,y,z} u16 at 18, 20, 22 (0: uniform work-group size); grid_dims u16 at 64;
-  // dynamic_lds_size u32 at 96
+  // dynamic_lds_size u32 at 120
   for (int d = 0; d < 3; ++d) {
     uint32_t bc = L->grid[d];
     uint16_t gs = (uint16_t)L->block[d];
@@ -889,7 +889,7 @@ void fill_packets(Worker* w) {
     memcpy(w->implicit + 12 + 2 * d, &gs, 2);
   }
   memcpy(w->implicit + 64, &dims, 2);
-  memcpy(w->implicit + 96, &L->dyn_lds, 4);
+  memcpy(w->implicit + 120, &L->dyn_lds, 4);
 }
 
 bool run_block(Worker* w, uint64_t b) {
