@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.interface import (GL, RT, RV, ST, Artifact, ArgumentError, Backend, BackendStatus, Target,
+from hk_portable.interface import (GL, RT, Artifact, ArgumentError, Backend, BackendStatus, Target,
                                    TraceError, UnsupportedError, f32)
 from hk_portable.kernels.attention import attention_fwd
 from hk_portable.kernels.gemm import gemm, gemm_kernel
@@ -39,7 +39,8 @@ def test_wrong_runtime_scalar_names_the_argument():
 
 
 def test_wrong_shape_names_the_arguments():
-    with pytest.raises(ArgumentError, match=r"'a' is \(4, 5\) and 'b' is \(4, 4\): a.shape\[1\] must equal b.shape\[0\]"):
+    with pytest.raises(ArgumentError, match=r"'a' is \(4, 5\) and 'b' is \(4, 4\): a.shape\[1\] must equal "
+                                            r"b.shape\[0\]"):
         gemm(bf16(4, 5), bf16(4, 4))
     with pytest.raises(ArgumentError, match=r"head dim D must be 64 or 128, got 32"):
         attention_fwd(bf16(1, 1, 8, 32), bf16(1, 1, 8, 32), bf16(1, 1, 8, 32))
@@ -108,12 +109,14 @@ class SmallSharedBackend(Backend):
 
 
 def test_tile_shapes_the_target_cannot_take_are_refused_before_launch():
-    with pytest.raises(UnsupportedError, match=r"'gemm_kernel' needs 16384 bytes of shared memory; target tiny has 4096"):
+    with pytest.raises(UnsupportedError, match=r"'gemm_kernel' needs 16384 bytes of shared memory; target tiny "
+                                               r"has 4096"):
         gemm(bf16(64, 64), bf16(64, 64), backend=SmallSharedBackend())
 
 
 def test_a_target_the_backend_does_not_have_is_named():
-    with pytest.raises(UnsupportedError, match=r"backend 'reference' has no target 'sm_90a'; its targets are \['cpu'\]"):
+    with pytest.raises(UnsupportedError, match=r"backend 'reference' has no target 'sm_90a'; "
+                                               r"its targets are \['cpu'\]"):
         gemm_kernel(bf16(4, 4), bf16(4, 4), torch.zeros(4, 4), grid=(1, 1), target="sm_90a")
 
 

@@ -60,7 +60,8 @@ def test_the_cli_runs_it():
 
 
 def test_pytest_runs_it_through_the_plugin(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "hk_portable.conformance", "-p", "no:cacheprovider",
+    out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "hk_portable.conformance",
+                          "-p", "no:cacheprovider",
                           "--hk-backend", "toy", "-q", "-rs", "-k", "kernel/gemm/bf16-f32 or op/unary/exp/"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:]

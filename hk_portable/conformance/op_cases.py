@@ -366,7 +366,8 @@ def _fill_kernel(kind: str, dtype: str, space: str):
 
     def tile(s):
         tt = RT[dtype, BM, BN] if space == "rt" else RV[dtype, BM]
-        return {"zeros": lambda: hk.zeros(tt), "full": lambda: hk.full(tt, PY_CONST["int" if dtype == "i32" else "float"]),
+        const = PY_CONST["int" if dtype == "i32" else "float"]
+        return {"zeros": lambda: hk.zeros(tt), "full": lambda: hk.full(tt, const),
                 "neg_inf": lambda: hk.neg_inf(tt), "splat": lambda: hk.full(tt, s)}[kind]()
 
     def body(y, s):
@@ -774,38 +775,41 @@ def _loop_kernel(form: str):
         n_tiles = hk.cdiv(x.shape[1], BN)
         init = (hk.zeros(RT[f32, BM, BN]), hk.neg_inf(RV[f32, BM]), 0)
 
-        def add_tile(j, acc, rmax, count):
-            t = hk.load(RT[f32, BM, BN], x, (m, j))                   # out of bounds reads 0
-            keep = hk.bounds_mask(t, m * BM, j * BN, x.shape[0], x.shape[1])
-            rmax = hk.maximum(rmax, hk.row_max(hk.where(keep, t, float("-inf"))))
-            return acc + t, rmax, count + 1
+        def add(t, j, acc, rmax, count):
+            keep = hk.bounds_mask(t, m * BM, j * BN, x.shape[0], x.shape[1])     # padding must not win the max
+            return acc + t, hk.maximum(rmax, hk.row_max(hk.where(keep, t, float("-inf")))), count + 1
+
+        def add_tile(j, *carry):
+            return add(hk.load(RT[f32, BM, BN], x, (m, j)), j, *carry)            # out of bounds reads 0
 
         if form == "carries":                  # tiles 0 .. n_tiles-1, starting from a runtime bound
             acc, rmax, count = hk.fori_loop(lo, lo + n_tiles, lambda j, *c: add_tile(j - lo, *c), init)
         elif form == "per_block_trips":        # block m sums tiles 0..m: trip counts differ per block
             acc, rmax, count = hk.fori_loop(0, hk.min(m + 1, n_tiles), add_tile, init)
-        elif form == "nested":                 # two loops over halves of the tiles
+        elif form == "nested":                 # an outer loop over two halves of the tiles
             half = hk.cdiv(n_tiles, 2)
 
             def outer(i, *c):
-                return hk.fori_loop(0, hk.min(half, n_tiles - i * half), lambda j, *cc: add_tile(i * half + j, *cc), c)
+                inner = lambda j, *cc: add_tile(i * half + j, *cc)  # noqa: E731
+                return hk.fori_loop(0, hk.min(half, n_tiles - i * half), inner, c)
             acc, rmax, count = hk.fori_loop(0, 2, outer, init)
         elif form == "zero_trips":             # hi < lo: the carry comes out unchanged
             acc, rmax, count = hk.fori_loop(lo, lo - 1, add_tile, init)
-        else:                                  # pipeline over the tiles with STAGES stage buffers
+        else:                                  # a pipeline over the tiles with STAGES stage buffers
             buf = hk.shared(ST[f32, BM, BN], stages=STAGES)
 
             def load(j, st):
                 hk.load(buf[st], x, (m, j))
 
-            def compute(j, st, acc, rmax, count):
-                return add_tile_from(hk.load(RT[f32, BM, BN], buf[st]), j, acc, rmax, count)
+            def compute(j, st, *carry):
+                return add(hk.load(RT[f32, BM, BN], buf[st]), j, *carry)
 
-            def add_tile_from(t, j, acc, rmax, count):
-                keep = hk.bounds_mask(t, m * BM, j * BN, x.shape[0], x.shape[1])
-                return acc + t, hk.maximum(rmax, hk.row_max(hk.where(keep, t, float("-inf")))), count + 1
-
-            n = {"pipeline": n_tiles, "pipeline_per_block": hk.min(m + 1, n_tiles), "pipeline_empty": lo - lo}[form]
+            if form == "pipeline":
+                n = n_tiles
+            elif form == "pipeline_per_block":
+                n = hk.min(m + 1, n_tiles)
+            else:                              # pipeline_empty: zero iterations, known only at run time
+                n = lo - lo
             acc, rmax, count = hk.pipeline(n, load, compute, carry=init, stages=STAGES)
         hk.store(s, acc, (m, 0))
         hk.store(mx, rmax, (m,))
@@ -852,7 +856,8 @@ def _loop_case(form, shape, stages=1):
 
 
 def control_cases() -> list[Case]:
-    out = [_loop_case(f, s) for f in ("carries", "per_block_trips", "nested", "zero_trips") for s in ((37, 150), (32, 32))]
+    forms = ("carries", "per_block_trips", "nested", "zero_trips")
+    out = [_loop_case(f, s) for f in forms for s in ((37, 150), (32, 32))]
     out += [_loop_case("pipeline", (37, 150), st) for st in (1, 2, 3)]
     out += [_loop_case("pipeline_per_block", (100, 130), 2), _loop_case("pipeline_empty", (37, 70), 2)]
     return out

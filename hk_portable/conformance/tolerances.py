@@ -62,7 +62,8 @@ TABLE: dict[tuple[str, str], Bound] = {
     ("atomic_add", "f32"): exact("one f32 addition per element (one contribution per element)"),
     ("atomic_add_accumulate", "f32"): bounded("several blocks add into one element in an unspecified order: an f32 sum",
                                               rel=U32, per_term=U32),
-    ("cast", "*"): exact("RNE between floats (fp8 saturating to its finite max), float->int32 truncating and saturating"),
+    ("cast", "*"): exact("RNE between floats (fp8 saturating to its finite max), float->int32 truncating, "
+                         "saturating"),
     ("fill", "*"): exact("a constant rounded once to the tile dtype"),
     ("where", "*"): exact("a selection, no arithmetic"),
     ("cmp", "*"): exact("comparisons are exact on every dtype"),

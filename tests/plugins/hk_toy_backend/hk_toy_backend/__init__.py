@@ -34,7 +34,8 @@ class ToyBackend(Backend):
                                        f"('{op.opcode}' in kernel '{program.name}')")
             for v in op.results:
                 t = v.type
-                if isinstance(t, (TileType, SharedBufType, GlobalType)) and t.dtype.name not in target.dtypes + ("bool",):
+                typed = isinstance(t, (TileType, SharedBufType, GlobalType))
+                if typed and t.dtype.name not in target.dtypes + ("bool",):
                     raise UnsupportedError(f"toy: target {target.arch} has no {t.dtype} (kernel '{program.name}')")
 
     def compile(self, program, target, options=None) -> Artifact:
