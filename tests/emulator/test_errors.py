@@ -22,6 +22,9 @@ extern "C" __global__ void before_start(const float* a, float* b) {
   int i = (int)tid();
   b[i] = a[i - 1];                 // lane 0 reads a[-1]
 }
+extern "C" __global__ void write_before(float* b) {
+  b[(int)tid() - 1] = 1.f;         // lane 0 writes b[-1]
+}
 extern "C" __global__ void null_deref(float* b, float* maybe_null) {
   b[tid()] = maybe_null[tid()];
 }
@@ -88,10 +91,31 @@ def test_out_of_bounds_global_read_names_kernel_block_lane_and_tensor():
     assert re.search(r"\[at errors\.hip:\d+:\d+ in ", msg), msg   # symbolized source line
 
 
+def test_fault_locations_are_symbolized_on_every_worker():
+    """Workers beyond the first run unlinked copies of the kernel's object; reports still name the line."""
+    a, b = torch.ones(1024), torch.zeros(64)     # 4096 bytes: a[-1] is in the guard page
+    for _ in range(4):
+        with pytest.raises(emulator.EmulatorError) as e:
+            mod().launch("before_start", 8, 64, [a, b], threads=2)
+        assert re.search(r"\[at errors\.hip:\d+:\d+ in ", str(e.value)), str(e.value)
+
+
 def test_out_of_bounds_before_the_start():
     a, b = torch.ones(1024), torch.zeros(64)
     with pytest.raises(emulator.EmulatorError, match=r"4 bytes before the start of argument 0 .* wave 0 lane 0"):
         mod().launch("before_start", 1, 64, [a, b])
+
+
+def test_small_underflows_and_tail_writes():
+    """Within the page before a tensor (not guarded) reads see 0xFF bytes and writes are found after the
+    launch; the alignment tail after a tensor whose size is not a multiple of 16 likewise."""
+    a, b = torch.ones(64), torch.zeros(64)
+    mod().launch("before_start", 1, 64, [a, b])
+    assert torch.isnan(b[0]) and (b[1:] == 1).all()
+    with pytest.raises(emulator.EmulatorError, match=r"out-of-bounds write 4 bytes before the start of argument 0"):
+        mod().launch("write_before", 1, 64, [a])
+    with pytest.raises(emulator.EmulatorError, match=r"out-of-bounds write 0 bytes past the end of argument 1 .*alignment padding"):
+        mod().launch("copy", 1, 64, [torch.ones(64), torch.zeros(61), 61, 1])
 
 
 def test_null_and_stray_pointers():

@@ -31,6 +31,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 HEADERS = ("hk_emu.h", "hk_emu_common.h", "hk_emu_runtime.h")
 ABI = 3
+_PAGE = 4096
 
 # arch -> (numeric id the runtime uses, LDS bytes per workgroup)
 ARCHS = {"gfx942": (942, 64 * 1024), "gfx950": (950, 160 * 1024)}
@@ -221,7 +222,7 @@ def _runtime() -> tuple[ctypes.CDLL, Path]:
             return out
 
         _atomic_build(dest, build)
-        lib = ctypes.CDLL(str(dest), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        lib = ctypes.CDLL(str(dest), mode=os.RTLD_NOW | os.RTLD_LOCAL)   # modules bind to the runtime they were linked with
         lib.hk_emu_abi.restype = ctypes.c_int
         if lib.hk_emu_abi() != ABI:
             raise EmulatorError(f"emulator runtime ABI {lib.hk_emu_abi()} != {ABI}")
@@ -475,6 +476,11 @@ class _Memory:
                 data = base + off.value
                 if hi > lo:
                     ctypes.memmove(data, lo, hi - lo)
+                # the bytes between the leading guard page and the data, and the alignment tail after it,
+                # hold 0xFF: reads there give NaN / -1, and writes there are found after the launch
+                pre_lo, tail_hi = base + _PAGE, data + ((hi - lo + 15) & ~15 if hi > lo else 16)
+                ctypes.memset(pre_lo, 0xFF, data - pre_lo)
+                ctypes.memset(data + (hi - lo), 0xFF, tail_hi - data - (hi - lo))
                 self.groups.append([lo, hi, " = ".join(names), base, maplen.value, data])
         except BaseException:
             self.free()
@@ -486,6 +492,26 @@ class _Memory:
             r.lo, r.hi = g[5], g[5] + (g[1] - g[0])
             r.map_lo, r.map_hi = g[3], g[3] + g[4]
             r.name = ctypes.cast(self._names[i], ctypes.c_char_p)
+
+    def check_redzones(self, kernel: str):
+        """Out-of-bounds writes that hit no guard page: the 0xFF fill before and after each tensor."""
+        for lo, hi, name, base, _m, data in self.groups:
+            n = hi - lo
+            pre = ctypes.string_at(base + _PAGE, data - base - _PAGE)
+            tail = ctypes.string_at(data + n, ((n + 15) & ~15 if n else 16) - n)
+            bad_pre = [i for i, b in enumerate(pre) if b != 0xFF]
+            bad_tail = [i for i, b in enumerate(tail) if b != 0xFF]
+            if bad_pre:
+                raise EmulatorError(
+                    f"kernel '{kernel}': out-of-bounds write {len(pre) - bad_pre[0]} bytes before the start of "
+                    f"{name} ({n} bytes): found after the launch in the padding before the tensor's copy, so "
+                    "the writing lane is not known (reads there return 0xFF bytes; a write further before the "
+                    "start hits a guard page and is reported with its lane)")
+            if bad_tail:
+                raise EmulatorError(
+                    f"kernel '{kernel}': out-of-bounds write {bad_tail[0]} bytes past the end of {name} "
+                    f"({n} bytes): found after the launch in the alignment padding after the tensor's copy, "
+                    "so the writing lane is not known")
 
     def translate(self, addr: int) -> int | None:
         for lo, hi, _n, _b, _m, data in self.groups:
@@ -544,23 +570,30 @@ class Module:
         return f"<emulator.Module {self.name} {self.arch} kernels={list(self.kernels)}>"
 
     def _copy(self, kernel: str, i: int) -> ctypes.CDLL:
-        """Kernel's object for worker i (each worker thread needs its own static-LDS section)."""
+        """Kernel's object for worker i (each worker thread needs its own static-LDS section). Copies
+        beyond the first are written under a name unique to this process, loaded, and unlinked at once
+        (the mapping stays; glibc identifies loaded objects by name, so names are never reused)."""
         with _lock:
             libs = self._libs.setdefault(kernel, [])
             infos = self._infos.setdefault(kernel, [])
             while len(libs) <= i:
                 j = len(libs)
                 base = self.directory / f"{kernel}.so"
-                p = base if j == 0 else self.directory / f"{kernel}.w{j}.so"
-                if j and not p.exists():
-                    tmp = self.directory / f".{p.name}.{os.getpid()}.{threading.get_ident()}"
-                    shutil.copyfile(base, tmp)
-                    os.replace(tmp, p)
-                lib = ctypes.CDLL(str(p), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+                path = str(base)
+                if j:
+                    _copy_counter[0] += 1
+                    path = str(self.directory / f".{kernel}.{os.getpid()}.{_copy_counter[0]}.so")
+                    shutil.copyfile(base, path)
+                try:
+                    lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+                finally:
+                    if j:
+                        os.unlink(path)
+                        _ALIASES[path] = str(base)
                 info = _ModInfo()
                 lib.hk_emu_module_info_get(ctypes.byref(info))
                 if info.abi != ABI:
-                    raise EmulatorError(f"{p}: module ABI {info.abi} != {ABI}")
+                    raise EmulatorError(f"{path}: module ABI {info.abi} != {ABI}")
                 libs.append(lib)
                 infos.append(info)
             return libs[i]
@@ -638,6 +671,7 @@ class Module:
                 rc = self._rt.hk_emu_launch_kernel(ctypes.addressof(L))
                 if rc != 0:
                     raise EmulatorError(_symbolize(err.value.decode(errors="replace")) or f"launch failed ({rc})")
+                mem.check_redzones(kernel)
                 mem.copy_back()
                 s = L.stats
                 return LaunchStats(blocks=s[0], wave_ops=s[1], barriers=s[2], switches=s[3],
@@ -646,6 +680,8 @@ class Module:
                 mem.free()
 
 
+_copy_counter = [0]
+_ALIASES: dict[str, str] = {}   # unlinked per-worker copy -> the cached object it was copied from
 _PC = re.compile(r"\[pc (\S+)\+0x([0-9a-f]+)\]")
 
 
@@ -668,7 +704,8 @@ def _symbolize(msg: str) -> str:
     if not m or not tool:
         return msg
     try:
-        p = subprocess.run(tool + [f"--obj={m.group(1)}", "0x" + m.group(2)], capture_output=True, text=True,
+        obj = _ALIASES.get(m.group(1), m.group(1))
+        p = subprocess.run(tool + [f"--obj={obj}", "0x" + m.group(2)], capture_output=True, text=True,
                            timeout=20)
         lines = [x for x in p.stdout.splitlines() if x.strip()]
     except (OSError, subprocess.SubprocessError):
@@ -814,7 +851,8 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
             (out_dir / "kernels.txt").write_text(
                 "\n".join(f"{k}\t{'' if not m['bounds'] else m['bounds'][0] + chr(1) + m['bounds'][1]}"
                           for k, m in kernels.items()) + "\n")
-            shutil.copyfile(ii, out_dir / "module.ii")
+            if os.environ.get("HK_EMU_KEEP_SOURCE"):
+                shutil.copyfile(ii, out_dir / "module.ii")    # the preprocessed source, for debugging
             return out_dir
 
         if not meta_path.exists():

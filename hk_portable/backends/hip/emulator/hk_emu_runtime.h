@@ -789,11 +789,16 @@ void run_wave(Worker* w, Wave& wv) {
         char a[160], b[160];
         describe_lane(f, a, sizeof a);
         describe_lane(&l, b, sizeof b);
+        const char* hint = "";
+        if (f->op == HK_EMU_OP_READFIRSTLANE || l.op == HK_EMU_OP_READFIRSTLANE || f->op == HK_EMU_OP_BALLOT ||
+            l.op == HK_EMU_OP_BALLOT)
+          hint = " (a readfirstlane/ballot inside a branch that only some lanes take -- e.g. to make a value "
+                 "uniform -- runs with a partial EXEC on the device; compute it before the branch)";
         failf(w,
               "divergent wave operation in wave %u: %s is at %s (%s:%d) while %s is at %s (%s:%d); all live "
               "lanes of a wave must reach the same wave-level operation (cross-lane builtin, MFMA, s_barrier) "
-              "together",
-              f->info.wave, a, op_name(f->op), f->file, f->line, b, op_name(l.op), l.file, l.line);
+              "together%s",
+              f->info.wave, a, op_name(f->op), f->file, f->line, b, op_name(l.op), l.file, l.line, hint);
       }
     }
     if (f->op == HK_EMU_OP_BARRIER) {
