@@ -290,3 +290,20 @@ extern "C" __global__ void big(float* out) {
 def test_sync_kernels_are_real_amd_code(arch):
     asm = offline_compile(SRC, arch)
     assert "s_barrier" in asm and "ds_write_b32" in asm and "ds_read_b32" in asm
+
+
+def test_plain_static_lds_overflow_hits_the_guard_page():
+    """Static LDS ends at a PROT_NONE page, so even a plain (unchecked) access just past it is caught."""
+    src = PRELUDE + """
+extern "C" __global__ void plain(float* out, int idx) {
+  __shared__ float lds[100];
+  lds[tid()] = 1.f;
+  out[tid()] = lds[tid() == 2 ? idx : 0];
+}
+"""
+    m = emulator.load(src, "gfx942", name="plain.hip")
+    assert m.kernels["plain"].static_lds == 400
+    out = torch.zeros(64)
+    m.launch("plain", 1, 64, [out, 99])
+    with pytest.raises(emulator.EmulatorError, match=r"LDS out of bounds at .*: 0 bytes past the end of the kernel's 400 bytes of static __shared__ storage by wave 0 lane 2"):
+        m.launch("plain", 1, 64, [out, 100])

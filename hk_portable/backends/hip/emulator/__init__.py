@@ -30,7 +30,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("hk_emu.h", "hk_emu_common.h", "hk_emu_runtime.h")
-ABI = 3
+ABI = 4
 _PAGE = 4096
 
 # arch -> (numeric id the runtime uses, LDS bytes per workgroup)
@@ -368,13 +368,59 @@ def _find_kernels(ii: str) -> dict[str, dict]:
     return kernels
 
 
-# Gathers the per-variable hk_lds.<n> sections that survive --gc-sections into one range.
+# Gathers the per-variable hk_lds.<n> sections that survive --gc-sections into one range between two
+# pages reserved as guards (made PROT_NONE at load); hk_emu_lds_pad (set by a second link) shifts the
+# variables so that they end at the upper guard.
 _LDS_SCRIPT = """SECTIONS
 {
-  hk_lds : { hk_emu_lds_begin = .; *(hk_lds.*) hk_emu_lds_end = .; }
+  hk_lds_guard_lo ALIGN(4096) (NOLOAD) : { hk_emu_lds_guard_lo = .; . += 4096; }
+  hk_lds ALIGN(4096) : { . += DEFINED(hk_emu_lds_pad) ? hk_emu_lds_pad : 0; hk_emu_lds_begin = .; *(hk_lds.*) hk_emu_lds_end = .; }
+  hk_lds_guard_hi ALIGN(4096) (NOLOAD) : { hk_emu_lds_guard_hi = .; . += 4096; }
 }
 INSERT AFTER .data;
 """
+
+
+def _elf_sections(path: Path):
+    """(name, addralign, size) of every section of a 64-bit little-endian ELF file."""
+    b = path.read_bytes()
+    shoff, = struct.unpack_from("<Q", b, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", b, 0x3A)
+    hdrs = [struct.unpack_from("<IIQQQQIIQQ", b, shoff + i * shentsize) for i in range(shnum)]
+    stroff = hdrs[shstrndx][4]
+    name = lambda o: b[stroff + o:b.index(b"\0", stroff + o)].decode()  # noqa: E731
+    return b, hdrs, [(name(h[0]), h[8], h[5]) for h in hdrs]
+
+
+def _elf_symbols(path: Path, wanted: set[str]) -> dict[str, int]:
+    b, hdrs, secs = _elf_sections(path)
+    out = {}
+    for (nm, _al, _sz), h in zip(secs, hdrs):
+        if nm != ".symtab":
+            continue
+        strtab = hdrs[h[6]][4]
+        for off in range(h[4], h[4] + h[5], 24):
+            st_name, _info, _other, _shndx, value, _size = struct.unpack_from("<IBBHQQ", b, off)
+            s_ = b[strtab + st_name:b.index(b"\0", strtab + st_name)].decode()
+            if s_ in wanted:
+                out[s_] = value
+    return out
+
+
+def _link_kernel(cxx, obj: Path, out: Path, rt_path: Path, vmap: Path, script: Path, max_align: int, tmp: Path,
+                 what: str):
+    base = [cxx, "-shared", "-o", str(out), str(obj), str(rt_path), "-Wl,--gc-sections",
+            f"-Wl,--version-script={vmap}", f"-Wl,-T,{script}", f"-Wl,-rpath,{rt_path.parent}"]
+    _run(base, tmp, what)
+    syms = _elf_symbols(out, {"hk_emu_lds_begin", "hk_emu_lds_end"})
+    size = syms.get("hk_emu_lds_end", 0) - syms.get("hk_emu_lds_begin", 0)
+    pad = (-size) % _PAGE
+    pad -= pad % max(1, min(max_align, _PAGE))
+    if size and pad:
+        _run(base + [f"-Wl,--defsym=hk_emu_lds_pad={pad}"], tmp, what)
+        again = _elf_symbols(out, {"hk_emu_lds_begin", "hk_emu_lds_end"})
+        if again.get("hk_emu_lds_end", 0) - again.get("hk_emu_lds_begin", 0) != size:
+            _run(base, tmp, what)   # the layout moved: keep the unpadded object (bounds stay page-granular)
 
 
 def _strip_amdgpu_attrs(ii: str) -> str:
@@ -390,7 +436,8 @@ class _Param(ctypes.Structure):
 
 class _ModInfo(ctypes.Structure):
     _fields_ = [("abi", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("lds_lo", ctypes.c_void_p),
-                ("lds_hi", ctypes.c_void_p), ("dyn", ctypes.c_void_p), ("dyn_cap", ctypes.c_uint64)]
+                ("lds_hi", ctypes.c_void_p), ("dyn", ctypes.c_void_p), ("dyn_cap", ctypes.c_uint64),
+                ("guard_lo", ctypes.c_void_p), ("guard_hi", ctypes.c_void_p)]
 
 
 class _Region(ctypes.Structure):
@@ -841,13 +888,13 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
             out_dir.mkdir()
             script = tmp / "hk_lds.ld"
             script.write_text(_LDS_SCRIPT)
+            max_align = max([al for nm, al, _sz in _elf_sections(obj)[2] if nm.startswith("hk_lds.")] or [1])
             for k in kernels:
                 vmap = tmp / f"{k}.map"
                 syms = [f"hk_emu_entry_{k}", f"hk_emu_params_{k}", f"hk_emu_bounds_{k}", "hk_emu_module_info_get"]
                 vmap.write_text("{ global: " + " ".join(x + ";" for x in syms) + " local: *; };\n")
-                _run([cxx, "-shared", "-o", str(out_dir / f"{k}.so"), str(obj), str(rt_path),
-                      "-Wl,--gc-sections", f"-Wl,--version-script={vmap}", f"-Wl,-T,{script}",
-                      f"-Wl,-rpath,{rt_path.parent}"], tmp, f"linking kernel {k} of {name}")
+                _link_kernel(cxx, obj, out_dir / f"{k}.so", rt_path, vmap, script, max_align, tmp,
+                             f"linking kernel {k} of {name}")
             (out_dir / "kernels.txt").write_text(
                 "\n".join(f"{k}\t{'' if not m['bounds'] else m['bounds'][0] + chr(1) + m['bounds'][1]}"
                           for k, m in kernels.items()) + "\n")

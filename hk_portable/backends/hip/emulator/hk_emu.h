@@ -703,6 +703,9 @@ static inline hk_emu_f2 __builtin_amdgcn_cvt_pk_f32_bf8(int src, bool word_sel) 
 // ---------------------------------------------------------------------------------------------
 extern "C" char hk_emu_lds_begin[] __attribute__((weak, visibility("hidden")));
 extern "C" char hk_emu_lds_end[] __attribute__((weak, visibility("hidden")));
+extern "C" char hk_emu_lds_guard_lo[] __attribute__((weak, visibility("hidden")));
+extern "C" char hk_emu_lds_guard_hi[] __attribute__((weak, visibility("hidden")));
+extern "C" int mprotect(void*, size_t, int);
 extern "C" {
 __attribute__((visibility("hidden"), aligned(4096))) char hk_emu_dyn_lds[HK_EMU_DYN_CAP];
 __attribute__((visibility("default"))) void hk_emu_module_info_get(hk_emu_module_info* o) {
@@ -712,6 +715,11 @@ __attribute__((visibility("default"))) void hk_emu_module_info_get(hk_emu_module
   o->lds_hi = hk_emu_lds_end;
   o->dyn = hk_emu_dyn_lds;
   o->dyn_cap = HK_EMU_DYN_CAP;
+  // the pages around the static LDS become PROT_NONE (the linker script reserves them for nothing else)
+  o->guard_lo = hk_emu_lds_guard_lo;
+  o->guard_hi = hk_emu_lds_guard_hi;
+  if (o->guard_lo) mprotect(o->guard_lo, 4096, 0);
+  if (o->guard_hi) mprotect(o->guard_hi, 4096, 0);
 }
 }
 namespace hk_emu {

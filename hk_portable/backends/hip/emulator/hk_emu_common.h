@@ -9,7 +9,7 @@
 #include <string.h>
 #include <math.h>
 
-#define HK_EMU_ABI 3
+#define HK_EMU_ABI 4
 
 // ---------------------------------------------------------------------------------------------
 // ABI structures (mirrored by ctypes in emulator/__init__.py: keep field order and types)
@@ -63,6 +63,8 @@ struct hk_emu_module_info {
   char* lds_hi;
   char* dyn;             // the dynamic LDS window (extern __shared__ arrays alias it), page aligned
   uint64_t dyn_cap;      // bytes in the window, including one trailing guard page
+  char* guard_lo;        // PROT_NONE page before the static LDS (0 if the object has none)
+  char* guard_hi;        // PROT_NONE page right after the static LDS (which ends at or just before it)
 };
 
 // A tensor argument's guarded copy, for naming the target of a faulting access.

@@ -146,6 +146,8 @@ struct Worker {
   void (*entry)(void**) = nullptr;
   char* s_lo = nullptr;        // static LDS (the module copy's "hk_lds" section)
   uint32_t s_size = 0;
+  char* g_lo = nullptr;        // guard pages around the static LDS
+  char* g_hi = nullptr;
   char* d_lo = nullptr;        // dynamic LDS window
   uint32_t d_size = 0;
   uint64_t d_cap = 0;
@@ -1010,6 +1012,17 @@ void describe_fault(Worker* w, int sig, siginfo_t* si, void* uc) {
         snprintf(what, sizeof what, "invalid access at %p inside %s", (void*)a, g.name);
     }
   }
+  if (!found && w->g_hi && a >= w->g_hi && a < w->g_hi + PAGE) {
+    found = true;
+    snprintf(what, sizeof what,
+             "LDS out of bounds at %p: %ld bytes past the end of the kernel's %u bytes of static __shared__ storage",
+             (void*)a, (long)(a - (w->s_lo + w->s_size)), w->s_size);
+  }
+  if (!found && w->g_lo && a >= w->g_lo && a < w->g_lo + PAGE) {
+    found = true;
+    snprintf(what, sizeof what, "LDS out of bounds at %p: %ld bytes before the start of the static __shared__ storage",
+             (void*)a, (long)(w->s_lo - a));
+  }
   if (!found && w->d_lo && a >= w->d_lo && a < w->d_lo + w->d_cap) {
     found = true;
     snprintf(what, sizeof what,
@@ -1110,6 +1123,8 @@ void worker_main(int idx, hk_emu_launch* L) {
   const hk_emu_module_info* mod = L->mods[idx];
   w->s_lo = mod->lds_lo;
   w->s_size = mod->lds_lo ? (uint32_t)(mod->lds_hi - mod->lds_lo) : 0;
+  w->g_lo = mod->guard_lo;
+  w->g_hi = mod->guard_hi;
   w->d_lo = mod->dyn;
   w->d_cap = mod->dyn_cap;
   w->d_size = L->dyn_lds;
