@@ -10,7 +10,7 @@ import pytest
 from hk_portable import __version__
 from hk_portable.cli import main
 
-from conftest import RECORDING_BACKEND
+from hk_test_plugins import RECORDING_BACKEND
 
 MUTANT_BACKEND = """
 import torch

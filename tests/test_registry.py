@@ -8,7 +8,7 @@ import hk_portable as hk
 from hk_portable.backends import registry
 from hk_portable.interface import BackendError, GL, RT
 
-from conftest import RECORDING_BACKEND
+from hk_test_plugins import RECORDING_BACKEND
 
 
 @hk.kernel
