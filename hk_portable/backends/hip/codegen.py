@@ -208,3 +208,31 @@ class HipEmitter(CStyleEmitter):
 
 def emit(program: Program, plan: Plan) -> EmittedKernel:
     return HipEmitter(plan, program).emit(program)
+
+
+# ----------------------------------------------------------------------------------------- grid order
+XCDS, GROUP = 8, 8
+
+
+def xcd_remap(block: int, n: int) -> int:
+    """Python mirror of hk::detail::xcd_remap: XCD x = block % 8 takes a contiguous range of ids."""
+    per, extra, xcd = n // XCDS, n % XCDS, block % XCDS
+    return xcd * per + min(xcd, extra) + block // XCDS
+
+
+def grouped(l: int, gx: int, gy: int) -> tuple[int, int]:
+    """Python mirror of hk::detail::grouped: runs of GROUP x-rows sweep y."""
+    in_group = GROUP * gy
+    first = (l // in_group) * GROUP
+    size = min(gx - first, GROUP)
+    r = l % in_group
+    return first + r % size, r // size
+
+
+def block_remap(hw: int, grid: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The logical (x, y, z) that hk::block_idx gives the block dispatched as linear id `hw`."""
+    gx, gy, gz = grid
+    l = xcd_remap(hw, gx * gy * gz)
+    z, r = divmod(l, gx * gy)
+    x, y = grouped(r, gx, gy)
+    return x, y, z

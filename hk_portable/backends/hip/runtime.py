@@ -63,15 +63,17 @@ def _is_error(err) -> bool:
 
 
 def _error_text(err) -> str:
+    """The error's name and HIP's (or hiprtc's) description of it."""
     name = getattr(err, "name", str(err))
     try:
-        hip = _hip()
-        if type(err).__name__ == "hipError_t":
-            s = hip.hipGetErrorString(err)
-            return f"{name} ({s.decode() if isinstance(s, bytes) else s})"
+        if "hiprtc" in type(err).__name__:
+            s = _hiprtc().hiprtcGetErrorString(err)
+        else:
+            s = _hip().hipGetErrorString(err)
+        s = s[-1] if isinstance(s, tuple) else s
+        return f"{name} ({s.decode() if isinstance(s, bytes) else s})"
     except Exception:  # noqa: BLE001 - the name alone still says what failed
-        pass
-    return str(name)
+        return str(name)
 
 
 # ------------------------------------------------------------------------------------------- probing
