@@ -97,7 +97,7 @@ json.dump(r, open(path, "w"), indent=1)
 print("environment added to", path, r["environment"])
 PY
 step pytest 200 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
-    tests/test_cuda_numerics.py tests/test_cuda_cache.py -k "not conformance_cases_on_cuda"
+    tests/test_cuda_numerics.py -k "not conformance_cases_on_cuda"
 if command -v compute-sanitizer >/dev/null; then
     step memcheck 150 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
         python3 benchmarks/cuda_sanitize.py

@@ -58,6 +58,7 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
             assert r["cubin"] > 0
 
 
+@pytest.mark.slow          # ~550 Programs x 2 targets: minutes on a 2-core runner (it still runs by default)
 def test_every_conformance_program_compiles_for_sm80_and_sm90a():
     progs = precompile.conformance_programs()
     assert len(progs) > 100

@@ -94,8 +94,16 @@ class CudaBackend(Backend):
         codegen.check(program, target)
         emitted, shared = codegen.emit(program, target)
         compiled = runtime.compile_source(emitted.source, emitted.kernel_name, target.arch)
-        fmt, size, params = runtime.param_layout(emitted.params)
         resources = runtime.parse_ptxas(compiled.log)
+        min_blocks = None
+        if resources["spill_stores"] or resources["stack_bytes"]:
+            # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
+            again, _ = codegen.emit(program, target, min_blocks=1)
+            retry = runtime.compile_source(again.source, again.kernel_name, target.arch)
+            r2 = runtime.parse_ptxas(retry.log)
+            if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
+                emitted, compiled, resources, min_blocks = again, retry, r2, 1
+        fmt, size, params = runtime.param_layout(emitted.params)
         resources["shared_bytes"] = shared
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
@@ -104,6 +112,7 @@ class CudaBackend(Backend):
                     "params": params, "param_format": fmt, "param_size": size},
             resources=resources,
             options={**runtime.NUMERICS, "nvrtc": runtime.nvrtc_version(), "flags": list(compiled.options),
+                     "launch_bounds_min_blocks": min_blocks,
                      "library": codegen.library_hash(), **(options or {})},
             payload=None)
 

@@ -63,14 +63,17 @@ def scratch_bytes(program: Program, warps: int) -> int:
 class CudaEmitter(CStyleEmitter):
     lanes = 32
 
-    def __init__(self, target: Target):
+    def __init__(self, target: Target, min_blocks: int | None = None):
         self.target = target
+        self.min_blocks = min_blocks
 
     def num_threads(self, program: Program) -> int:
         return num_warps(program, self.target) * self.lanes
 
     def kernel_qualifiers(self, num_threads: int) -> str:
-        return f"extern \"C\" __global__ __launch_bounds__({num_threads})"
+        # min_blocks = 1 tells ptxas one block per SM is enough, so it need not cap registers for occupancy
+        bounds = f"{num_threads}, {self.min_blocks}" if self.min_blocks else f"{num_threads}"
+        return f"extern \"C\" __global__ __launch_bounds__({bounds})"
 
     def smem_arena(self, shared_bytes: int) -> str:
         return f"HK_SMEM_ARENA(hk_smem, {shared_bytes});"
@@ -91,9 +94,9 @@ class CudaEmitter(CStyleEmitter):
         ])
 
 
-def emit(program: Program, target: Target) -> tuple[EmittedKernel, int]:
+def emit(program: Program, target: Target, min_blocks: int | None = None) -> tuple[EmittedKernel, int]:
     """The generated kernel and the dynamic shared memory it launches with (buffers + scratch)."""
-    em = CudaEmitter(target)
+    em = CudaEmitter(target, min_blocks)
     out = em.emit(program)
     warps = out.num_threads // em.lanes
     total = (_round(out.shared_bytes) if out.shared_bytes else 0) + scratch_bytes(program, warps)
