@@ -76,8 +76,8 @@ PY
     note "env: $(grep -m1 '^device' "$OUT/env.txt")"
 fi
 
-step precompile 180 "$OUT/conformance.log" python3 -m hk_portable.backends.cuda.precompile
-step conformance 240 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
+step precompile 150 "$OUT/conformance.log" python3 -m hk_portable.backends.cuda.precompile
+step conformance 200 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
     --problems-only --seed 20261130
 # the report carries date and versions; add the GPU, driver and CUDA stack it ran on
 [ -f "$OUT/conformance_cuda.json" ] && python3 - "$OUT/conformance_cuda.json" <<'PY' >>"$OUT/conformance.log" 2>&1
@@ -96,17 +96,20 @@ r["environment"] = {"gpu": torch.cuda.get_device_name(), "nvidia_smi": smi, "tor
 json.dump(r, open(path, "w"), indent=1)
 print("environment added to", path, r["environment"])
 PY
+# independent of each other: run side by side (the timing benchmark runs alone afterwards)
 step pytest 200 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
-    tests/test_cuda_numerics.py -k "not conformance_cases_on_cuda"
+    tests/test_cuda_numerics.py -k "not conformance_cases_on_cuda" &
 if command -v compute-sanitizer >/dev/null; then
-    step memcheck 150 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
-        python3 benchmarks/cuda_sanitize.py
-    step racecheck 180 "$OUT/sanitizer.log" compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \
-        python3 benchmarks/cuda_sanitize.py
+    step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+        python3 benchmarks/cuda_sanitize.py &
+    step racecheck 200 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \
+        python3 benchmarks/cuda_sanitize.py &
 else
     note "sanitizers: compute-sanitizer not on PATH"
 fi
-step overhead 120 "$OUT/pytest.log" python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json"
+wait
+cat "$OUT/memcheck.log" "$OUT/racecheck.log" > "$OUT/sanitizer.log" 2>/dev/null && rm -f "$OUT/memcheck.log" "$OUT/racecheck.log"
+step overhead 90 "$OUT/pytest.log" python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json"
 
 # ---------------------------------------------------------------------------------------------- summary
 echo
