@@ -164,12 +164,33 @@ def _cache_root() -> Path:
     return root
 
 
+_headers_snapshot: dict[str, bytes] = {}
+
+
+def _headers() -> dict[str, bytes]:
+    """The emulator headers as this process first read them: builds use this snapshot (written into the
+    build dir), so editing or upgrading the files on disk never mixes two versions into one process."""
+    with _lock:
+        if not _headers_snapshot:
+            for name in HEADERS:
+                _headers_snapshot[name] = (HERE / name).read_bytes()
+        return _headers_snapshot
+
+
 def _header_digest() -> str:
     h = hashlib.sha256()
-    for name in HEADERS:
+    for name, text in _headers().items():
         h.update(name.encode())
-        h.update((HERE / name).read_bytes())
+        h.update(text)
     return h.hexdigest()
+
+
+def _write_headers(tmp: Path) -> Path:
+    inc = tmp / "include"
+    inc.mkdir(exist_ok=True)
+    for name, text in _headers().items():
+        (inc / name).write_bytes(text)
+    return inc
 
 
 def _have_fma() -> bool:
@@ -218,7 +239,8 @@ def _runtime() -> tuple[ctypes.CDLL, Path]:
             out = tmp / dest.name
             _run([cxx, "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
                   "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fvisibility=hidden", "-pthread",
-                  "-I", str(HERE), str(src), "-o", str(out), "-ldl"], tmp, "compiling the emulator runtime")
+                  "-I", str(_write_headers(tmp)), str(src), "-o", str(out), "-ldl"], tmp,
+                 "compiling the emulator runtime")
             return out
 
         _atomic_build(dest, build)
@@ -859,7 +881,7 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
             src_file.write_text(rewrite_source(source))
             ii = tmp / "module.ii"
             defs = ["-DHK_EMULATOR=1", f"-D__{arch}__=1"]
-            _run([cxx, "-E", "-std=c++17", "-x", "c++", *defs, "-I", str(HERE), "-include", "hk_emu.h",
+            _run([cxx, "-E", "-std=c++17", "-x", "c++", *defs, "-I", str(_write_headers(tmp)), "-include", "hk_emu.h",
                   name, "-o", str(ii)], tmp, f"preprocessing {name} for the emulator")
             text = ii.read_text()
             kernels = _find_kernels(text)
