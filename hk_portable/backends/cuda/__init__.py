@@ -35,7 +35,7 @@ class CudaBackend(Backend):
     def __init__(self):
         self._probe = None
         self._targets: list[Target] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()     # _plan() holds it while _probed() takes it again
 
     # ------------------------------------------------------------------------------ availability
     def _probed(self):
