@@ -139,6 +139,11 @@ def get(name: str, require_available: bool = True) -> Backend:
     return be
 
 
+def current_context() -> str | None:
+    """The backend named by the innermost use_backend() block, if any."""
+    return _context.get()
+
+
 @contextlib.contextmanager
 def use_backend(name: str):
     """Within this block, kernels run on `name` unless a call names a backend explicitly."""

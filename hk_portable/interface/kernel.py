@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 from typing import Any, Callable
 
@@ -43,7 +44,33 @@ def _classify(fn) -> tuple[list[_ParamSpec], list[_ParamSpec]]:
     return runtime, consts
 
 
+_GRIDS: dict = {}
+
+
+def _registry():
+    """The registry module, imported once (the interface must not import backends at load time)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        from ..backends import registry as _r
+        _REGISTRY = _r
+    return _REGISTRY
+
+
+_REGISTRY = None
+
+
 def _grid3(grid) -> tuple[int, int, int]:
+    """grid as three ints, validated; memoised because it is on every launch's path."""
+    try:
+        return _GRIDS[grid]
+    except (KeyError, TypeError):
+        g = _check_grid(grid)
+    if isinstance(grid, (int, tuple)) and len(_GRIDS) < 4096:
+        _GRIDS[grid] = g
+    return g
+
+
+def _check_grid(grid) -> tuple[int, int, int]:
     if isinstance(grid, int):
         grid = (grid,)
     if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
@@ -65,6 +92,7 @@ class Kernel:
         self.runtime_params, self.const_params = _classify(fn)
         self._programs: dict[tuple, Program] = {}
         self._artifacts: dict[tuple, Any] = {}
+        self._launches: dict[tuple, tuple] = {}     # fast path: call signature -> (backend, artifact)
         self._lock = threading.Lock()
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -151,17 +179,49 @@ class Kernel:
 
     # ---------------------------------------------------------------------------------- launching
     def __call__(self, *args, grid, backend=None, target: str | None = None, stream=None, **kwargs):
+        fast = self._fast_key(args, kwargs, backend, target)
+        hit = self._launches.get(fast) if fast is not None else None
+        if hit is None:
+            hit = self._prepare(args, kwargs, backend, target)
+            if fast is not None:
+                self._launches[fast] = hit
+        else:
+            _check_scalars(self.name, self.runtime_params, args)
+        be, art = hit
+        grid3 = _grid3(grid)
+        if 0 in grid3:
+            return
+        be.launch(art, list(args) if fast is not None else self.bind(args, kwargs)[0], grid3, stream)
+
+    def _prepare(self, args, kwargs, backend, target):
+        """The slow path of a call: bind, specialise, select the backend, check devices, compile."""
         from ..backends import registry
         runtime, consts = self.bind(args, kwargs)
-        grid3 = _grid3(grid)
         prog = self._program(runtime, consts)
         tensors = [v for v in runtime if isinstance(v, torch.Tensor)]
         be = registry.select(backend, tensors)
         _check_devices(self.name, self.runtime_params, runtime, be)
-        art = self.compile_for(prog, be, target)
-        if 0 in grid3:
-            return
-        be.launch(art, runtime, grid3, stream)
+        return be, self.compile_for(prog, be, target)
+
+    def _fast_key(self, args, kwargs, backend, target):
+        """A key for calls whose launch is fully decided by the arguments' kinds: every runtime argument
+        passed positionally, consts by keyword. Selection inputs (context, HK_BACKEND) are part of it,
+        so a change of backend never reuses a stale choice. None when the call does not qualify."""
+        if len(args) != len(self.runtime_params):
+            return None
+        registry = _registry()
+        sig = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                sig.append((a.dtype, a.dim(), a.device))
+            else:
+                sig.append(type(a))
+        try:
+            return (tuple(sig), tuple(kwargs.items()),
+                    backend if backend is None or isinstance(backend, str) else id(backend), target,
+                    registry.current_context(), os.environ.get(registry.ENV))
+        except TypeError:       # an unhashable const: the slow path reports it
+            return None
 
     def compile_for(self, prog: Program, be, target: str | None = None):
         tgt = be.target(target)
@@ -175,6 +235,13 @@ class Kernel:
             with self._lock:
                 self._artifacts[key] = art
         return art
+
+
+def _check_scalars(name, params, args) -> None:
+    """The per-value checks the fast path still owes: int32 range of int arguments."""
+    for p, v in zip(params, args):
+        if p.kind == "i32" and (isinstance(v, bool) or not -2**31 <= v < 2**31):
+            raise ArgumentError(f"{name}: argument '{p.name}' must be an int32 Python int, got {v!r}")
 
 
 def _check_devices(name, params, runtime, be) -> None:
