@@ -563,11 +563,12 @@ template<class F, class AX, class T, int N, class X> HK_DEV void reduce(rv<T, N,
     if constexpr (RB > 1) {             // rows live in several waves: combine partials through LDS
       static_assert(NW * CB * 16 * 4 <= HK_SCRATCH_BYTES, "HK_SCRATCH_BYTES too small for a column reduction");
       unsigned char* sc = detail::scratch();
+      const int w = detail::wave();     // wave-level ops stay outside the lane < 16 branch
       sync();
       if (detail::lane() < 16)
 #pragma unroll
         for (int cb = 0; cb < CB; ++cb)
-          HK_LDS_STORE(A, sc + ((detail::wave() * CB + cb) * 16 + detail::lane()) * 4, part[cb]);
+          HK_LDS_STORE(A, sc + ((w * CB + cb) * 16 + detail::lane()) * 4, part[cb]);
       sync();
 #pragma unroll
       for (int cb = 0; cb < CB; ++cb) {
@@ -840,18 +841,20 @@ template<class T> struct chunk16 { T e[16 / sizeof(T)]; };
 // coalesced). fn(r, c) for the chunk at row r, columns c .. c+E-1.
 template<class T, int R, int C, class Fn> HK_DEV void each_chunk(Fn fn, int ln = lane()) {
   constexpr int E = 16 / (int)sizeof(T), CPR = C / E, NCH = R * CPR, IT = (NCH + NT - 1) / NT;
+  const int t = wave() * 64 + ln;     // before the loop: lanes may leave it early
 #pragma unroll
   for (int it = 0; it < IT; ++it) {
-    const int ch = wave() * 64 + ln + it * NT;
+    const int ch = t + it * NT;
     if (NCH % NT != 0 && ch >= NCH) break;
     fn(ch / CPR, (ch % CPR) * E);
   }
 }
 template<class T, int R, int C, class Fn> HK_DEV void each_elem(Fn fn, int ln = lane()) {
   constexpr int IT = (R * C + NT - 1) / NT;
+  const int t = wave() * 64 + ln;     // before the loop: lanes may leave it early
 #pragma unroll
   for (int it = 0; it < IT; ++it) {
-    const int e = wave() * 64 + ln + it * NT;
+    const int e = t + it * NT;
     if ((R * C) % NT != 0 && e >= R * C) break;
     fn(e / C, e % C);
   }
