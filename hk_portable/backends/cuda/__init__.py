@@ -49,8 +49,9 @@ class CudaBackend(Backend):
         if not ok:
             return BackendStatus(False, reason)
         d = devices[0]
+        # the first kernel call asks for status(): name NVRTC by its library file, without loading it
         return BackendStatus(True, None, f"{d['name']} (sm_{d['cc'][0]}{d['cc'][1]}, target {runtime.arch_for(d['cc'])}; "
-                                         f"NVRTC {self.nvrtc_version_or_none()})")
+                                         f"{self.nvrtc_name()})")
 
     def targets(self) -> list[Target]:
         if self._targets is None:                   # on every kernel call's path: built once
@@ -75,11 +76,12 @@ class CudaBackend(Backend):
         return getattr(device, "type", None) == "cuda" and not getattr(torch.version, "hip", None)
 
     @staticmethod
-    def nvrtc_version_or_none() -> str | None:
+    def nvrtc_name() -> str:
         try:
-            return runtime.nvrtc_version()
-        except Exception:  # noqa: BLE001 - reported as unknown, never fatal in status()
-            return None
+            ident = runtime.nvrtc_identity()
+        except Exception as e:  # noqa: BLE001 - reported, never fatal in status()
+            return f"NVRTC unavailable: {e}"
+        return ident if ident.startswith("nvrtc") else "NVRTC " + ident.split(":")[0].split("/")[-1]
 
     # ------------------------------------------------------------------------------------ compile
     def compiler_version(self) -> str:
@@ -141,8 +143,7 @@ class CudaBackend(Backend):
         return plan
 
     def launch(self, artifact: Artifact, args, grid, stream=None) -> None:
-        import torch
-        dev = torch.cuda.current_device()
+        dev = runtime.current_device()
         plan = artifact.payload.get(dev) if artifact.payload else None
         if plan is None:
             plan = self._plan(artifact, dev)

@@ -201,6 +201,32 @@ def arch_for(cc: tuple[int, int]) -> str:
     return f"sm_{cc[0]}{cc[1]}"
 
 
+def _make_packer(kinds: list[str], packer: struct.Struct):
+    """A function (args, buf, dev) -> bool that packs the kernel parameters into buf with no
+    intermediate list, or returns False (the caller then explains the bad argument)."""
+    names = [f"a{i}" for i in range(len(kinds))]
+    check = [f"{n}.get_device() != dev" for n, k in zip(names, kinds) if k == "gl"]
+    parts = []
+    for n, k in zip(names, kinds):
+        parts.append(f"{n}.data_ptr(), *{n}.shape, *{n}.stride()" if k == "gl" else n)
+    src = [f"def pack(args, buf, dev, pack_into=pack_into):",
+           f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args" if names else "    pass"]
+    if check:
+        src.append(f"    if {' or '.join(check)}:")
+        src.append("        return False")
+    src.append(f"    pack_into(buf, 0, {', '.join(parts)})")
+    src.append("    return True")
+    scope = {"pack_into": packer.pack_into}
+    exec("\n".join(src), scope)
+    return scope["pack"]
+
+
+def current_device() -> int:
+    torch = _torch()
+    get = getattr(torch._C, "_cuda_getDevice", None)
+    return get() if get is not None else torch.cuda.current_device()
+
+
 class LaunchPlan:
     """A loaded kernel on one device: function handle, launch geometry and a parameter packer."""
 
@@ -222,32 +248,35 @@ class LaunchPlan:
         self.names = [p["name"] for p in launch["params"]]
         self.packer = struct.Struct(launch["param_format"])
         self.size = self.packer.size
-        self.buf = ctypes.create_string_buffer(max(self.size, 1))
-        self.size_c = ctypes.c_size_t(self.size)
-        self.extra = (ctypes.c_void_p * 5)(CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(self.buf),
-                                           CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self.size_c),
-                                           CU_LAUNCH_PARAM_END)
-        self.extra_ptr = ctypes.addressof(self.extra)
-        self.lock = threading.Lock()                       # the parameter buffer is shared by callers
+        self.pack = _make_packer(self.kinds, self.packer)
+        self.tls = threading.local()                       # one parameter buffer per launching thread
         self.launch_kernel = driver.launchKernel
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
-    def values(self, args, kernel_name: str) -> list:
-        vals = []
+    def _buffer(self):
+        """(buffer, address of its `extra` array): cuLaunchKernel copies the parameters at the call."""
+        buf = ctypes.create_string_buffer(max(self.size, 1))
+        size = ctypes.c_size_t(self.size)
+        extra = (ctypes.c_void_p * 5)(CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buf),
+                                      CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), CU_LAUNCH_PARAM_END)
+        slot = self.tls.slot = (buf, ctypes.addressof(extra), size, extra)
+        return slot
+
+    def explain(self, args, kernel_name: str) -> ArgumentError:
+        """The ArgumentError for arguments the fast packer refused."""
+        if len(args) != len(self.kinds):
+            return ArgumentError(f"{kernel_name}: expected {len(self.kinds)} arguments, got {len(args)}")
         for kind, name, a in zip(self.kinds, self.names, args):
-            if kind == "gl":
-                if not getattr(a, "is_cuda", False):
-                    raise ArgumentError(f"{kernel_name}: argument '{name}' must be a CUDA tensor, got "
-                                        f"{getattr(a, 'device', type(a).__name__)}")
-                if a.get_device() != self.device_index:
-                    raise ArgumentError(f"{kernel_name}: argument '{name}' is on cuda:{a.get_device()} but the current "
-                                        f"device is cuda:{self.device_index}; use torch.cuda.device(...) or move it")
-                vals.append(a.data_ptr())
-                vals.extend(a.shape)
-                vals.extend(a.stride())
-            else:
-                vals.append(a)
-        return vals
+            if kind != "gl":
+                continue
+            if not getattr(a, "is_cuda", False):
+                return ArgumentError(f"{kernel_name}: argument '{name}' must be a CUDA tensor, got "
+                                     f"{getattr(a, 'device', type(a).__name__)}")
+            if a.get_device() != self.device_index:
+                return ArgumentError(f"{kernel_name}: argument '{name}' is on cuda:{a.get_device()} but the current "
+                                     f"device is cuda:{self.device_index}; use torch.cuda.device(...) or move it")
+        return ArgumentError(f"{kernel_name}: a tensor dimension, stride or scalar argument does not fit the kernel's "
+                             f"32-bit shape / int32 parameters ({self._describe(args)})")
 
     def stream_handle(self, stream) -> int:
         if stream is None:
@@ -267,15 +296,19 @@ class LaunchPlan:
         gx, gy, gz = grid
         if gy > 65535 or gz > 65535:
             raise ArgumentError(f"{kernel_name}: grid {grid}: CUDA allows at most 65535 blocks along axes 1 and 2")
-        vals = self.values(args, kernel_name)
-        handle = self.stream_handle(stream)
-        with self.lock:
-            try:
-                self.packer.pack_into(self.buf, 0, *vals)
-            except struct.error:
-                raise ArgumentError(f"{kernel_name}: a tensor dimension, stride or scalar argument does not fit the "
-                                    f"kernel's 32-bit shape / int32 parameters ({self._describe(args)})") from None
-            self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, 0, self.extra_ptr)
+        handle = self.raw_stream(self.device_index) if stream is None and self.raw_stream else \
+            self.stream_handle(stream)
+        try:
+            slot = self.tls.slot
+        except AttributeError:
+            slot = self._buffer()
+        try:
+            ok = self.pack(args, slot[0], self.device_index)
+        except (AttributeError, TypeError, ValueError, struct.error):
+            ok = False
+        if not ok:
+            raise self.explain(args, kernel_name)
+        self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, 0, slot[1])
 
     def _describe(self, args) -> str:
         parts = []
