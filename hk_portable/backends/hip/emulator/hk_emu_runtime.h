@@ -40,8 +40,10 @@
 #define HK_EXPORT extern "C" __attribute__((visibility("default")))
 
 // ---------------------------------------------------------------------------------------------
-// Fiber context switch (x86-64 System V): save callee-saved registers + MXCSR/x87 CW on the
-// current stack, store sp, load the other sp, restore, return into the other context.
+// Fiber context switch (x86-64 System V): save the callee-saved registers on the current stack, store
+// sp, load the other sp, restore, return into the other context. MXCSR and the x87 control word are not
+// switched: all fibers of a worker share the thread's floating-point environment, which device code
+// cannot change.
 // ---------------------------------------------------------------------------------------------
 extern "C" void hk_emu_swap(void** save_sp, void* new_sp);
 extern "C" void hk_emu_lane_start(void);
@@ -59,14 +61,8 @@ hk_emu_swap:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -279,11 +275,6 @@ void init_stack(Lane* l) {
   *--sp = 0;                                // r13
   *--sp = 0;                                // r14
   *--sp = 0;                                // r15
-  uint32_t mx = 0;
-  uint16_t cw = 0;
-  asm volatile("stmxcsr %0" : "=m"(mx));
-  asm volatile("fnstcw %0" : "=m"(cw));
-  *--sp = (uint64_t)mx | ((uint64_t)cw << 32);
   l->sp = sp;
 }
 
