@@ -269,6 +269,9 @@ class LaunchPlan:
         for kind, name, a in zip(self.kinds, self.names, args):
             if kind != "gl":
                 continue
+            get_device = getattr(a, "get_device", None)
+            if get_device is not None and get_device() == self.device_index:
+                continue
             if not getattr(a, "is_cuda", False):
                 return ArgumentError(f"{kernel_name}: argument '{name}' must be a CUDA tensor, got "
                                      f"{getattr(a, 'device', type(a).__name__)}")

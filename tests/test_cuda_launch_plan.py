@@ -1,0 +1,113 @@
+"""The cuda LaunchPlan without a GPU (a fake driver records cuLaunchKernel): the parameter buffer holds
+exactly the data pointers, shapes, strides and scalars in the kernel's ABI, bad arguments are
+ArgumentErrors that name the argument, and concurrent launching threads use separate buffers."""
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+import pytest
+import torch
+
+from hk_portable.backends.cuda import runtime
+from hk_portable.interface import ArgumentError
+from hk_portable.interface.backend import Artifact
+from hk_portable.interface.dtypes import bf16, f32, i32
+from hk_portable.interface.ir import GlobalType, ScalarType
+
+
+class FakeDriver:
+    def __init__(self):
+        self.launches = []
+
+    def ctxGetCurrent(self):
+        return 1
+
+    def moduleLoadData(self, image):
+        return 7
+
+    def moduleGetFunction(self, module, name):
+        return 11
+
+    def funcSetAttribute(self, f, attr, value):
+        self.attr = (attr, value)
+
+    def launchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        words = (ctypes.c_void_p * 5).from_address(extra)
+        size = ctypes.c_size_t.from_address(words[3]).value
+        self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "stream": stream,
+                              "bytes": ctypes.string_at(words[1], size), "buffer": words[1],
+                              "thread": threading.get_ident()})
+
+
+PARAMS = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarType(i32)), ("s", ScalarType(f32))]
+
+
+@pytest.fixture
+def plan(monkeypatch):
+    drv = FakeDriver()
+    monkeypatch.setattr(runtime, "_driver", lambda: drv)
+    fmt, size, params = runtime.param_layout(PARAMS)
+    art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
+                   launch={"threads": 128, "shared_bytes": 64 * 1024, "params": params, "param_format": fmt,
+                           "param_size": size})
+    p = runtime.LaunchPlan(art, device_index=-1)     # CPU tensors report get_device() == -1
+    p.drv = drv
+    return p
+
+
+def test_parameter_buffer_is_the_kernel_abi(plan):
+    x = torch.zeros(7, 9, dtype=torch.bfloat16)[:, 1:]          # a view: offset pointer, row stride 9
+    y = torch.zeros(2, 3, 4).transpose(0, 2)
+    plan.launch([x, y, -5, 2.5], (3, 2, 1), 1234, "k")
+    (rec,) = plan.drv.launches
+    assert rec["grid"] == (3, 2, 1) and rec["block"] == (128, 1, 1) and rec["shared"] == 64 * 1024
+    assert rec["stream"] == 1234
+    assert plan.drv.attr == (runtime.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024)
+    vals = struct.unpack(plan.packer.format, rec["bytes"])
+    assert vals == (x.data_ptr(), 7, 8, 9, 1, y.data_ptr(), 4, 3, 2, 1, 4, 12, -5, 2.5)
+    # gl<bf16,2> at 0 (32 bytes), gl<f32,3> at 32 (8 + 16 pad-free + 24 = 48 bytes), int at 80, float at 84
+    _, size, params = runtime.param_layout(PARAMS)
+    assert [p["offset"] for p in params] == [0, 32, 80, 84] and size == plan.size == 88
+
+
+def test_bad_arguments_name_the_argument(plan):
+    x = torch.zeros(4, 4, dtype=torch.bfloat16)
+    y = torch.zeros(2, 2, 2)
+    plan.device_index = 0                             # now CPU tensors are on the wrong device
+    with pytest.raises(ArgumentError, match="'x' must be a CUDA tensor"):
+        plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")
+    plan.device_index = -1
+    with pytest.raises(ArgumentError, match="int32"):
+        plan.launch([x, y, 2**40, 1.0], (1, 1, 1), 0, "k")
+    with pytest.raises(ArgumentError, match="65535"):
+        plan.launch([x, y, 1, 1.0], (1, 70000, 1), 0, "k")
+    with pytest.raises(ArgumentError, match="stream"):
+        plan.launch([x, y, 1, 1.0], (1, 1, 1), object(), "k")
+    assert not plan.drv.launches
+
+
+def test_threads_pack_into_their_own_buffers(plan):
+    x = torch.zeros(4, 4, dtype=torch.bfloat16)
+    y = torch.zeros(2, 2, 2)
+    barrier = threading.Barrier(4)
+
+    def worker(n):
+        barrier.wait()
+        for _ in range(200):
+            plan.launch([x, y, n, float(n)], (1, 1, 1), 0, "k")
+
+    ts = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(plan.drv.launches) == 800
+    by_thread = {}
+    for rec in plan.drv.launches:
+        vals = struct.unpack(plan.packer.format, rec["bytes"])
+        by_thread.setdefault(rec["thread"], set()).add(vals[-2])
+    assert len(by_thread) == 4
+    for seen in by_thread.values():
+        assert len(seen) == 1, "a thread's launches carried another thread's scalars"
