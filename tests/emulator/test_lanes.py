@@ -128,6 +128,40 @@ extern "C" __global__ void tr16(const short* in, short* out) {
 """
 
 
+PARTIAL_SRC = PRELUDE + r"""
+static __device__ inline int wave_id() { return __builtin_amdgcn_readfirstlane((int)(tid() >> 6)); }
+// A partial EXEC: only lanes 0-15 of each wave reach the readfirstlane; the others wait at the barrier.
+extern "C" __global__ void partial_uniform(int* out) {
+  __shared__ int lds[4 * 16];
+  const int l = (int)(tid() & 63);
+  if (l < 16) {
+    HK_LDS_STORE(int, &lds[wave_id() * 16 + l], 100 * wave_id() + l);
+    out[256 + tid()] = (int)__builtin_amdgcn_ballot_w64(l % 2 == 0);   // lanes 0..15 active
+  }
+  __builtin_amdgcn_s_barrier();
+  out[tid()] = HK_LDS_LOAD(int, &lds[(tid() % 64) % 16 + 16 * ((tid() / 64 + 1) % 4)]);
+}
+// The same shape with a data-moving cross-lane op is still an error.
+extern "C" __global__ void partial_bpermute(int* out) {
+  const int l = (int)(tid() & 63);
+  if (l < 16) out[tid()] = __builtin_amdgcn_ds_bpermute(4 * (l ^ 1), l);
+  __builtin_amdgcn_s_barrier();
+}
+"""
+
+
+def test_uniformity_ops_under_partial_exec_while_the_rest_waits_at_a_barrier():
+    out = torch.zeros(512, dtype=torch.int32)
+    m = emulator.load(PARTIAL_SRC, "gfx942", name="partial.hip")
+    m.launch("partial_uniform", 1, 256, [out])
+    t = torch.arange(256)
+    assert torch.equal(out[:256], (100 * ((t // 64 + 1) % 4) + (t % 64) % 16).int())
+    ball = sum(1 << i for i in range(0, 16, 2))
+    assert (out[256:][(t % 64) < 16] == ball).all()
+    with pytest.raises(emulator.EmulatorError, match="divergent wave operation.*ds_bpermute.*s_barrier"):
+        m.launch("partial_bpermute", 1, 64, [torch.zeros(64, dtype=torch.int32)])
+
+
 def test_gfx950_permlane_swaps():
     out = torch.zeros(4 * 64, dtype=torch.int32)
     emulator.load(GFX950_SRC, "gfx950").launch("swaps", 1, 64, [out])

@@ -776,6 +776,34 @@ void run_wave(Worker* w, Wave& wv) {
         if (lanes[i].state == L_BLOCKED && lanes[i].op == HK_EMU_OP_SOFT) lanes[i].state = L_READY;
       continue;
     }
+    // Partial EXEC: lanes at one uniformity operation (readfirstlane, readlane, ballot, read_exec) while
+    // every other live lane of the wave waits at s_barrier. The waiting lanes have left the divergent
+    // region and cannot reach this instance again without passing the barrier, so the operation runs
+    // for the lanes that are here, as on the device (e.g. `if (lane < 16) x[wave()] = ...; barrier`).
+    {
+      Lane* u = nullptr;
+      bool partial = true;
+      int nu = 0;
+      for (int i = 0; i < wv.n && partial; ++i) {
+        Lane& l = lanes[i];
+        if (l.state != L_BLOCKED || l.op == HK_EMU_OP_BARRIER) continue;
+        if (!op_allows_inactive(l.op) && l.op != HK_EMU_OP_READLANE) partial = false;
+        else if (!u) u = &l;
+        else if (l.op != u->op || l.site != u->site) partial = false;
+        if (partial) ++nu;
+      }
+      if (partial && u && nu < nblk) {
+        Lane* by_lane[64] = {nullptr};
+        for (int i = 0; i < wv.n; ++i)
+          if (lanes[i].state == L_BLOCKED && lanes[i].op == u->op) by_lane[lanes[i].info.lane] = &lanes[i];
+        ++w->st_xlane;
+        resolve(w, wv, by_lane, u->op);
+        ++wv.sync;
+        for (int i = 0; i < wv.n; ++i)
+          if (lanes[i].state == L_BLOCKED && lanes[i].op == u->op) lanes[i].state = L_READY;
+        continue;
+      }
+    }
     for (int i = 0; i < wv.n; ++i) {
       Lane& l = lanes[i];
       if (l.state == L_BLOCKED && (l.op != f->op || l.site != f->site)) {
@@ -785,8 +813,9 @@ void run_wave(Worker* w, Wave& wv) {
         const char* hint = "";
         if (f->op == HK_EMU_OP_READFIRSTLANE || l.op == HK_EMU_OP_READFIRSTLANE || f->op == HK_EMU_OP_BALLOT ||
             l.op == HK_EMU_OP_BALLOT)
-          hint = " (a readfirstlane/ballot inside a branch that only some lanes take -- e.g. to make a value "
-                 "uniform -- runs with a partial EXEC on the device; compute it before the branch)";
+          hint = " (a readfirstlane/ballot inside a branch that only some lanes take runs with a partial EXEC "
+                 "on the device; the emulator accepts that only while the other lanes wait at s_barrier or have "
+                 "returned -- compute it before the branch)";
         failf(w,
               "divergent wave operation in wave %u: %s is at %s (%s:%d) while %s is at %s (%s:%d); all live "
               "lanes of a wave must reach the same wave-level operation (cross-lane builtin, MFMA, s_barrier) "
