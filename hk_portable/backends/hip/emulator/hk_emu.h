@@ -16,6 +16,7 @@
 #include <string.h>
 #include <math.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <type_traits>
 #include <utility>
 
@@ -705,7 +706,6 @@ extern "C" char hk_emu_lds_begin[] __attribute__((weak, visibility("hidden")));
 extern "C" char hk_emu_lds_end[] __attribute__((weak, visibility("hidden")));
 extern "C" char hk_emu_lds_guard_lo[] __attribute__((weak, visibility("hidden")));
 extern "C" char hk_emu_lds_guard_hi[] __attribute__((weak, visibility("hidden")));
-extern "C" int mprotect(void*, size_t, int);
 extern "C" {
 __attribute__((visibility("hidden"), aligned(4096))) char hk_emu_dyn_lds[HK_EMU_DYN_CAP];
 __attribute__((visibility("default"))) void hk_emu_module_info_get(hk_emu_module_info* o) {
@@ -718,8 +718,8 @@ __attribute__((visibility("default"))) void hk_emu_module_info_get(hk_emu_module
   // the pages around the static LDS become PROT_NONE (the linker script reserves them for nothing else)
   o->guard_lo = hk_emu_lds_guard_lo;
   o->guard_hi = hk_emu_lds_guard_hi;
-  if (o->guard_lo) mprotect(o->guard_lo, 4096, 0);
-  if (o->guard_hi) mprotect(o->guard_hi, 4096, 0);
+  if (o->guard_lo) mprotect(o->guard_lo, 4096, PROT_NONE);
+  if (o->guard_hi) mprotect(o->guard_hi, 4096, PROT_NONE);
 }
 }
 namespace hk_emu {
