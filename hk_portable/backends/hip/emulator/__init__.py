@@ -536,8 +536,10 @@ class _Memory:
             g[0], g[1] = min(g[0], lo), max(g[1], hi)
             if name not in g[2]:
                 g[2].append(name)
+        self._by_storage: dict[int, int] = {}   # storage data_ptr -> index into self.groups
         try:
-            for lo, hi, names in groups.values():
+            for key, (lo, hi, names) in groups.items():
+                self._by_storage[key] = len(self.groups)
                 off, maplen = ctypes.c_uint64(), ctypes.c_uint64()
                 base = rt.hk_emu_region_alloc(hi - lo, ctypes.byref(off), ctypes.byref(maplen))
                 if not base:
@@ -582,9 +584,16 @@ class _Memory:
                     f"({n} bytes): found after the launch in the alignment padding after the tensor's copy, "
                     "so the writing lane is not known")
 
-    def translate(self, addr: int) -> int | None:
-        for lo, hi, _n, _b, _m, data in self.groups:
-            if lo <= addr <= hi and (hi > lo or addr == lo):
+    def translate(self, addr: int, tensor: torch.Tensor | None = None) -> int | None:
+        """The guarded-copy address for a host address (of `tensor`, if given: exact, by its storage)."""
+        if tensor is not None:
+            g = self.groups[self._by_storage[tensor.untyped_storage().data_ptr()]]
+            return g[5] + (addr - g[0])
+        for lo, hi, _n, _b, _m, data in self.groups:      # strictly inside first: spans may abut
+            if lo <= addr < hi:
+                return data + (addr - lo)
+        for lo, hi, _n, _b, _m, data in self.groups:      # then one past the end (or an empty tensor)
+            if addr == hi:
                 return data + (addr - lo)
         return None
 
@@ -799,7 +808,7 @@ def _pack(a, p: Param, mem: _Memory, i: int, kernel: str):
     buf = (ctypes.c_uint64 * max(1, (p.size + 7) // 8))()
     if p.kind == "pointer":
         if isinstance(a, torch.Tensor):
-            v = mem.translate(a.data_ptr())
+            v = mem.translate(a.data_ptr(), a)
         elif a is None:
             v = 0
         elif isinstance(a, Scalar) and a.kind in ("ptr", "uint", "int") and a.size == 8:
@@ -814,9 +823,14 @@ def _pack(a, p: Param, mem: _Memory, i: int, kernel: str):
         data = bytearray(a.data if isinstance(a, Blob) else bytes(a))
         if len(data) != p.size:
             raise EmulatorError(f"{where} is a {p.size}-byte {p.kind} parameter; got {len(data)} bytes")
+        own = [(t, *_span(t)) for t in a.tensors] if isinstance(a, Blob) else []
         for off in range(0, len(data) - 7, 8):
             (w,) = struct.unpack_from("<Q", data, off)
-            t = mem.translate(w) if w else None
+            if not w:
+                continue
+            t = next((mem.translate(w, x) for x, lo, hi in own if lo <= w <= hi), None)   # the blob's own
+            if t is None:
+                t = mem.translate(w)
             if t is not None:
                 struct.pack_into("<Q", data, off, t)
         ctypes.memmove(buf, bytes(data), len(data))
