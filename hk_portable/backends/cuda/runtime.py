@@ -164,32 +164,48 @@ def _runtime():
 
 
 def probe() -> tuple[bool, str | None, list[dict]]:
-    """(usable, reason, devices [{index, name, cc}]) from real calls: cupy's runtime, torch's CUDA."""
+    """(usable, reason, devices [{index, name, cc, smem_optin}]) from real calls.
+
+    Devices come from torch (whose CUDA runtime a caller with CUDA tensors has already started); cupy's
+    own runtime is asked only to explain why there is no usable GPU (starting a second CUDA runtime costs
+    a first kernel call tens of milliseconds)."""
+    torch = _torch()
     try:
-        rt = _runtime()
+        _driver()                                          # what launching needs from cupy
     except ImportError as e:
         return False, f"cupy is not installed ({e}); install hk-portable[cuda]", []
+    if getattr(torch.version, "hip", None):
+        return False, f"torch {torch.__version__} is a ROCm build; the cuda backend launches on torch's CUDA streams", []
     try:
-        n = rt.getDeviceCount()
-    except Exception as e:  # noqa: BLE001 - no driver, driver too old, no device: all reasons
-        return False, f"no usable NVIDIA GPU or driver: {type(e).__name__}: {e}", []
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as e:  # noqa: BLE001 - a broken driver is a reason, not a crash
+        return False, f"torch cannot use CUDA here: {type(e).__name__}: {e}", []
     if n == 0:
-        return False, "no NVIDIA GPU found (cudaGetDeviceCount() = 0)", []
+        return False, _why_no_gpu(torch), []
     devices = []
     for i in range(n):
-        p = rt.getDeviceProperties(i)
-        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
-        devices.append({"index": i, "name": name, "cc": (int(p["major"]), int(p["minor"])),
-                        "smem_optin": int(p.get("sharedMemPerBlockOptin", 0))})
-    torch = _torch()
-    if getattr(torch.version, "hip", None):
-        return False, f"torch {torch.__version__} is a ROCm build; the cuda backend launches on torch's CUDA streams", devices
-    if not torch.cuda.is_available():
-        return False, (f"torch {torch.__version__} cannot use CUDA here (torch.cuda.is_available() is False) although "
-                       f"cupy sees {n} GPU(s)"), devices
+        p = torch.cuda.get_device_properties(i)
+        devices.append({"index": i, "name": p.name, "cc": (int(p.major), int(p.minor)),
+                        "smem_optin": int(getattr(p, "shared_memory_per_block_optin", 0) or 0)})
     if devices[0]["cc"] < (8, 0):
         return False, f"{devices[0]['name']} is sm_{devices[0]['cc'][0]}{devices[0]['cc'][1]}; the cuda backend needs sm_80 or newer", devices
     return True, None, devices
+
+
+def _why_no_gpu(torch) -> str:
+    """In words: the driver's answer (through cupy's runtime) and whether torch was built with CUDA."""
+    parts = []
+    if not torch.version.cuda:
+        parts.append(f"torch {torch.__version__} is built without CUDA")
+    try:
+        n = _runtime().getDeviceCount()
+        parts.append("no NVIDIA GPU found (cudaGetDeviceCount() = 0)" if n == 0 else
+                     f"cupy sees {n} GPU(s) but torch.cuda.is_available() is False")
+    except ImportError as e:
+        parts.append(f"cupy's runtime is missing ({e})")
+    except Exception as e:  # noqa: BLE001 - no driver, driver too old: the reason itself
+        parts.append(f"no usable NVIDIA GPU or driver: {type(e).__name__}: {e}")
+    return "; ".join(parts)
 
 
 def arch_for(cc: tuple[int, int]) -> str:
