@@ -157,10 +157,14 @@ template<> struct from_float_t<float> { HK_DEV static float f(float x) { return 
 template<> struct from_float_t<int> { HK_DEV static int f(float x) { return f32_to_i32(x); } };
 template<> struct from_float_t<bf16> {
   HK_DEV static bf16 f(float x) {
+#if HK_GFX950
+    return bf16{__builtin_bit_cast(unsigned short, (__bf16)x)};      // v_cvt_pk_bf16_f32: RNE
+#else
     unsigned u = detail::f2u(x);
     if ((u & 0x7FFFFFFF) > 0x7F800000) return bf16{(unsigned short)((u >> 16) | 0x40)};   // quiet NaN
     u += 0x7FFF + ((u >> 16) & 1);                                                        // RNE
     return bf16{(unsigned short)(u >> 16)};
+#endif
   }
 };
 template<> struct from_float_t<f16> {
@@ -869,6 +873,28 @@ template<class T> HK_DEV bool vec_ok(const T* ptr, const span& sp) {
 }
 }  // namespace detail
 
+#if HK_GFX950
+namespace detail {
+// gfx950 direct-to-LDS: global_load_lds_dwordx4 writes lane l's 16 bytes at lds + 16*l, so a wave fills
+// 1 KiB of the tile's physical layout; each lane fetches the logical chunk that the swizzle puts at its
+// physical slot (the XOR swizzle is its own inverse). Asynchronous: complete at s_waitcnt vmcnt(0)
+// (async_wait_all). Only for whole, contiguous, aligned tiles of whole KiBs (no lane may sit out).
+template<class T, int R, int C> HK_DEV void load_direct(st<T, R, C> dst, const T* ptr, const span& sp) {
+  using S = st<T, R, C>;
+  constexpr int E = 16 / (int)sizeof(T), NCH = S::ROWB / 16, WAVE_CHUNKS = S::BYTES / 1024;
+  const int w = wave(), l = lane();
+  for (int wc = w; wc < WAVE_CHUNKS; wc += NW) {     // wave-uniform trip count
+    const int p = wc * 64 + l, r = p / NCH;
+    int chunk = p % NCH;
+    if constexpr (S::SWZ) chunk = (chunk ^ (r / S::RP)) & (NCH - 1);
+    const T* src = ptr + at(sp, r, chunk * E);
+    __builtin_amdgcn_global_load_lds((__attribute__((address_space(1))) void*)src,
+                                     (__attribute__((address_space(3))) void*)(dst.p + wc * 1024), 16, 0, 0);
+  }
+}
+}  // namespace detail
+#endif
+
 // GL -> ST: a raw copy (same dtype); complete and visible after async_wait_all() + sync() (the
 // emitter adds them; hk::pipeline owns its own)
 template<class T, int R, int C, int RANK, class... I>
@@ -880,6 +906,12 @@ HK_DEV void load(st<T, R, C> dst, const gl<T, RANK>& g0, float fill, I... idx) {
   if constexpr (detail::chunked<T, R, C>()) {
     constexpr int E = 16 / (int)sizeof(T);
     if (detail::vec_ok(g.ptr, sp)) {
+#if HK_GFX950
+      if constexpr (st<T, R, C>::BYTES % 1024 == 0) {
+        detail::load_direct(dst, g.ptr, sp);
+        return;
+      }
+#endif
       detail::each_chunk<T, R, C>([&](int r, int c) {
         const u32x4 v = detail::gload((const u32x4*)(g.ptr + detail::at(sp, r, c)));
         unsigned char* to = dst.p + st<T, R, C>::offset(r, c);
