@@ -214,3 +214,18 @@ def test_mismatched_tile_types_are_named():
 def test_using_ops_outside_a_kernel_is_explained():
     with pytest.raises(TraceError, match="only be used inside an @hk.kernel body"):
         hk.zeros(RT[f32, 16, 16])
+
+
+def test_shared_to_register_load_needs_the_shared_dtype():
+    import hk_portable as hk
+    from hk_portable.interface import GL, RT, ST, bf16, f32
+
+    @hk.kernel
+    def k(x: GL[2], y: GL[2]):
+        s = hk.shared(ST[bf16, 16, 16])
+        hk.load(s, x, (0, 0))
+        hk.store(y, hk.load(RT[f32, 16, 16], s), (0, 0))
+
+    x, y = torch.randn(16, 16).to(torch.bfloat16), torch.empty(16, 16)
+    with pytest.raises(TypeError, match=r"RT\[bf16, 16, 16\].*cast after loading"):
+        k(x, y, grid=(1,))

@@ -294,8 +294,9 @@ def load(dst, src, idx=(), fill: float = 0.0):
             _check_tile_fits(dst, src, "load")
             return emit1("load_gl", [src] + _index(src, idx, len(dst.shape), "load"), dst, {"fill": float(fill)})
         st = _tile(src, "load source", ("st",))
-        if dst.space != "rt" or st.shape != dst.shape:
-            raise TypeError(f"load ST -> RT needs an RT of the shared tile's shape {st.shape}, got {dst}")
+        if dst.space != "rt" or st.shape != dst.shape or st.dtype is not dst.dtype:
+            raise TypeError(f"load ST -> RT copies raw elements: it needs RT[{st.dtype}, {st.shape[0]}, "
+                            f"{st.shape[1]}] (the shared tile's dtype and shape), got {dst}; cast after loading")
         return emit1("st_to_rt", (st,), dst)
     raise TypeError(f"load destination must be a shared tile or a register tile type (RT[...]/RV[...]), "
                     f"got {dst!r}")
