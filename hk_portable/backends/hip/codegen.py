@@ -143,7 +143,8 @@ def make_plan(program: Program, target: Target, options: dict | None = None) -> 
                            "schedule": s, "why": why})
     scratch = scratch_bytes(program, waves)
     arena = arena_bytes(program)
-    lds = _round(max(arena, 16), SMEM_ALIGN) + scratch
+    # an upper bound: the compiler drops an arena (or scratch) no code reaches
+    lds = (_round(arena, SMEM_ALIGN) if arena else 0) + scratch
     return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds,
                 bool(options.get("block_remap", True)))
 

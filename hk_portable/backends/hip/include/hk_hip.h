@@ -596,10 +596,12 @@ template<class T, int RANK> struct gl {
 };
 
 namespace detail {
-// Tensor views and tile indices pass through readfirstlane before each access: it is convergent, so
-// LLVM cannot hoist the address arithmetic built on them out of loops. Hoisted, those 64-bit
-// invariants of every load and store site of a kernel pin the scalar registers until they spill.
-HK_DEV int uni(int x) { return __builtin_amdgcn_readfirstlane(x); }
+// Tensor views, tile indices and mask parameters pass through an identity DPP move before each use:
+// DPP is convergent and opaque to LLVM, so the address arithmetic built on them is neither hoisted out
+// of loops nor kept in scalar registers (the values land in VGPRs, where there is room). Hoisted into
+// SGPRs, the 64-bit invariants of every load and store site of a kernel spill. (readfirstlane does not
+// do: LLVM folds it away on values it can prove uniform, such as kernel arguments.)
+HK_DEV int uni(int x) { return __builtin_amdgcn_update_dpp(0, x, 0xE4, 0xF, 0xF, false); }
 HK_DEV long long uni64(long long x) {
   const unsigned lo = (unsigned)uni((int)(unsigned)x), hi = (unsigned)uni((int)(x >> 32));
   return (long long)(((unsigned long long)hi << 32) | lo);
@@ -1029,7 +1031,7 @@ template<int R, int C> HK_DEV void bounds_mask(rt<bool, R, C>& dst, int ro, int 
 template<int R, int C>
 HK_DEV void dropout_mask(rt<bool, R, C>& dst, float p, int seed_lo, int seed_hi, int off_lo, int off_hi, int ro,
                          int co, int stride) {
-  // scalars through readfirstlane: the hoisted Philox key schedule alone would take 20 scalar registers
+  // scalars through uni(): the hoisted Philox key schedule alone would take 20 scalar registers
   seed_lo = detail::uni(seed_lo);
   seed_hi = detail::uni(seed_hi);
   ro = detail::uni(ro);
