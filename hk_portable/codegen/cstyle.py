@@ -9,7 +9,9 @@ The emitter's own decisions are few and vendor-neutral:
 """
 from __future__ import annotations
 
+import hashlib
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from ..interface import dtypes as D
@@ -24,6 +26,15 @@ BINARY_FN = {op: f"hk::op_{op}" for op in ("add", "sub", "mul", "div", "maximum"
                                             "lt", "le", "gt", "ge", "eq", "ne")}
 SMEM_ALIGN = 128
 ROW, COL = "ROW", "COL"
+
+
+def source_fingerprint(*paths: Path) -> str:
+    """A short hash of the files that shape a backend's generated code (its device library, its emitter
+    subclass) together with this shared emitter: part of every compile cache key."""
+    h = hashlib.sha256()
+    for p in (*paths, Path(__file__)):
+        h.update(Path(p).read_bytes())
+    return h.hexdigest()[:16]
 
 
 @dataclass

@@ -7,11 +7,10 @@ place (a transposed A, any B). `scratch_bytes` computes its size with the librar
 """
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel, SMEM_ALIGN, assign_vector_axes
+from ...codegen.cstyle import source_fingerprint, COL, ROW, CStyleEmitter, EmittedKernel, SMEM_ALIGN, assign_vector_axes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
 from ...interface.ir import Program, SharedBufType, TileType
@@ -27,11 +26,8 @@ def header_text() -> str:
 
 @lru_cache(maxsize=1)
 def library_hash() -> str:
-    """Hash of everything that shapes the generated code: the device library and both emitters."""
-    h = hashlib.sha256()
-    for p in (HEADER, Path(__file__), Path(__file__).parents[2] / "codegen" / "cstyle.py"):
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+    """Hash of everything that shapes the generated code (part of the compile cache key)."""
+    return source_fingerprint(HEADER, Path(__file__))
 
 
 def num_warps(program: Program, target: Target) -> int:

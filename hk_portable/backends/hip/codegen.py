@@ -11,12 +11,11 @@ Decisions made here, per program and target (a `Plan`, recorded in the Artifact)
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ...codegen.cstyle import SMEM_ALIGN, CStyleEmitter, EmittedKernel
+from ...codegen.cstyle import source_fingerprint, SMEM_ALIGN, CStyleEmitter, EmittedKernel
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
 from ...interface.ir import Op, Program, Region, TileType
@@ -36,10 +35,7 @@ def header_text() -> str:
 @lru_cache(maxsize=1)
 def library_hash() -> str:
     """Hash of everything that shapes the generated code (part of the compile cache key)."""
-    h = hashlib.sha256()
-    for p in (HEADER, Path(__file__), Path(__file__).parents[2] / "codegen" / "cstyle.py"):
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+    return source_fingerprint(HEADER, Path(__file__))
 
 
 def _round(x: int, a: int = 16) -> int:
