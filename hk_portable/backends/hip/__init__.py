@@ -11,6 +11,8 @@ device through hiprtc. See README.md in this folder.
 """
 from __future__ import annotations
 
+import os
+
 from typing import Any, Sequence
 
 import torch
@@ -45,6 +47,9 @@ def make_target(arch: str, *, runs: bool, compile_only: bool = False, emulated: 
     return Target(backend="hip", arch=arch, vendor="amd", lanes=64, max_shared_bytes=codegen.LDS_BYTES[arch],
                   mma_shapes=MMA_SHAPES[arch], dtypes=DTYPES, capabilities=caps, compile_only=compile_only,
                   emulated=emulated)
+
+
+EMULATED_LAUNCH_TIMEOUT_S = 300.0   # default per emulated launch; HK_EMU_TIMEOUT_S overrides
 
 
 class HipBackend(Backend):
@@ -157,8 +162,10 @@ class HipBackend(Backend):
         if emu is None:
             raise BackendError(f"cannot run {artifact.kernel_name} on CPU tensors: {why}")
         mod = emu.load(artifact.source, artifact.target, name=f"{artifact.kernel_name}.hip", fp_contract="off")
+        # a generated kernel that loops forever must fail the case, not hang the suite (or CI)
+        timeout = None if os.environ.get("HK_EMU_TIMEOUT_S") else EMULATED_LAUNCH_TIMEOUT_S
         mod.launch(artifact.kernel_name, grid=grid, block=(threads, 1, 1),
-                   args=abi.emulator_args(program.params, args, emu))
+                   args=abi.emulator_args(program.params, args, emu), timeout=timeout)
 
     @staticmethod
     def _require_arch(target: Target) -> None:
