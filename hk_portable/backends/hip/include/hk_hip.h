@@ -36,7 +36,7 @@
 #define HK_BLOCK_REMAP 1
 #endif
 
-#if defined(__gfx950__) || defined(HK_EMU_GFX950)
+#if defined(__gfx950__)      // the emulator defines it too (-D__gfx950__)
 #define HK_GFX950 1
 #else
 #define HK_GFX950 0
