@@ -1,0 +1,59 @@
+"""A representative sample of the conformance suite on the hip backend's emulated gfx942 and gfx950
+targets: the generated HIP source, compiled for the host and executed lane by lane by the wave64
+emulator, judged exactly as on hardware (exact tier bit for bit, against float64 math and against the
+reference backend). The whole suite: `hk conformance --backend hip --target gfx942 --emulate`."""
+from __future__ import annotations
+
+import collections
+import functools
+
+import pytest
+
+from hk_portable.backends.hip import emulator
+from hk_portable.conformance.cases import all_cases
+from hk_portable.conformance.runner import PASSED, SKIPPED, Session
+
+ok, why = emulator.available()
+pytestmark = pytest.mark.skipif(not ok, reason=f"hip emulator unavailable: {why}")
+
+KERNEL_CASES = ("kernel/gemm/bf16-f32/17x33x65", "kernel/gemm/f16-f16/100x70x130",
+                "kernel/attention_fwd/bf16/B1_Hq2_Hkv1_N77_D64_causal",
+                "kernel/dropout_residual_layernorm/bf16/33x1000_p0.1",
+                "kernel/attention_fwd/f16/B2_Hq4_Hkv2_N130_D128_full")
+
+
+@functools.cache
+def _cases() -> dict:
+    return {c.id: c for c in all_cases()}
+
+
+def _sample() -> list[str]:
+    """Two op cases of every op family (first and last, so dtypes and shapes vary) plus kernel cases."""
+    families = collections.defaultdict(list)
+    for c in _cases().values():
+        if c.kind == "op":
+            families["/".join(c.id.split("/")[:3])].append(c.id)
+    ids = sorted({i for ids in families.values() for i in (ids[0], ids[-1])})
+    return ids + [k for k in KERNEL_CASES if k in _cases()]
+
+
+@functools.cache
+def _session(arch: str) -> Session:
+    return Session("hip", arch, emulate=True, seed=11)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("case_id", _sample())
+def test_case_on_emulated_target(arch, case_id):
+    r = _session(arch).run_case(_cases()[case_id])
+    if r.status == SKIPPED:
+        pytest.skip(r.reason)
+    assert r.status == PASSED, r.reason
+
+
+def test_sample_covers_every_kernel_and_op_family():
+    ids = _sample()
+    assert all(k in ids for k in KERNEL_CASES), "a named kernel case disappeared from the suite"
+    fams = {"/".join(i.split("/")[:2]) for i in ids if i.startswith("op/")}
+    all_fams = {"/".join(c.id.split("/")[:2]) for c in _cases().values() if c.kind == "op"}
+    assert fams == all_fams
