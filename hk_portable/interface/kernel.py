@@ -182,26 +182,26 @@ class Kernel:
         fast = self._fast_key(args, kwargs, backend, target)
         hit = self._launches.get(fast) if fast is not None else None
         if hit is None:
-            hit = self._prepare(args, kwargs, backend, target)
+            be, art, runtime = self._prepare(args, kwargs, backend, target)
             if fast is not None:
-                self._launches[fast] = hit
+                self._launches[fast] = (be, art)
         else:
             _check_scalars(self.name, self.runtime_params, args)
-        be, art = hit
+            (be, art), runtime = hit, list(args)
         grid3 = _grid3(grid)
         if 0 in grid3:
             return
-        be.launch(art, list(args) if fast is not None else self.bind(args, kwargs)[0], grid3, stream)
+        be.launch(art, runtime, grid3, stream)
 
     def _prepare(self, args, kwargs, backend, target):
-        """The slow path of a call: bind, specialise, select the backend, check devices, compile."""
-        from ..backends import registry
+        """The slow path of a call: bind, specialise, select the backend, check devices, compile.
+        Returns (backend, artifact, runtime arguments in order)."""
         runtime, consts = self.bind(args, kwargs)
         prog = self._program(runtime, consts)
         tensors = [v for v in runtime if isinstance(v, torch.Tensor)]
-        be = registry.select(backend, tensors)
+        be = _registry().select(backend, tensors)
         _check_devices(self.name, self.runtime_params, runtime, be)
-        return be, self.compile_for(prog, be, target)
+        return be, self.compile_for(prog, be, target), runtime
 
     def _fast_key(self, args, kwargs, backend, target):
         """A key for calls whose launch is fully decided by the arguments' kinds: every runtime argument

@@ -46,16 +46,15 @@ class Interpreter:
         self.p = program
         self.grid = grid
         self.nb = grid[0] * grid[1] * grid[2]
-        self.bidx = torch.arange(self.nb)
         self.env: dict[Value, Any] = {}
         self.device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        self.bidx = torch.arange(self.nb, device=self.device)
         for prm, v, a in zip(program.params, program.body.args, args):
             if isinstance(prm.type, GlobalType):
                 self.env[v] = a
             else:
                 dt = torch.int64 if prm.type.dtype is D.i32 else torch.float32
                 self.env[v] = torch.full((self.nb,), a, dtype=dt, device=self.device)
-        self.bidx = self.bidx.to(self.device)
 
     def run(self) -> None:
         active = torch.ones(self.nb, dtype=torch.bool, device=self.device)
@@ -72,7 +71,7 @@ class Interpreter:
                 for r, val in zip(op.results, out):
                     self.env[r] = val
 
-    def _loop(self, regions_args, trips, active, init, body):
+    def _loop(self, trips, active, init, body):
         carry = list(init)
         n_max = int(trips.max().item()) if trips.numel() else 0
         for it in range(max(n_max, 0)):
@@ -100,7 +99,7 @@ class Interpreter:
             self.region(reg, act)
             return [self.env[y] for y in reg.yields]
 
-        return self._loop(None, (hi - lo).clamp(min=0), active, init, body)
+        return self._loop((hi - lo).clamp(min=0), active, init, body)
 
     def op_pipeline(self, op: Op, active):
         n = self.env[op.operands[0]]
@@ -119,7 +118,7 @@ class Interpreter:
             self.region(creg, act)
             return [self.env[y] for y in creg.yields]
 
-        return self._loop(None, n.clamp(min=0), active, init, body)
+        return self._loop(n.clamp(min=0), active, init, body)
 
     # ------------------------------------------------------------------------------------ scalars
     def op_const(self, op, active):
