@@ -92,7 +92,23 @@ class OnTarget(Backend):
     def accepts_device(self, device) -> bool:
         return self.inner.accepts_device(device)
 
-    def __getattr__(self, item):                 # cacheable(), compiler_version(), restore(), emit(), ...
+    # the rest of the contract has defaults on Backend: forward each, or the defaults would shadow the inner's
+    def claims_device(self, device) -> bool:
+        return self.inner.claims_device(device)
+
+    def compiler_version(self) -> str:
+        return self.inner.compiler_version()
+
+    def cacheable(self) -> bool:
+        return self.inner.cacheable()
+
+    def restore(self, artifact: Artifact, program: Program) -> Artifact | None:
+        return self.inner.restore(artifact, program)
+
+    def emit(self, artifact: Artifact, kind: str):
+        return self.inner.emit(artifact, kind)
+
+    def __getattr__(self, item):                 # backend-specific extras
         return getattr(self.inner, item)
 
 

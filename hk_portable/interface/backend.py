@@ -29,6 +29,11 @@ class Target:
     def __str__(self) -> str:
         return self.arch
 
+    @property
+    def spec(self) -> str:
+        """The one spelling of this target wherever a backend is named: "hip:gfx950:emulated"."""
+        return f"{self.backend}:{self.arch}" + (":emulated" if self.emulated else "")
+
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
 
@@ -77,20 +82,45 @@ class Backend(abc.ABC):
             raise RuntimeError(f"backend {self.name!r} has no targets")
         return ts[0]
 
-    def target(self, arch: str | None) -> Target:
-        if arch is None:
+    def target(self, arch: "str | Target | None" = None, *, emulated: bool | None = None) -> Target:
+        """The target named by `arch` (None: the default one); `emulated` picks between a device or
+        compile-only target and an emulated one of the same arch (None: the first listed)."""
+        if isinstance(arch, Target):
+            return arch
+        if arch is None and emulated is None:
             return self.default_target()
         for t in self.targets():
-            if t.arch == arch:
+            if (arch is None or t.arch == arch) and (emulated is None or t.emulated == emulated):
                 return t
-        raise UnsupportedError(f"backend {self.name!r} has no target {arch!r}; "
-                               f"its targets are {[t.arch for t in self.targets()]}")
+        what = ("emulated target" if emulated else "target") + (f" {arch!r}" if arch else "")
+        raise UnsupportedError(f"backend {self.name!r} has no {what}; its targets are "
+                               f"{[t.arch + (':emulated' if t.emulated else '') for t in self.targets()]}")
 
-    def check(self, program: Program, target: Target) -> None:
+    def claims_device(self, device) -> bool:
+        """Whether a tensor on this torch device goes to this backend when no call, context or HK_BACKEND
+        names one (as Triton's drivers claim their device). At most one installed backend should claim a
+        device; the reference claims the CPU."""
+        return False
+
+    def check(self, program: Program, target: Target, options=None) -> None:
         """Raise UnsupportedError if `target` cannot take `program` (tile shapes, dtypes, memory)."""
 
+    def compiler_version(self) -> str:
+        """Part of the compile cache key: whatever shapes the output besides the Program, target and
+        options (compiler version, device-library fingerprint)."""
+        return ""
+
+    def cacheable(self) -> bool:
+        """Whether compile() results may be stored in the on-disk compile cache."""
+        return True
+
+    def restore(self, artifact: Artifact, program: Program) -> Artifact | None:
+        """Make an Artifact read from the compile cache usable (reattach private payloads); None rejects
+        it, and the Program is compiled again."""
+        return artifact
+
     @abc.abstractmethod
-    def compile(self, program: Program, target: Target, options: dict | None = None) -> Artifact:
+    def compile(self, program: Program, target: Target, options=None) -> Artifact:
         ...
 
     @abc.abstractmethod
@@ -113,3 +143,12 @@ class Backend(abc.ABC):
             raise UnsupportedError(f"backend {self.name!r} cannot emit {kind!r} for target {artifact.target}; "
                                    f"it can emit: {', '.join(['ir'] + can)}")
         return value
+
+
+def parse_spec(spec: str) -> tuple[str, str | None, bool | None]:
+    """"name", "name:arch" or "name:arch:emulated" -> (name, arch or None, True or None)."""
+    parts = spec.strip().split(":")
+    if not parts[0] or len(parts) > 3 or (len(parts) == 3 and parts[2] != "emulated") or "" in parts[1:]:
+        raise ValueError(f"backend spec {spec!r}: expected NAME, NAME:ARCH or NAME:ARCH:emulated "
+                         "(e.g. 'cuda', 'cuda:sm_90a', 'hip:gfx950:emulated')")
+    return parts[0], (parts[1] if len(parts) > 1 else None), (True if len(parts) == 3 else None)

@@ -75,6 +75,9 @@ class CudaBackend(Backend):
         import torch
         return getattr(device, "type", None) == "cuda" and not getattr(torch.version, "hip", None)
 
+    def claims_device(self, device) -> bool:
+        return self.accepts_device(device)      # CUDA tensors of a CUDA build of torch
+
     @staticmethod
     def nvrtc_name() -> str:
         try:

@@ -78,6 +78,10 @@ class HipBackend(Backend):
             out += [make_target(a, runs=True, emulated=True) for a in ARCHS]
         return out
 
+    def claims_device(self, device) -> bool:
+        """GPU tensors of a ROCm build of torch (CPU tensors go to the reference unless hip is named)."""
+        return torch.device(device).type == "cuda" and bool(getattr(torch.version, "hip", None))
+
     def accepts_device(self, device) -> bool:
         device = torch.device(device)
         if device.type == "cpu":

@@ -37,6 +37,9 @@ class ReferenceBackend(Backend):
         """Any torch device with data: a 'meta' tensor has none, so a run would compute nothing."""
         return torch.device(device).type != "meta"
 
+    def claims_device(self, device) -> bool:
+        return torch.device(device).type == "cpu"
+
     def cacheable(self) -> bool:
         return False
 
