@@ -161,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--emit", required=True, choices=EMIT_KINDS)
     k.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout (needed for binaries)")
     k.set_defaults(func=cmd_compile)
+
+    from . import bench
+    m = sub.add_parser("bench", help="library kernels against vendor baselines, side by side, self-checking")
+    bench.add_arguments(m)
+    m.set_defaults(func=bench.main)
     return p
 
 

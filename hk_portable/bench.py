@@ -1,0 +1,406 @@
+"""`hk bench`: each library kernel against its vendor baseline, side by side in one process, on the same
+inputs, with numbers that check themselves.
+
+- Every case builds its own inputs when it runs (never a closure over a loop variable shared by cases),
+  several input sets when one set would stay in L2, and rotates through them.
+- Each figure is timed by two methods: the median of per-call device events (CUDA) and the mean of a batch
+  of back-to-back calls on a host clock after a synchronize. They must agree within `AGREE` or the entry
+  says so (`agree: false`), and the run's `ok` is false.
+- Within a family, a case with `SCALE_MIN_WORK`x the work of another must take at least the square root of
+  that factor longer (a benchmark that times the same thing for every size fails this).
+- Outputs are compared with the baseline's (relative Frobenius error) before timing.
+
+Baselines are yardsticks only: torch.matmul (cuBLAS), scaled_dot_product_attention with the cuDNN and
+flash backends, torch.compile for dropout+residual+layernorm, a device copy for bandwidth. On the CPU the
+same harness runs at small sizes (events replaced by the host clock) so that its logic is tested in CI.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+AGREE = 0.10              # the two timing methods must agree within 10 %
+SCALE_MIN_WORK = 2.0      # the scaling check compares cases whose work differs at least this much
+ROTATE_BYTES = 256 << 20  # input sets rotated so that one cycle moves at least this much (H200 L2: 50 MB)
+
+
+@dataclass
+class Case:
+    """One benchmark: `make(device)` builds fresh inputs and returns a Bound over them."""
+    family: str
+    name: str
+    work: float                    # FLOPs or bytes
+    unit: str                      # "TFLOP/s" | "GB/s"
+    make: Callable[[str], tuple]
+    size: dict = field(default_factory=dict)
+
+
+@dataclass
+class Bound:
+    """A case on its inputs: hk(i) and each baseline(i) run on input set i of n_sets; check() is the relative
+    error of hk's output against float64 math."""
+    hk: Callable[[int], object] | None          # None: a ceiling measurement (the device copy)
+    baselines: dict[str, Callable[[int], object]]
+    check: Callable[[], float]
+    n_sets: int = 1
+
+
+@dataclass
+class Timing:
+    ms: float                      # the events median (GPU) or the per-call host median (CPU)
+    ms_batch: float                # batch mean on the host clock
+    agree: bool
+
+    @property
+    def spread(self) -> float:
+        return abs(self.ms - self.ms_batch) / min(self.ms, self.ms_batch)
+
+
+# ------------------------------------------------------------------------------------------- timing
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_fn(fn: Callable[[int], object], n_sets: int, device: str, budget_s: float = 1.0) -> Timing:
+    """Two independent timings of fn over rotating input sets (see the module docstring)."""
+    for i in range(n_sets):            # warm-up: compile, module load, autotune, handle creation
+        fn(i)
+    _sync(device)
+    t0 = time.perf_counter()
+    fn(0)
+    _sync(device)
+    once = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(200, max(5, budget_s / 2 / once)))
+    per_call = _per_call_ms(fn, n_sets, device, reps)
+    batch = _batch_ms(fn, n_sets, device, reps)
+    t = Timing(per_call, batch, True)
+    t.agree = t.spread <= AGREE
+    return t
+
+
+def _per_call_ms(fn, n_sets: int, device: str, reps: int) -> float:
+    times = []
+    for r in range(reps):
+        if device == "cuda":
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn(r % n_sets)
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        else:
+            t0 = time.perf_counter()
+            fn(r % n_sets)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _batch_ms(fn, n_sets: int, device: str, reps: int) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    for r in range(reps):
+        fn(r % n_sets)
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3 / reps
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+
+
+def n_sets_for(bytes_per_set: int, device: str) -> int:
+    """How many input sets make one rotation at least ROTATE_BYTES (1 on the CPU: nothing to defeat)."""
+    if device != "cuda":
+        return 1
+    return max(2, min(8, math.ceil(ROTATE_BYTES / max(bytes_per_set, 1))))
+
+
+# -------------------------------------------------------------------------------------------- cases
+def _randn(shape, device, dtype):
+    return torch.randn(*shape, device=device, dtype=dtype)
+
+
+def gemm_case(M: int, N: int, K: int) -> Case:
+    def make(device):
+        from .kernels.gemm import gemm
+        n = n_sets_for(2 * (M * K + K * N), device)
+        sets = [(_randn((M, K), device, torch.bfloat16), _randn((K, N), device, torch.bfloat16)) for _ in range(n)]
+        outs = [torch.empty(M, N, device=device, dtype=torch.bfloat16) for _ in range(n)]
+
+        def hk_fn(i):
+            return gemm(*sets[i], out=outs[i])
+
+        def check():
+            a, b = sets[0]
+            return rel_error(gemm(a, b, out=outs[0]), a.double() @ b.double())
+        return Bound(hk_fn, {"torch.matmul (cuBLAS)": lambda i: torch.matmul(*sets[i])}, check, n)
+    return Case("gemm", f"gemm bf16 {M}x{N}x{K}", 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K))
+
+
+def attention_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> Case:
+    def make(device):
+        from .kernels.attention import attention_fwd
+        F = torch.nn.functional
+        per_set = 2 * B * N * D * (Hq * 2 + Hkv * 2)
+        n = n_sets_for(per_set, device)
+        sets = [(_randn((B, Hq, N, D), device, torch.bfloat16), _randn((B, Hkv, N, D), device, torch.bfloat16),
+                 _randn((B, Hkv, N, D), device, torch.bfloat16)) for _ in range(n)]
+        gqa = Hq != Hkv
+
+        def sdpa(i, which=None):
+            q, k, v = sets[i]
+            if which is None:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+            from torch.nn.attention import sdpa_kernel
+            with sdpa_kernel(which):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+        baselines = {"SDPA": sdpa}
+        if device == "cuda":
+            from torch.nn.attention import SDPBackend
+            baselines = {"SDPA cuDNN": lambda i: sdpa(i, SDPBackend.CUDNN_ATTENTION),
+                         "SDPA flash": lambda i: sdpa(i, SDPBackend.FLASH_ATTENTION)}
+
+        def check():
+            q, k, v = sets[0]
+            ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal,
+                                                 enable_gqa=gqa)
+            return rel_error(attention_fwd(q, k, v, causal=causal)[0], ref)
+        return Bound(lambda i: attention_fwd(*sets[i], causal=causal), baselines, check, n)
+    flops = 4.0 * B * Hq * N * N * D / (2 if causal else 1)
+    gqa = f" GQA {Hq}/{Hkv}" if Hq != Hkv else ""
+    return Case("attention", f"attention_fwd B{B} H{Hq}{gqa} N{N} D{D}{' causal' if causal else ''}", flops,
+                "TFLOP/s", make, dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, causal=causal))
+
+
+def layernorm_case(rows: int, d: int, p: float = 0.1) -> Case:
+    def make(device):
+        from .kernels.layernorm import dropout_residual_layernorm
+        n = n_sets_for(4 * rows * d * 2, device)
+        sets = [(_randn((rows, d), device, torch.bfloat16), _randn((rows, d), device, torch.bfloat16))
+                for _ in range(n)]
+        w, b = torch.randn(d, device=device), torch.randn(d, device=device)
+
+        def eager(i):
+            x, r = sets[i]
+            h = torch.nn.functional.dropout(x, p) + r
+            return torch.nn.functional.layer_norm(h.float(), (d,), w, b).to(x.dtype)
+
+        baselines = {"torch eager": eager}
+        if device == "cuda":
+            baselines = {"torch.compile": torch.compile(eager), "torch eager": eager}
+
+        def check():          # no dropout: the baseline's RNG differs from Philox, so compare at p=0
+            x, r = sets[0]
+            y = dropout_residual_layernorm(x, r, w, b, p=0.0)[0]
+            ref = torch.nn.functional.layer_norm((x.double() + r.double()), (d,), w.double(), b.double())
+            return rel_error(y, ref)
+        return Bound(lambda i: dropout_residual_layernorm(*sets[i], w, b, p=p, seed=i), baselines, check, n)
+    nbytes = 4.0 * rows * d * 2 + 2 * d * 4        # read x and residual, write y and h (bf16); w, b (f32)
+    return Case("layernorm", f"dropout+residual+layernorm {rows}x{d} p={p}", nbytes, "GB/s", make,
+                dict(rows=rows, d=d))
+
+
+def copy_case(nbytes: int) -> Case:
+    """The device's copy bandwidth (bytes read + bytes written): the memory-bound kernels' ceiling."""
+    def make(device):
+        n = max(1, nbytes // 4)
+        src, dst = torch.randn(n, device=device), torch.empty(n, device=device)
+        return Bound(None, {"device copy": lambda i: dst.copy_(src)},
+                     lambda: 0.0 if torch.equal(dst.copy_(src), src) else 1.0)
+    return Case("copy", f"device copy {nbytes >> 20} MiB", 2.0 * nbytes, "GB/s", make, dict(bytes=nbytes))
+
+
+def default_cases(device: str, quick: bool = False) -> list[Case]:
+    """The issue's shapes on a GPU; small ones on the CPU (the harness check in CI)."""
+    if device != "cuda":
+        return [gemm_case(64, 64, 64), gemm_case(128, 128, 128), attention_case(1, 2, 2, 64, 64, False),
+                attention_case(1, 2, 2, 128, 64, False), layernorm_case(64, 256), layernorm_case(256, 256)]
+    gemms = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 14336), (16384, 14336, 4096), (4000, 4000, 4000)]
+    attn = [(16384 // N, H, Hkv, N, D, c) for N in (1024, 4096, 16384) for D in (64, 128) for c in (False, True)
+            for H, Hkv in ((16, 16),)] + [(4, 32, 8, 4096, 128, c) for c in (False, True)]
+    if quick:
+        gemms, attn = gemms[:2], [a for a in attn if a[3] == 4096 and a[4] == 128]
+    return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + [attention_case(*a) for a in attn]
+            + [layernorm_case(16384, 4096), layernorm_case(8192, 4096)])
+
+
+# ---------------------------------------------------------------------------------------------- run
+def run_case(case: Case, device: str, budget_s: float) -> dict:
+    entry = {"family": case.family, "name": case.name, "unit": case.unit, "work": case.work, **case.size}
+    try:
+        bound = case.make(device)
+        entry["rel_error"] = bound.check()
+        per_unit = 1e12 if case.unit == "TFLOP/s" else 1e9
+        entry["n_input_sets"] = bound.n_sets
+        if bound.hk is not None:
+            entry["hk"] = _timed(bound.hk, bound.n_sets, case, device, budget_s, per_unit)
+        entry["baselines"] = {name: _timed(fn, bound.n_sets, case, device, budget_s, per_unit)
+                              for name, fn in bound.baselines.items()}
+        if entry["baselines"] and "hk" in entry:
+            first = next(iter(entry["baselines"].values()))
+            entry["ratio_hk_over_baseline"] = first["ms"] / entry["hk"]["ms"]
+    except Exception as e:  # noqa: BLE001 - one failing case must not hide the others
+        entry["error"] = f"{type(e).__name__}: {e}"
+    return entry
+
+
+def _timed(fn, n_sets: int, case: Case, device: str, budget_s: float, per_unit: float) -> dict:
+    t = time_fn(fn, n_sets, device, budget_s)
+    return {"ms": t.ms, "ms_batch": t.ms_batch, "agree": t.agree, "spread": t.spread,
+            "rate": case.work / (t.ms * 1e-3) / per_unit}
+
+
+def scaling_problems(entries: list[dict]) -> list[str]:
+    """Pairs in one family where more work did not take longer (see SCALE_MIN_WORK)."""
+    problems = []
+    ok = [e for e in entries if "baselines" in e]
+    for who in ["hk"] + sorted({b for e in ok for b in e.get("baselines", {})}):
+        rows = [(e["family"], e["work"], e["name"], e.get("hk") if who == "hk" else e["baselines"].get(who))
+                for e in ok]
+        rows = [r for r in rows if r[3] is not None]
+        for fam in {r[0] for r in rows}:
+            fam_rows = sorted((r for r in rows if r[0] == fam), key=lambda r: r[1])
+            for small in fam_rows:
+                for big in fam_rows:
+                    factor = big[1] / small[1]
+                    if factor >= SCALE_MIN_WORK and big[3]["ms"] < small[3]["ms"] * math.sqrt(factor):
+                        problems.append(f"{who}: '{big[2]}' has {factor:.1f}x the work of '{small[2]}' but took "
+                                        f"{big[3]['ms']:.3f} ms vs {small[3]['ms']:.3f} ms")
+    return problems
+
+
+def run(cases: list[Case], device: str, backend: str | None = None, budget_s: float = 1.0,
+        progress: bool = True) -> dict:
+    import hk_portable as hk
+    from contextlib import nullcontext
+    entries = []
+    ctx = hk.use_backend(backend) if backend else nullcontext()
+    with ctx, _progress(progress, len(cases)) as advance:
+        for case in cases:
+            entries.append(run_case(case, device, budget_s))
+            advance(case.name)
+    problems = scaling_problems(entries)
+    copies = [e["baselines"]["device copy"]["rate"] for e in entries if e["family"] == "copy" and "baselines" in e]
+    for e in entries:
+        if copies and e["unit"] == "GB/s" and "hk" in e:
+            e["hk_fraction_of_copy_bandwidth"] = e["hk"]["rate"] / copies[0]
+    disagree = [f"{e['name']}: {who} events {t['ms']:.3f} ms vs batch {t['ms_batch']:.3f} ms"
+                for e in entries for who, t in [("hk", e.get("hk"))] + list(e.get("baselines", {}).items())
+                if t and not t["agree"]]
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "hk_version": hk.__version__, "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+            "host": platform.node(), "backend": backend, "agree_within": AGREE, "results": entries,
+            "scaling_problems": problems, "timing_disagreements": disagree,
+            "ok": not problems and not disagree and not any("error" in e for e in entries)}
+
+
+class _progress:
+    """A rich progress bar when asked for and available, else nothing."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total, self.bar = enabled, total, None
+
+    def __enter__(self):
+        if self.enabled:
+            try:
+                from rich.progress import Progress
+                self.bar = Progress(transient=True)
+                self.bar.__enter__()
+                self.task = self.bar.add_task("bench", total=self.total)
+            except Exception:  # noqa: BLE001 - progress is cosmetic
+                self.bar = None
+        return self.advance
+
+    def advance(self, name: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=name)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+def table(report: dict) -> str:
+    lines = [f"{'case':58} {'hk':>10} {'baseline':>10} {'ratio':>6}  {'rel err':>8}  baseline"]
+    for e in report["results"]:
+        if "error" in e:
+            lines.append(f"{e['name']:58} ERROR {e['error'][:80]}")
+            continue
+        base = next(iter(e.get("baselines", {}).items()), (None, None))
+        hk_rate = e["hk"]["rate"] if "hk" in e else float("nan")
+        lines.append(f"{e['name']:58} {hk_rate:10.4g} "
+                     f"{(base[1]['rate'] if base[1] else float('nan')):10.4g} "
+                     f"{e.get('ratio_hk_over_baseline', float('nan')):6.2f}  {e['rel_error']:8.1e}  "
+                     f"{base[0] or '-'} ({e['unit']})")
+    for p in report["scaling_problems"] + report["timing_disagreements"]:
+        lines.append("CHECK FAILED: " + p)
+    return "\n".join(lines)
+
+
+def plot(report: dict, prefix: str) -> list[str]:
+    """One PNG per family: hk and baseline rates side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    paths = []
+    for fam in sorted({e["family"] for e in report["results"] if "hk" in e}):
+        rows = [e for e in report["results"] if e["family"] == fam and "hk" in e]
+        names = sorted({b for e in rows for b in e["baselines"]})
+        fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(rows) * (1 + len(names)) / 2))
+        y = list(range(len(rows)))
+        h = 0.8 / (1 + len(names))
+        ax.barh([v - 0.4 + h / 2 for v in y], [e["hk"]["rate"] for e in rows], h, label="hk_portable")
+        for k, n in enumerate(names, 1):
+            ax.barh([v - 0.4 + h / 2 + k * h for v in y], [e["baselines"].get(n, {}).get("rate", 0) for e in rows],
+                    h, label=n)
+        ax.set_yticks(y, [e["name"] for e in rows], fontsize=7)
+        ax.set_xlabel(rows[0]["unit"])
+        ax.set_title(f"{fam}: hk_portable {report['backend'] or ''} on {report['device']} ({report['date']})")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = f"{prefix}-{fam}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def to_json(report: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o))
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def add_arguments(p) -> None:
+    p.add_argument("--backend", default=None, help="backend spec (default: chosen by the tensors' device)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="where inputs live (default: cuda when torch sees a GPU, else cpu at small sizes)")
+    p.add_argument("--quick", action="store_true", help="two GEMM shapes and the N=4096 D=128 attention cases")
+    p.add_argument("-k", dest="pattern", default=None, help="only cases whose name contains this substring")
+    p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per function (default 1)")
+    p.add_argument("--json", default=None, help="write the report here")
+    p.add_argument("--plot", default=None, help="write one PNG per family: PREFIX-FAMILY.png")
+
+
+def main(args) -> int:
+    """`hk bench`: exit 0 when every case ran and both self-checks passed."""
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cases = [c for c in default_cases(device, args.quick) if not args.pattern or args.pattern in c.name]
+    report = run(cases, device, args.backend, args.budget)
+    print(table(report))
+    if args.json:
+        to_json(report, args.json)
+    if args.plot:
+        for path in plot(report, args.plot):
+            print("wrote", path)
+    return 0 if report["ok"] else 1
