@@ -9,7 +9,8 @@
 #   (.whl holds the stevedore wheel, which the device image lacks:
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl stevedore==5.10.0)
 #
-# STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck overhead
+# STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck overhead bench
+# (bench, `hk bench` over the issue's shapes, is not in the default set: STEPS="... bench" adds it)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
@@ -114,6 +115,12 @@ json.dump(r, open(path, "w"), indent=1)
 print("environment added to", path, r["environment"])
 PY
 step overhead 90 "$OUT/pytest.log" python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json"
+# the side-by-side benchmark runs alone (timings); its plots travel as one tar (the device returns 8 files at most)
+if want bench; then
+    mkdir -p /tmp/hk-plots
+    step bench 420 "$OUT/bench.log" $HK bench ${BENCH_ARGS:-} --json "$OUT/bench.json" --plot /tmp/hk-plots/bench
+    tar -C /tmp/hk-plots -cf "$OUT/bench_plots.tar" . 2>/dev/null
+fi
 
 # ---------------------------------------------------------------------------------------------- summary
 echo
@@ -131,3 +138,4 @@ PY
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer" "$OUT/sanitizer.log" 2>/dev/null | head -20
 grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
 grep -A6 "launch path" "$OUT/pytest.log" 2>/dev/null
+[ -f "$OUT/bench.log" ] && grep -vE "^(=== bench|wrote )" "$OUT/bench.log" | tail -40
