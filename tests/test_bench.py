@@ -9,9 +9,10 @@ import torch
 from hk_portable import bench as B
 
 
-def _entry(family, work, ms, ms_batch=None):
-    t = {"ms": ms, "ms_batch": ms_batch or ms, "agree": True, "spread": 0.0, "rate": work / ms}
-    return {"family": family, "name": f"{family} {work}", "work": work, "unit": "TFLOP/s", "hk": t, "baselines": {}}
+def _entry(family, work, ms, sweep=()):
+    t = {"ms": ms, "ms_batch": ms, "agree": True, "spread": 0.0, "rate": work / ms}
+    return {"family": family, "name": f"{family} {work} {sweep}", "work": work, "unit": "TFLOP/s", "hk": t,
+            "baselines": {}, "sweep": list(sweep)}
 
 
 def test_each_case_runs_on_its_own_inputs():
@@ -26,6 +27,9 @@ def test_scaling_check_catches_equal_times_for_different_sizes():
     assert B.scaling_problems(same)
     scaled = [_entry("gemm", 1e9, 5.0), _entry("gemm", 8e9, 38.0)]
     assert not B.scaling_problems(scaled)
+    # causal and non-causal attention are different sweeps: their times are not compared
+    other_sweeps = [_entry("attention", 2e9, 5.0, (128, False)), _entry("attention", 1e9, 5.0, (128, True))]
+    assert not B.scaling_problems(other_sweeps)
 
 
 def test_the_two_timing_methods_must_agree():
