@@ -10,7 +10,8 @@
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl stevedore==5.10.0)
 #
 # STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck overhead bench
-# (bench, `hk bench` over the issue's shapes, is not in the default set: STEPS="... bench" adds it)
+# (bench, `hk bench` over the issue's shapes, and sweep, benchmarks/config_sweep.py, are not in the default set:
+#  STEPS="... bench sweep" adds them)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
@@ -122,6 +123,8 @@ if want bench; then
     tar -C /tmp/hk-plots -cf "$OUT/bench_plots.tar" . 2>/dev/null
 fi
 
+step sweep 560 "$OUT/sweep.log" python3 benchmarks/config_sweep.py --json "$OUT/config_sweep.json"
+
 # ---------------------------------------------------------------------------------------------- summary
 echo
 echo "================ summary ($(( $(date +%s) - T_START ))s) ================"
@@ -138,4 +141,5 @@ PY
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer" "$OUT/sanitizer.log" 2>/dev/null | head -20
 grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
 grep -A6 "launch path" "$OUT/pytest.log" 2>/dev/null
+[ -f "$OUT/sweep.log" ] && grep -vE "^=== sweep" "$OUT/sweep.log" | tail -40
 [ -f "$OUT/bench.log" ] && grep -vE "^(=== bench|wrote )" "$OUT/bench.log" | tail -40
