@@ -88,15 +88,28 @@ def main():
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--budget", type=float, default=0.4)
+    ap.add_argument("--deadline", type=float, default=420, help="seconds: past this, stop and write what is done")
     args = ap.parse_args()
     from hk_portable.bench import time_fn
     jobs = [(k, c) for k in args.kernels.split(",") for c in candidates(k)]
     t0 = time.time()
+    compiled = []
+    # the first H200 run (2026-12-01) printed nothing for 560 s and was killed: report as results arrive
     with mp.get_context("spawn").Pool(args.workers) as pool:
-        compiled = pool.map(_compile_one, jobs, chunksize=1)
+        for n, res in enumerate(pool.imap_unordered(_compile_one, jobs), 1):
+            compiled.append(res)
+            print(f"[{time.time() - t0:5.0f}s] compiled {n}/{len(jobs)} {res[0]} {res[1]}"
+                  f"{' refused: ' + res[2][:80] if res[2] else ''}", flush=True)
+            if time.time() - t0 > args.deadline / 2:
+                print("compile phase past half the deadline: timing what is compiled", flush=True)
+                pool.terminate()
+                break
     t_compile = time.time() - t0
     rows = []
     for kernel, cfg, err in compiled:
+        if time.time() - t0 > args.deadline:
+            print("deadline reached: the remaining candidates are not timed", flush=True)
+            break
         row = {"kernel": kernel, **cfg}
         if err is None:
             try:
@@ -109,6 +122,7 @@ def main():
         if err:
             row["refused"] = err
         rows.append(row)
+        print(f"[{time.time() - t0:5.0f}s] {row}", flush=True)
         torch.cuda.empty_cache()
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
               "compile_seconds": t_compile, "rows": rows}
