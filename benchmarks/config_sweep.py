@@ -61,7 +61,7 @@ def make_call(kernel: str, cfg: dict, size: str):
         q, k, v, o = (torch.randn(B, H, N, D, device=dev, dtype=bf) for _ in range(4))
         lse = torch.empty(B, H, N, device=dev)
         grid = (hk.cdiv(N, cfg["BM"]), H, B)
-        return (lambda: kern(q, k, v, o, lse, D ** -0.5, grid=grid, CAUSAL=False, **cfg)), 4.0 * B * H * N * N * D, \
+        return (lambda: kern(q, k, v, o, lse, D ** -0.5, 0, 0, 0, grid=grid, MASKED=False, **cfg)), 4.0 * B * H * N * N * D, \
             "TFLOP/s"
     rows, d = (128, 4096) if size == "tiny" else (16384, 4096)
     x, r, y, h = (torch.randn(rows, d, device=dev, dtype=bf) for _ in range(4))

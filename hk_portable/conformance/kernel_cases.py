@@ -55,40 +55,58 @@ def gemm_cases() -> list[Case]:
 
 
 # ========================================================================================= attention
-# (B, Hq, Hkv, N, D, causal): one query row; a ragged causal sequence; GQA with D=128; a long-ish row.
-ATTENTION_CONFIGS = ((1, 2, 2, 1, 64, False), (1, 2, 1, 77, 64, True), (2, 4, 2, 130, 128, False),
-                     (1, 2, 2, 200, 64, True))
+# (B, Hq, Hkv, N, Nkv, D, causal, window, align): one query row; a ragged causal sequence; GQA with D=128; a
+# long-ish row; then the serving shapes: causal with N != Nkv in both alignments (bottom-right with N > Nkv
+# leaves rows that see no key: o = 0, lse = -inf), and a sliding window.
+ATTENTION_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None), (1, 2, 1, 77, 77, 64, True, None, None),
+                     (2, 4, 2, 130, 130, 128, False, None, None), (1, 2, 2, 200, 200, 64, True, None, None),
+                     (1, 2, 1, 113, 203, 64, True, None, "bottom_right"),
+                     (1, 2, 1, 113, 203, 64, True, None, "top_left"),
+                     (1, 2, 2, 150, 70, 64, True, None, "bottom_right"),
+                     (1, 4, 2, 130, 130, 128, False, (33, 7), None))
 
 
-def attention_math(q, k, v, causal: bool, scale: float):
-    """float64 (o, lse, sum_j softmax_j |v_j|): GQA, causal mask aligned top-left (key j <= query i)."""
+def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None):
+    """float64 (o, lse, sum_j softmax_j |v_j|) with GQA. Query i sees key j iff i + shift - left <= j <=
+    i + shift + right, shift = Nkv - N when bottom-right aligned, else 0; causal: right = 0. A row that sees
+    no key: o = 0, lse = -inf."""
     g = q.shape[1] // k.shape[1]
     kd, vd = f64(k).repeat_interleave(g, dim=1), f64(v).repeat_interleave(g, dim=1)
     s = (f64(q) @ kd.transpose(-1, -2)) * scale
-    if causal:
-        n, nk = q.shape[2], k.shape[2]
-        s = s.masked_fill(torch.ones(n, nk, dtype=torch.bool).triu(1), float("-inf"))
-    p = torch.softmax(s, -1)
+    n, nk = q.shape[2], k.shape[2]
+    if causal or window is not None:
+        left, right = window if window is not None else (None, None)
+        left, right = (n + nk if left is None else left), (n + nk if right is None else right)
+        right = min(right, 0) if causal else right
+        i = torch.arange(n).view(-1, 1) + (nk - n if align == "bottom_right" else 0)
+        j = torch.arange(nk).view(1, -1)
+        s = s.masked_fill((j > i + right) | (j < i - left), float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
     return p @ vd, torch.logsumexp(s, -1), p @ vd.abs()
 
 
 def _attention_case(dtype: str, config) -> Case:
-    B, Hq, Hkv, N, D, causal = config
+    B, Hq, Hkv, N, Nkv, D, causal, window, align = config
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
 
     def make(gen):
-        q, k, v = (rand_float(gen, (B, h, N, D), dtype, 0.05, 2.0) for h in (Hq, Hkv, Hkv))
+        q = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
+        k, v = (rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0) for _ in range(2))
         scale = 1.0 / math.sqrt(D)
-        o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale)
+        o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale, window, align)
         attention_fwd = _wrapper("attention", "attention_fwd")
 
         def launch(t, be):
-            attention_fwd(t["q"], t["k"], t["v"], causal=causal, scale=scale, out=t["o"], lse=t["lse"], backend=be)
+            attention_fwd(t["q"], t["k"], t["v"], causal=causal, window=window, align=align, scale=scale,
+                          out=t["o"], lse=t["lse"], backend=be)
         return Setup({"q": q, "k": k, "v": v}, {"o": poisoned((B, Hq, N, D), tdt), "lse": poisoned((B, Hq, N), "f32")},
                      launch,
                      [Check("o", "o", o_val, bound_for("attention_fwd.o", dtype), scale=o_scale),
-                      Check("lse", "lse", lse_val, bound_for("attention_fwd.lse", "f32"), k=N)])
-    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}_D{D}_{'causal' if causal else 'full'}"
+                      Check("lse", "lse", lse_val, bound_for("attention_fwd.lse", "f32"), k=Nkv)])
+    mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
+        (f"_{align}" if align else "")
+    kv = f"_Nkv{Nkv}" if Nkv != N else ""
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}"
     return _kernel_case("attention_fwd", variant, make, "attention")
 
 

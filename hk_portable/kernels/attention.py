@@ -1,7 +1,14 @@
-"""Attention forward (FlashAttention-2 style online softmax, exp2 domain), GQA, causal or not.
+"""Attention forward (FlashAttention-2 style online softmax, exp2 domain), GQA, causal, sliding-window.
 
 q [B, Hq, N, D], k and v [B, Hkv, Nkv, D] with Hq a multiple of Hkv; returns o [B, Hq, N, D] and the
-natural-log log-sum-exp per query row, f32 [B, Hq, N] (what the backward pass needs)."""
+natural-log log-sum-exp per query row, f32 [B, Hq, N] (what the backward pass needs).
+
+Masks are one rule: query row i sees key j iff  i + shift - left <= j <= i + shift + right.
+  * causal: right = 0 and left unbounded; a window: (left, right) keys on each side.
+  * the alignment names `shift` when N != Nkv: "top_left" (torch SDPA's is_causal) has shift = 0,
+    "bottom_right" (FlashAttention >= 2.1, the KV-cache convention: the last query sees the last key) has
+    shift = Nkv - N. Either must be named when N != Nkv and a mask is asked for.
+A row that sees no key gets o = 0 and lse = -inf."""
 from __future__ import annotations
 
 import math
@@ -14,14 +21,15 @@ from hk_portable.interface.kernel import check_no_overlap
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+ALIGNS = ("top_left", "bottom_right")
 
 
 @hk.kernel(num_warps=4)
-def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], scale: float, *,
-                         D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64, CAUSAL: hk.const = False,
-                         STAGES: hk.const = 2):
+def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], scale: float, shift: int,
+                         left: int, right: int, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
+                         MASKED: hk.const = False, STAGES: hk.const = 2):
     m, h, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
-    n_q, n_kv = q.shape[2], k.shape[2]
+    n_kv = k.shape[2]
     h_kv = h // (q.shape[1] // k.shape[1])          # GQA: query heads share a key/value head
     q_s = hk.shared(ST[q.dtype, BM, D])
     k_s = hk.shared(ST[k.dtype, BN, D], stages=STAGES)
@@ -29,29 +37,38 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
     hk.load(q_s, q, (b, h, m, 0))
     scale_log2 = scale * LOG2E                       # softmax in base 2: exp2 is the hardware op
 
-    n_blocks = hk.cdiv(n_kv, BN)
-    if CAUSAL:                                       # query i sees keys j <= i: skip blocks past the diagonal
-        n_blocks = hk.min(n_blocks, hk.cdiv((m + 1) * BM, BN))
+    first, n_blocks = 0, hk.cdiv(n_kv, BN)
+    if MASKED:                                       # only the key blocks some row of this block can see
+        first = hk.max((m * BM + shift - left) // BN, 0)
+        n_blocks = hk.max(hk.min(n_blocks, hk.cdiv((m + 1) * BM + shift + right, BN)) - first, 0)
 
-    def load(j, s):
-        hk.load(k_s[s], k, (b, h_kv, j, 0))
-        hk.load(v_s[s], v, (b, h_kv, j, 0))
+    def load(i, s):
+        hk.load(k_s[s], k, (b, h_kv, first + i, 0))
+        hk.load(v_s[s], v, (b, h_kv, first + i, 0))
 
-    def compute(j, s, acc, row_m, row_l):
+    def compute(i, s, acc, row_m, row_l):
+        j = first + i
         scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
         keep = hk.bounds_mask(scores, 0, j * BN, BM, n_kv)          # key columns past the end
-        if CAUSAL:
-            keep = keep & hk.causal_mask(scores, m * BM, j * BN)
+        if MASKED:
+            keep = keep & hk.causal_mask(scores, m * BM + shift + right, j * BN)        # j <= i + shift + right
+            keep = keep & ~hk.causal_mask(scores, m * BM + shift - left - 1, j * BN)   # j >= i + shift - left
         scores = hk.where(keep, scores, float("-inf"))
-        new_m = hk.maximum(row_m, hk.row_max(scores))               # finite: key 0 is always visible
-        p = hk.exp2(scores - new_m[:, None])
-        alpha = hk.exp2(row_m - new_m)                              # rescale of the old partial sums
+        new_m = hk.maximum(row_m, hk.row_max(scores))
+        if MASKED:                                   # a row with no visible key yet: subtract 0, not -inf
+            new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m)
+        else:                                        # finite: key 0 is always visible
+            new_m_safe = new_m
+        p = hk.exp2(scores - new_m_safe[:, None])
+        alpha = hk.exp2(row_m - new_m_safe)                         # rescale of the old partial sums
         new_l = row_l * alpha + hk.row_sum(p)
         acc = hk.mma(p.to(v.dtype), v_s[s], acc * alpha[:, None])
         return acc, new_m, new_l
 
     init = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
     acc, row_m, row_l = hk.pipeline(n_blocks, load, compute, carry=init, stages=STAGES)
+    if MASKED:                                       # a row that saw no key: o = 0, lse = -inf
+        row_l = hk.where(row_l == 0.0, 1.0, row_l)     # acc is 0 there; row_m stays -inf
     hk.store(o, (acc / row_l[:, None]).to(o.dtype), (b, h, m, 0))
     hk.store(lse, (row_m + hk.log2(row_l)) * LN2, (b, h, m))
 
@@ -61,7 +78,7 @@ def config_for(d: int) -> dict:
     return dict(D=d, BM=64, BN=32 if d > 64 else 64, STAGES=2)
 
 
-def _check(q, k, v, causal):
+def _check(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ArgumentError(f"attention_fwd: '{name}' must be a 4-D tensor [B, H, N, D], got "
@@ -82,14 +99,56 @@ def _check(q, k, v, causal):
                             f"({k.shape[1]})")
     if N < 1 or k.shape[2] < 1:
         raise ArgumentError(f"attention_fwd: sequence lengths must be >= 1, got N={N}, Nkv={k.shape[2]}")
-    if causal and k.shape[2] != N:
-        raise ArgumentError(f"attention_fwd: causal attention needs Nkv == N, got N={N}, Nkv={k.shape[2]}")
 
 
-def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
-                  backend=None, **config):
-    """o = softmax(q kᵀ · scale [+ causal mask]) v per (batch, head), with GQA; returns (o, lse)."""
-    _check(q, k, v, causal)
+def band(n: int, n_kv: int, causal: bool, window, align: str | None) -> tuple[int, int, int] | None:
+    """(shift, left, right) of the mask rule in the module docstring, or None for no mask. `window` is
+    None or (left, right) with None (or -1, FlashAttention's spelling) for an unbounded side."""
+    if not causal and window is None:
+        return None
+    left, right = (None, None) if window is None else _window(window)
+    if align is None:
+        if n != n_kv:
+            raise ArgumentError(f"attention_fwd: N={n} != Nkv={n_kv} with a causal or window mask: name the "
+                                "alignment, align='top_left' (torch SDPA's is_causal) or 'bottom_right' "
+                                "(FlashAttention, KV caches: the last query sees the last key)")
+        align = "top_left"
+    if align not in ALIGNS:
+        raise ArgumentError(f"attention_fwd: align must be one of {ALIGNS}, got {align!r}")
+    unbounded = n + n_kv                              # wider than any reach: keeps int32 math in range
+    left = unbounded if left is None else min(left, unbounded)
+    right = unbounded if right is None else min(right, unbounded)
+    if causal:
+        right = 0 if window is None else min(right, 0)
+    if n >= 2**30 or n_kv >= 2**30:
+        raise ArgumentError(f"attention_fwd: masked attention takes N, Nkv < 2**30, got {n}, {n_kv}")
+    return (n_kv - n if align == "bottom_right" else 0), left, right
+
+
+def _window(window) -> tuple[int | None, int | None]:
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise ArgumentError(f"attention_fwd: window must be (left, right), got {window!r}")
+    out = []
+    for name, w in zip(("left", "right"), window):
+        if w is None or (isinstance(w, int) and not isinstance(w, bool) and w == -1):
+            out.append(None)
+        elif isinstance(w, int) and not isinstance(w, bool) and w >= 0:
+            out.append(w)
+        else:
+            raise ArgumentError(f"attention_fwd: window {name} must be an int >= 0, or None / -1 for unbounded, "
+                                f"got {w!r}")
+    return out[0], out[1]
+
+
+def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | None = None,
+                  scale: float | None = None, out=None, lse=None, backend=None, **config):
+    """o = softmax(q kᵀ · scale [+ mask]) v per (batch, head), with GQA; returns (o, lse).
+
+    causal: key j <= query i (+ the alignment's shift); window=(left, right): keys within left before and
+    right after the (shifted) diagonal; align: "top_left" | "bottom_right", needed when N != Nkv and a mask
+    is asked for. Rows that see no key: o = 0, lse = -inf."""
+    _check(q, k, v)
+    mask = band(q.shape[2], k.shape[2], causal, window, align)
     B, Hq, N, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if out is None:
@@ -102,24 +161,30 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
     elif tuple(lse.shape) != (B, Hq, N) or lse.dtype != torch.float32:
         raise ArgumentError(f"attention_fwd: 'lse' must be {(B, Hq, N)} float32, got {tuple(lse.shape)} {lse.dtype}")
     check_no_overlap("attention_fwd", {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
-    cfg = {**config_for(D), **config, "CAUSAL": bool(causal)}
+    cfg = {**config_for(D), **config, "MASKED": mask is not None}
+    shift, left, right = mask or (0, 0, 0)
     grid = (hk.cdiv(N, cfg["BM"]), Hq, B)
-    attention_fwd_kernel(q, k, v, out, lse, scale, grid=grid, backend=backend, **cfg)
+    attention_fwd_kernel(q, k, v, out, lse, scale, shift, left, right, grid=grid, backend=backend, **cfg)
     return out, lse
 
 
-def reference(q, k, v, causal=False, scale=None):
-    """float64 math: (o, lse)."""
+def reference(q, k, v, causal=False, scale=None, window=None, align=None):
+    """float64 math: (o, lse); rows that see no key give o = 0, lse = -inf."""
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     g = q.shape[1] // k.shape[1]
     kd = k.double().repeat_interleave(g, dim=1)
     vd = v.double().repeat_interleave(g, dim=1)
     s = (q.double() @ kd.transpose(-1, -2)) * scale
-    if causal:
-        n = q.shape[2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ vd, torch.logsumexp(s, -1)
+    mask = band(q.shape[2], k.shape[2], causal, window, align)
+    if mask is not None:
+        shift, left, right = mask
+        i = torch.arange(q.shape[2], device=q.device).view(-1, 1) + shift
+        j = torch.arange(k.shape[2], device=q.device).view(1, -1)
+        s = s.masked_fill((j > i + right) | (j < i - left), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.softmax(s, -1).nan_to_num(0.0)          # an all -inf row: softmax NaN -> 0
+    return p @ vd, lse
 
 
 def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype=torch.bfloat16):
@@ -128,4 +193,4 @@ def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype
     v = torch.randn(B, Hkv, N, D, device=device, dtype=dtype)
     o = torch.empty_like(q)
     lse = torch.empty(B, Hq, N, device=device, dtype=torch.float32)
-    return (q, k, v, o, lse, 1.0 / math.sqrt(D)), {**config_for(D), "CAUSAL": causal}
+    return (q, k, v, o, lse, 1.0 / math.sqrt(D), 0, N, 0), {**config_for(D), "MASKED": causal}

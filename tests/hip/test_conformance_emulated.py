@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(not ok, reason=f"hip emulator unavailable: {why}
 KERNEL_CASES = ("kernel/gemm/bf16-f32/17x33x65", "kernel/gemm/f16-f16/100x70x130",
                 "kernel/attention_fwd/bf16/B1_Hq2_Hkv1_N77_D64_causal",
                 "kernel/dropout_residual_layernorm/bf16/33x1000_p0.1",
-                "kernel/attention_fwd/f16/B2_Hq4_Hkv2_N130_D128_full")
+                "kernel/attention_fwd/f16/B2_Hq4_Hkv2_N130_D128_full",
+                "kernel/attention_fwd/bf16/B1_Hq2_Hkv2_N150_Nkv70_D64_causal_bottom_right",
+                "kernel/attention_fwd/f16/B1_Hq4_Hkv2_N130_D128_full_win33-7")
 
 
 @functools.cache
