@@ -168,5 +168,95 @@ def layernorm_cases() -> list[Case]:
     return out + [_layernorm_case("f32", LAYERNORM_CONFIGS[1]), _layernorm_case("bf16", LAYERNORM_CONFIGS[1], "bf16")]
 
 
+# =========================================================================================== rmsnorm
+# (rows, d_model, p, bias): plain RMSNorm after a residual add, dropout, a bias, a row of 8192.
+RMSNORM_CONFIGS = ((7, 256, 0.0, False), (33, 1000, 0.1, False), (5, 8192, 0.25, True))
+
+
+def rmsnorm_math(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float):
+    """float64 (y, h, y_scale, h_scale): the keep mask from Philox, then h / rms(h) * w (+ b)."""
+    from hk_portable.interface.numerics import dropout_keep
+    rows, d = x.shape
+    index = offset + torch.arange(rows).view(-1, 1) * d + torch.arange(d).view(1, -1)
+    scaled = torch.where(dropout_keep(p, seed, index), f64(x) / (1.0 - p), 0.0)
+    h = scaled + f64(residual)
+    rstd = 1.0 / torch.sqrt((h * h).mean(-1, keepdim=True) + eps)
+    y = h * rstd * f64(weight) + (f64(bias) if bias is not None else 0.0)
+    h_scale = scaled.abs() + f64(residual).abs()
+    y_scale = rstd * f64(weight).abs() * (h_scale + h.abs()) + (f64(bias).abs() if bias is not None else 0.0) + y.abs()
+    return y, h, y_scale, h_scale
+
+
+def _rmsnorm_case(dtype: str, config) -> Case:
+    rows, d, p, with_bias = config
+
+    def make(gen):
+        x, residual = (rand_float(gen, (rows, d), dtype, 0.05, 3.0) for _ in range(2))
+        weight = rand_float(gen, (d,), "f32", 0.5, 1.5)
+        bias = rand_float(gen, (d,), "f32", 0.05, 0.5) if with_bias else None
+        y_val, h_val, y_scale, h_scale = rmsnorm_math(x, residual, weight, bias, p, LN_SEED, LN_OFFSET, LN_EPS)
+        fn = _wrapper("layernorm", "dropout_residual_rmsnorm")
+        inputs = {"x": x, "residual": residual, "weight": weight, **({"bias": bias} if with_bias else {})}
+
+        def launch(t, be):
+            fn(t["x"], t["residual"], t["weight"], t.get("bias"), p=p, seed=LN_SEED, offset=LN_OFFSET, eps=LN_EPS,
+               out=t["y"], h_out=t["h"], backend=be)
+        return Setup(inputs, {"y": poisoned((rows, d), dtype), "h": poisoned((rows, d), dtype)}, launch,
+                     [Check("y", "y", y_val, bound_for("dropout_residual_rmsnorm.y", dtype), scale=y_scale, k=d),
+                      Check("h", "h", h_val, bound_for("dropout_residual_layernorm.h", dtype), scale=h_scale)])
+    variant = f"{dtype}/{rows}x{d}_p{p:g}" + ("_bias" if with_bias else "")
+    return _kernel_case("dropout_residual_rmsnorm", variant, make, "layernorm")
+
+
+def rmsnorm_cases() -> list[Case]:
+    return [_rmsnorm_case(dt, c) for dt in ("bf16", "f16") for c in RMSNORM_CONFIGS] + \
+        [_rmsnorm_case("f32", RMSNORM_CONFIGS[1])]
+
+
+# ============================================================================================ rotary
+# (B, N, H, D, layout, heads_first, inverse, offset): both pair layouts, both axis orders, the backward
+# (inverse rotation), a position offset into the tables, a ragged N.
+ROTARY_CONFIGS = ((2, 37, 3, 64, "neox", False, False, 3), (2, 37, 3, 64, "gptj", False, False, 3),
+                  (1, 70, 2, 128, "neox", True, True, 0), (1, 70, 2, 128, "gptj", True, True, 11))
+
+
+def rotary_math(x, cos, sin, layout: str, heads_first: bool, inverse: bool, offset: int):
+    """float64 (y, |x1 cos| + |x2 sin| per output element) of the rotation in kernels/rotary.py's docstring."""
+    xd = f64(x) if heads_first else f64(x).transpose(1, 2)
+    n, half = xd.shape[2], xd.shape[3] // 2
+    c, s = f64(cos[offset:offset + n]), f64(sin[offset:offset + n]) * (-1.0 if inverse else 1.0)
+    first, second = (slice(0, half), slice(half, None)) if layout == "neox" else (slice(0, None, 2), slice(1, None, 2))
+    x1, x2 = xd[..., first], xd[..., second]
+    y, scale = torch.empty_like(xd), torch.empty_like(xd)
+    y[..., first], y[..., second] = x1 * c - x2 * s, x2 * c + x1 * s
+    scale[..., first] = scale[..., second] = (x1 * c).abs() + (x2 * s).abs() + (x2 * c).abs() + (x1 * s).abs()
+    return (y, scale) if heads_first else (y.transpose(1, 2), scale.transpose(1, 2))
+
+
+def _rotary_case(dtype: str, config) -> Case:
+    B, N, H, D, layout, heads_first, inverse, offset = config
+    shape = (B, H, N, D) if heads_first else (B, N, H, D)
+
+    def make(gen):
+        x = rand_float(gen, shape, dtype, 0.05, 3.0)
+        ang = rand_float(gen, (N + offset, D // 2), "f32", 0.0, 6.0)
+        cos, sin = ang.double().cos().float(), ang.double().sin().float()
+        y_val, scale = rotary_math(x, cos, sin, layout, heads_first, inverse, offset)
+        fn = _wrapper("rotary", "rotary")
+
+        def launch(t, be):
+            fn(t["x"], t["cos"], t["sin"], layout=layout, offset=offset, heads_first=heads_first, inverse=inverse,
+               out=t["y"], backend=be)
+        return Setup({"x": x, "cos": cos, "sin": sin}, {"y": poisoned(shape, dtype)}, launch,
+                     [Check("y", "y", y_val, bound_for("rotary", dtype), scale=scale)])
+    variant = (f"{dtype}/{layout}/{'BHND' if heads_first else 'BNHD'}_{'x'.join(map(str, shape))}"
+               f"_off{offset}{'_inverse' if inverse else ''}")
+    return _kernel_case("rotary", variant, make, "rotary")
+
+
+def rotary_cases() -> list[Case]:
+    return [_rotary_case(dt, c) for dt in ("bf16", "f16", "f32") for c in ROTARY_CONFIGS]
+
+
 def cases() -> list[Case]:
-    return gemm_cases() + attention_cases() + layernorm_cases()
+    return gemm_cases() + attention_cases() + layernorm_cases() + rmsnorm_cases() + rotary_cases()

@@ -129,6 +129,13 @@ TABLE: dict[tuple[str, str], Bound] = {
         "normalises h as stored (1 ulp) with f32 row sums over d_model, then rounds y once: relative to "
         "rstd*|w|*(|h| + mean|h| + |h - mean|) + |b| + |y|", rel=2 * EPS[dt], abs=TINY[dt], per_term=2 * U32)
        for dt in ("bf16", "f16", "f32")},
+    **{("dropout_residual_rmsnorm.y", dt): bounded(
+        "scales h as stored (1 ulp) by an f32 root mean square over d_model, then rounds y once: relative to "
+        "rstd*|w|*|h| (1 + the sum's terms) + |b| + |y|", rel=2 * EPS[dt], abs=TINY[dt], per_term=2 * U32)
+       for dt in ("bf16", "f16", "f32")},
+    **{("rotary", dt): bounded(
+        "x1*cos - x2*sin in f32 (three roundings; contraction allowed), then one rounding to the output: "
+        "relative to |x1*cos| + |x2*sin|", rel=EPS[dt] + 4 * U32, abs=TINY[dt]) for dt in ("bf16", "f16", "f32")},
 }
 
 

@@ -11,6 +11,7 @@ KERNELS: dict[str, tuple[str, str]] = {
     "gemm": ("hk_portable.kernels.gemm", "gemm_kernel"),
     "attention_fwd": ("hk_portable.kernels.attention", "attention_fwd_kernel"),
     "dropout_residual_layernorm": ("hk_portable.kernels.layernorm", "dropout_residual_layernorm_kernel"),
+    "rotary": ("hk_portable.kernels.rotary", "rotary_kernel"),
 }
 
 
