@@ -156,7 +156,7 @@ def available() -> tuple[bool, str]:
 
 def _cache_root() -> Path:
     try:
-        from ....cache import cache_dir
+        from ....runtime.cache import cache_dir
         root = cache_dir() / "hip-emulator"
     except Exception:  # pragma: no cover - the package's cache module is the normal path
         root = Path(tempfile.gettempdir()) / "hk_portable-hip-emulator"
