@@ -7,6 +7,7 @@ no per-call work belongs there."""
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -15,7 +16,7 @@ from ..interface.backend import Backend, Target
 from ..interface.errors import ArgumentError
 from ..interface.ir import Program
 from ..interface.kernel import KernelDef
-from . import cache, selection
+from . import cache, registry, selection
 
 
 def compile_program(program: Program, backend: Backend, target: str | Target | None = None):
@@ -35,6 +36,7 @@ class Kernel(KernelDef):
         super().__init__(fn, num_warps=num_warps, name=name)
         self._artifacts: dict[tuple, Any] = {}
         self._launches: dict[tuple, tuple] = {}     # fast path: call signature -> (backend, artifact)
+        _KERNELS.add(self)
 
     def __call__(self, *args, grid, backend=None, target: str | Target | None = None, stream=None, **kwargs):
         fast = self._fast_key(args, kwargs, backend, target)
@@ -92,6 +94,20 @@ class Kernel(KernelDef):
             with self._lock:
                 self._artifacts[key] = art
         return art
+
+
+_KERNELS: weakref.WeakSet[Kernel] = weakref.WeakSet()
+
+
+def _forget_choices() -> None:
+    """After registry.reset() (tests install plugins at run time) no kernel reuses a backend it chose before."""
+    for k in list(_KERNELS):
+        with k._lock:
+            k._launches.clear()
+            k._artifacts.clear()
+
+
+registry._on_reset.append(_forget_choices)
 
 
 def kernel(fn: Callable | None = None, *, num_warps: int = 4, name: str | None = None):

@@ -21,6 +21,7 @@ _lock = threading.Lock()
 _loaded: dict[str, Backend] = {}
 _failed: dict[str, str] = {}
 _claims: dict[str, tuple[str, ...]] = {}      # torch device type -> names of the backends that claim it
+_on_reset: list = []                          # callables that forget choices made with the old backends
 # a missing name is reported by us (NoMatches below); newer stevedore deprecates warn_on_missing_entrypoint
 _QUIET = ({"on_missing_entrypoints_callback": None}
           if "on_missing_entrypoints_callback" in inspect.signature(DriverManager.__init__).parameters
@@ -58,6 +59,8 @@ def reset() -> None:
         _loaded.clear()
         _failed.clear()
         _claims.clear()
+    for forget in _on_reset:
+        forget()
     ExtensionManager.ENTRY_POINT_CACHE.clear()
     try:
         from stevedore import _cache
