@@ -134,10 +134,7 @@ def _write(out: str | bytes, path: str | None, kind: str) -> None:
 def _spec(args) -> tuple[str, str | None, bool]:
     """(name, arch or None, emulated) from --backend SPEC with --target and --emulate, which must agree."""
     from .runtime import selection
-    name, arch, emulated = selection.parse(args.backend)
-    if arch is not None and args.target is not None and args.target != arch:
-        raise CliError(f"--backend {args.backend} names target {arch}, but --target is {args.target}; name it once")
-    return name, arch or args.target, bool(emulated or getattr(args, "emulate", False))
+    return selection.with_flags(args.backend, args.target, getattr(args, "emulate", False))
 
 
 def _load_backend(name: str):

@@ -110,7 +110,7 @@ def test_conformance_exits_1_when_a_case_fails(capsys, fake_plugins):
     (["conformance", "--backend", "reference:gfx942"],
      "hk conformance: error: backend 'reference' has no target 'gfx942'; its targets: cpu"),
     (["conformance", "--backend", "reference:cpu", "--target", "gfx942"],
-     "hk conformance: error: --backend reference:cpu names target cpu, but --target is gfx942; name it once"),
+     "hk conformance: error: backend spec 'reference:cpu' names target cpu, but the target given is gfx942"),
     (["compile", "gemm", "--backend", "reference:", "--emit", "ir"],
      "hk compile: error: backend spec 'reference:': expected NAME, NAME:ARCH or NAME:ARCH:emulated"),
     (["compile", "gemm", "--backend", "reference:sm_90a", "--emit", "ir"],

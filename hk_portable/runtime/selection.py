@@ -38,6 +38,16 @@ def parse(spec: str) -> tuple[str, str | None, bool | None]:
         raise BackendError(str(e)) from None
 
 
+def with_flags(spec: str, arch: str | None = None, emulate: bool = False) -> tuple[str, str | None, bool]:
+    """(name, arch, emulated) of a spec given beside separate target/emulate options (the CLI's --target and
+    --emulate, pytest's --hk-target and --hk-emulate), which must agree with an arch the spec names."""
+    name, named, emulated = parse(spec)
+    if named is not None and arch is not None and arch != named:
+        raise BackendError(f"backend spec {spec!r} names target {named}, but the target given is {arch}; "
+                           "name it once")
+    return name, named or arch, bool(emulated or emulate)
+
+
 def resolve(spec: str, require_runnable: bool = True) -> Selected:
     """The backend and target a spec names. With require_runnable, BackendError unless kernels for it can
     run here (a plain name: the backend's device is usable; a target: it runs, natively or emulated)."""
