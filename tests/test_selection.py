@@ -287,5 +287,6 @@ def test_hip_names_its_emulated_targets_when_it_cannot_run(monkeypatch):
         pytest.skip("a ROCm device is present")
     with pytest.raises(BackendError, match=r"'hip' cannot run kernels here: .*name one as 'hip:gfx942:emulated'"):
         scale_rows(torch.zeros(16, 16), torch.zeros(16, 16), 1.0, grid=(1,), backend="hip")
-    with pytest.raises(BackendError, match=r"backend spec 'hip:gfx90a:emulated': backend 'hip' has no emulated target 'gfx90a'"):
+    with pytest.raises(BackendError, match=r"backend spec 'hip:gfx90a:emulated': backend 'hip' has no emulated "
+                                           r"target 'gfx90a'"):
         scale_rows(torch.zeros(16, 16), torch.zeros(16, 16), 1.0, grid=(1,), backend="hip:gfx90a:emulated")
