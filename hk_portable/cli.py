@@ -1,9 +1,12 @@
 """The `hk` command: list backends, run the conformance suite, show what a backend compiles.
 
     hk backends [--json]
-    hk conformance --backend NAME [--target T] [--emulate] [--json FILE] [-k PATTERN] [--seed N]
-    hk compile KERNEL --backend NAME [--target T] --emit ir|source|asm|ptx|sass|hsaco [-o FILE]
+    hk conformance --backend SPEC [--target T] [--emulate] [--json FILE] [-k PATTERN] [--seed N]
+    hk compile KERNEL --backend SPEC [--target T] --emit ir|source|asm|ptx|sass|hsaco [-o FILE]
     hk --version
+
+SPEC names a backend as everywhere else: NAME, NAME:ARCH or NAME:ARCH:emulated (hip:gfx950:emulated);
+--target ARCH and --emulate say the same in two flags.
 
 Errors are one line on stderr and exit status 2; `hk conformance` exits 1 when a case failed.
 """
@@ -20,6 +23,7 @@ from .interface.backend import EMIT_KINDS
 from .interface.errors import HKError
 
 EXIT_FAILED, EXIT_ERROR = 1, 2
+SPEC_HELP = "NAME, NAME:ARCH or NAME:ARCH:emulated (e.g. reference, cuda:sm_80, hip:gfx950:emulated)"
 
 
 class CliError(Exception):
@@ -28,7 +32,7 @@ class CliError(Exception):
 
 # ------------------------------------------------------------------------------------------ backends
 def cmd_backends(args) -> int:
-    from .backends import registry
+    from .runtime import registry
     infos = registry.report()
     if args.json:
         print(json.dumps([i.to_json() for i in infos], indent=1))
@@ -58,7 +62,8 @@ def cmd_conformance(args) -> int:
         import torch
         torch.set_num_threads(1)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    session = Session(_load_backend(args.backend), args.target, args.emulate, seed)
+    name, arch, emulate = _spec(args)
+    session = Session(_load_backend(name), arch, emulate, seed)
     cases = select_cases(all_cases(), args.k)
     if not cases:
         raise CliError(f"no conformance case matches -k {' '.join(args.k)!r}")
@@ -91,8 +96,10 @@ def _progress(console, total: int):
 def cmd_compile(args) -> int:
     from . import kernels
     from .interface.errors import UnsupportedError
-    backend = _load_backend(args.backend)
-    target = backend.target(args.target)
+    from .runtime import compile_program
+    name, arch, emulate = _spec(args)
+    backend = _load_backend(name)
+    target = backend.target(arch, emulated=emulate or None)
     try:
         module, kernel = kernels.load(args.kernel)
     except LookupError as e:
@@ -102,9 +109,7 @@ def cmd_compile(args) -> int:
     if args.emit == "ir":            # the Program every backend receives: no compiling needed
         out: str | bytes = str(program)
     else:
-        from . import cache
-        backend.check(program, target)
-        artifact = cache.compile_cached(backend, program, target)
+        artifact = compile_program(program, backend, target)
         out = backend.emit(artifact, args.emit)
         if not isinstance(out, (str, bytes)):
             raise UnsupportedError(f"backend {backend.name!r} emitted {type(out).__name__} for {args.emit!r}")
@@ -126,9 +131,15 @@ def _write(out: str | bytes, path: str | None, kind: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- helpers
+def _spec(args) -> tuple[str, str | None, bool]:
+    """(name, arch or None, emulated) from --backend SPEC with --target and --emulate, which must agree."""
+    from .runtime import selection
+    return selection.with_flags(args.backend, args.target, getattr(args, "emulate", False))
+
+
 def _load_backend(name: str):
     """The named backend, loaded (BackendError names the installed ones, or why it failed)."""
-    from .backends import registry
+    from .runtime import registry
     return registry.load(name)
 
 
@@ -143,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_backends)
 
     c = sub.add_parser("conformance", help="run the conformance suite and print its certificate")
-    c.add_argument("--backend", required=True, metavar="NAME")
+    c.add_argument("--backend", required=True, metavar="SPEC", help=SPEC_HELP)
     c.add_argument("--target", metavar="ARCH", help="target arch (default: the backend's default target)")
     c.add_argument("--emulate", action="store_true", help="run on the backend's emulated target (arch --target)")
     c.add_argument("--json", metavar="FILE", help="also write the report as JSON")
@@ -156,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("compile", help="show what a backend makes of a library kernel (example configuration)")
     k.add_argument("kernel", metavar="KERNEL", help="gemm, attention_fwd or dropout_residual_layernorm")
-    k.add_argument("--backend", required=True, metavar="NAME")
+    k.add_argument("--backend", required=True, metavar="SPEC", help=SPEC_HELP)
     k.add_argument("--target", metavar="ARCH", help="target arch (default: the backend's default target)")
     k.add_argument("--emit", required=True, choices=EMIT_KINDS)
     k.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout (needed for binaries)")

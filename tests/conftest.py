@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from hk_portable.backends import registry
+from hk_portable.runtime import registry
 
 from hk_test_plugins import FakePlugins
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from hk_portable.backends import registry
+from hk_portable.runtime import registry
 
 
 class FakePlugins:

@@ -58,9 +58,11 @@ def test_wrong_rank_names_the_argument():
 
 
 def test_tensors_on_a_device_the_backend_cannot_use_name_the_argument():
-    # 'meta' tensors have no data: the reference refuses them rather than "run" and compute nothing
+    # 'meta' tensors have no data: the reference refuses them rather than "run" and compute nothing (named
+    # here: no backend claims 'meta', which test_selection covers)
     with pytest.raises(ArgumentError, match=r"argument 'x' is on meta, which the 'reference' backend cannot use"):
-        scale_rows(torch.empty(4, 4, device="meta"), torch.empty(4, 4, device="meta"), 1.0, grid=(1,))
+        scale_rows(torch.empty(4, 4, device="meta"), torch.empty(4, 4, device="meta"), 1.0, grid=(1,),
+                   backend="reference")
 
 
 def test_tensors_on_different_devices_name_both_arguments():

@@ -105,6 +105,18 @@ def test_conformance_exits_1_when_a_case_fails(capsys, fake_plugins):
      "hk compile: error: backend 'reference' has no target 'sm_90a'"),
     (["compile", "gemm", "--backend", "reference", "--emit", "source"],
      "hk compile: error: the reference backend interprets the Tile IR and produces no source; use --emit ir"),
+    (["conformance", "--backend", "hip:gfx950:emu"],
+     "hk conformance: error: backend spec 'hip:gfx950:emu': expected NAME, NAME:ARCH or NAME:ARCH:emulated"),
+    (["conformance", "--backend", "reference:gfx942"],
+     "hk conformance: error: backend 'reference' has no target 'gfx942'; its targets: cpu"),
+    (["conformance", "--backend", "reference:cpu", "--target", "gfx942"],
+     "hk conformance: error: backend spec 'reference:cpu' names target cpu, but the target given is gfx942"),
+    (["compile", "gemm", "--backend", "reference:", "--emit", "ir"],
+     "hk compile: error: backend spec 'reference:': expected NAME, NAME:ARCH or NAME:ARCH:emulated"),
+    (["compile", "gemm", "--backend", "reference:sm_90a", "--emit", "ir"],
+     "hk compile: error: backend 'reference' has no target 'sm_90a'; its targets are ['cpu']"),
+    (["compile", "gemm", "--backend", "reference:cpu:emulated", "--emit", "ir"],
+     "hk compile: error: backend 'reference' has no emulated target 'cpu'"),
     (["compile", "softmax", "--backend", "reference", "--emit", "ir"],
      "hk compile: error: unknown kernel 'softmax'; the library's kernels are: attention_fwd, "
      "dropout_residual_layernorm, gemm"),
@@ -138,6 +150,40 @@ def test_compile_writes_to_a_file(capsys, tmp_path):
     path = tmp_path / "gemm.ir"
     rc, out, err = run(capsys, "compile", "gemm", "--backend", "reference", "--emit", "ir", "-o", str(path))
     assert rc == 0 and out == "" and path.read_text().startswith("kernel @gemm_kernel(") and str(path) in err
+
+
+def test_conformance_and_compile_take_a_backend_spec(capsys):
+    rc, out, _ = run(capsys, "conformance", "--backend", "reference:cpu", "-k", "op/cast/f32_to_bf16", "--seed", "7")
+    assert rc == 0 and "on backend reference, target cpu" in out and "CONFORMS" in out
+    rc, spelled_once, _ = run(capsys, "compile", "gemm", "--backend", "reference:cpu", "--emit", "ir")
+    rc2, spelled_twice, _ = run(capsys, "compile", "gemm", "--backend", "reference", "--target", "cpu", "--emit", "ir")
+    assert rc == rc2 == 0 and spelled_once == spelled_twice
+
+
+def _hip_emulator_or_skip():
+    from hk_portable.runtime import registry
+    if "hip" not in registry.names():
+        pytest.skip("the hip backend is not installed")
+    from hk_portable.backends.hip import emulator
+    ok, why = emulator.available()
+    if not ok:
+        pytest.skip(why)
+
+
+@pytest.mark.parametrize("argv", [["--backend", "hip:gfx950:emulated"],
+                                  ["--backend", "hip", "--target", "gfx950", "--emulate"],
+                                  ["--backend", "hip:gfx950", "--emulate"]])
+def test_conformance_on_an_emulated_target_by_spec_or_by_flags(capsys, argv):
+    _hip_emulator_or_skip()
+    rc, out, _ = run(capsys, "conformance", *argv, "-k", "op/cast/f32_to_bf16", "--seed", "7")
+    assert rc == 0 and "on backend hip, target gfx950 (emulated)" in out and "CONFORMS" in out
+
+
+def test_compile_for_a_hip_target_by_spec_or_by_flag(capsys):
+    _hip_emulator_or_skip()
+    rc, spelled_once, _ = run(capsys, "compile", "gemm", "--backend", "hip:gfx942:emulated", "--emit", "source")
+    rc2, spelled_twice, _ = run(capsys, "compile", "gemm", "--backend", "hip", "--target", "gfx942", "--emit", "source")
+    assert rc == rc2 == 0 and spelled_once == spelled_twice and "for gfx942" in spelled_once
 
 
 def test_argparse_rejects_an_unknown_emit(capsys):

@@ -13,16 +13,16 @@ import textwrap
 
 import pytest
 
-from hk_portable import cache
-from hk_portable.backends import registry
+from hk_portable.runtime import cache
+from hk_portable.runtime import registry
 
 pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="cupy (with NVRTC) is not installed")
 
 # prints: <seconds for compile_cached> <nvrtc calls> <sha256 of the cubin>
 SCRIPT = textwrap.dedent("""
     import hashlib, sys, time
-    from hk_portable import cache
-    from hk_portable.backends import registry
+    from hk_portable.runtime import cache
+    from hk_portable.runtime import registry
     from hk_portable.backends.cuda import runtime
     from hk_portable.kernels import gemm
     calls = []

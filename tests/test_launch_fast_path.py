@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends import registry
+from hk_portable.runtime import registry, selection
 from hk_portable.backends.reference import ReferenceBackend
 from hk_portable.interface import GL, ArgumentError
 
@@ -28,7 +28,7 @@ def two_backends(monkeypatch):
     a, b = Counting("count_a"), Counting("count_b")
     monkeypatch.setitem(registry._loaded, "count_a", a)
     monkeypatch.setitem(registry._loaded, "count_b", b)
-    monkeypatch.delenv(registry.ENV, raising=False)
+    monkeypatch.delenv(selection.ENV, raising=False)
     return a, b
 
 
@@ -42,7 +42,7 @@ def test_context_and_environment_changes_are_honoured(two_backends, monkeypatch)
     with hk.use_backend("count_b"):
         scale_rows(x, y, 3, grid=(2,))
     assert (a.calls, b.calls) == (2, 1)
-    monkeypatch.setenv(registry.ENV, "count_a")
+    monkeypatch.setenv(selection.ENV, "count_a")
     scale_rows(x, y, 2, grid=(2,))
     assert (a.calls, b.calls) == (3, 1)
     torch.testing.assert_close(y, x * 2, rtol=0, atol=0)

@@ -37,3 +37,15 @@ def test_a_failing_case_reports_its_reason_and_seed(tmp_path):
                           "-p", "conftest"], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 1, out.stdout[-2000:]
     assert "op/unary/exp/f32/37x70 (seed " in out.stdout and "outside the bound" in out.stdout
+
+
+def test_the_backend_is_named_by_a_spec(tmp_path):
+    report = tmp_path / "r.json"
+    out = _pytest(tmp_path, "--hk-backend", "reference:cpu", "-k", "kernel/gemm/bf16-f32", "--hk-json", str(report))
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert json.loads(report.read_text())["target"] == "cpu"
+    out = _pytest(tmp_path, "--hk-backend", "reference:gfx942")
+    assert out.returncode == 4
+    assert "--hk-backend reference:gfx942: backend 'reference' has no target 'gfx942'" in out.stderr
+    out = _pytest(tmp_path, "--hk-backend", "reference:cpu:emulatd")
+    assert out.returncode == 4 and "expected NAME, NAME:ARCH or NAME:ARCH:emulated" in out.stderr

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends import registry
+from hk_portable.runtime import registry, selection
 from hk_portable.interface import BackendError, GL, RT
 
 from hk_test_plugins import RECORDING_BACKEND
@@ -79,8 +79,8 @@ def test_unknown_name_lists_the_installed_backends():
 # ------------------------------------------------------------------------------------------ selection
 def test_cpu_tensors_default_to_reference(monkeypatch):
     monkeypatch.delenv("HK_BACKEND", raising=False)
-    assert registry.select(None, [torch.zeros(1)]).name == "reference"
-    assert registry.select(None, []).name == "reference"
+    assert selection.select(None, [torch.zeros(1)]).backend.name == "reference"
+    assert selection.select(None, []).backend.name == "reference"
 
 
 def test_hk_backend_environment_selects(plugins, monkeypatch):
@@ -91,7 +91,7 @@ def test_hk_backend_environment_selects(plugins, monkeypatch):
 
 def test_hk_backend_comma_list_takes_the_first_that_accepts_the_tensors(plugins, monkeypatch):
     monkeypatch.setenv("HK_BACKEND", "beta,alpha")
-    assert registry.select(None, [torch.zeros(1)]).name == "beta"
+    assert selection.select(None, [torch.zeros(1)]).backend.name == "beta"
 
 
 @pytest.mark.parametrize("env, message", [
@@ -138,5 +138,5 @@ def test_context_does_not_leak(plugins):
 
 
 def test_hk_backends_function_reports_every_entry_point(plugins):
-    import hk_portable.backends.registry  # noqa: F401 - importing a submodule must not break hk.backends()
+    import hk_portable.backends.reference  # noqa: F401 - importing a submodule must not break hk.backends()
     assert {"reference", "alpha", "broken"} <= {i.name for i in hk.backends()}

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from hk_portable.backends import registry
+from hk_portable.runtime import registry
 from hk_portable.conformance import run
 from hk_portable.conformance.runner import FAILED, PASSED, SKIPPED
 

@@ -1,6 +1,8 @@
 """pytest plugin (entry point `pytest11: hk_portable`): the conformance cases as parametrized tests.
 
-    pytest --pyargs hk_portable.conformance --hk-backend NAME [--hk-target ARCH] [--hk-emulate]
+    pytest --pyargs hk_portable.conformance --hk-backend SPEC [--hk-target ARCH] [--hk-emulate]
+
+SPEC is NAME, NAME:ARCH or NAME:ARCH:emulated (hip:gfx950:emulated), as wherever a backend is named.
 
 Any test that takes the `hk_case` argument is parametrized over every conformance case and runs it
 with the `hk_conformance` fixture; without --hk-backend the cases run on the reference backend.
@@ -19,8 +21,9 @@ _RESULTS = []
 
 def pytest_addoption(parser):
     group = parser.getgroup("hk_portable", "hk_portable conformance")
-    group.addoption("--hk-backend", default=None, metavar="NAME",
-                    help="backend the conformance cases run on (default: reference)")
+    group.addoption("--hk-backend", default=None, metavar="SPEC",
+                    help="backend the conformance cases run on: NAME, NAME:ARCH or NAME:ARCH:emulated "
+                         "(default: reference)")
     group.addoption("--hk-target", default=None, metavar="ARCH", help="target arch (default: the backend's)")
     group.addoption("--hk-emulate", action="store_true", help="run on the backend's emulated target")
     group.addoption("--hk-seed", default="0", metavar="INT|random",
@@ -41,10 +44,12 @@ def _seed(config) -> int:
 
 
 def _make_session(config):
+    from ..runtime.selection import with_flags
     from .runner import Session
     backend = config.getoption("--hk-backend") or "reference"
     try:
-        return Session(backend, config.getoption("--hk-target"), config.getoption("--hk-emulate"), _seed(config))
+        name, arch, emulate = with_flags(backend, config.getoption("--hk-target"), config.getoption("--hk-emulate"))
+        return Session(name, arch, emulate, _seed(config))
     except HKError as e:
         raise pytest.UsageError(f"--hk-backend {backend}: {e}") from None
 

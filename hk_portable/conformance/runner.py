@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from ..backends import registry
+from ..runtime import registry
 from ..interface.backend import Artifact, Backend, BackendStatus, Target
 from ..interface.errors import BackendError, UnsupportedError
 from ..interface.ir import GlobalType, Program, SharedBufType, TileType

@@ -1,15 +1,17 @@
-"""@hk.kernel: signature handling, specialisation, argument checks, compile and launch."""
+"""A kernel's definition: its signature, how a call's arguments bind, and the Programs it traces to.
+
+Pure interface: nothing here selects a backend, compiles or launches. The callable kernel that
+`hk.kernel` returns (hk_portable.runtime.launch.Kernel) builds on KernelDef."""
 from __future__ import annotations
 
 import inspect
-import os
 import threading
 from typing import Any, Callable
 
 import torch
 
 from . import dtypes as D
-from .errors import ArgumentError, TraceError
+from .errors import ArgumentError
 from .ir import GlobalType, Program, ScalarType
 from .tracer import trace
 from .types import GL, const
@@ -44,46 +46,9 @@ def _classify(fn) -> tuple[list[_ParamSpec], list[_ParamSpec]]:
     return runtime, consts
 
 
-_GRIDS: dict = {}
-
-
-def _registry():
-    """The registry module, imported once (the interface must not import backends at load time)."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        from ..backends import registry as _r
-        _REGISTRY = _r
-    return _REGISTRY
-
-
-_REGISTRY = None
-
-
-def _grid3(grid) -> tuple[int, int, int]:
-    """grid as three ints, validated; memoised because it is on every launch's path."""
-    try:
-        return _GRIDS[grid]
-    except (KeyError, TypeError):
-        g = _check_grid(grid)
-    if isinstance(grid, (int, tuple)) and len(_GRIDS) < 4096:
-        _GRIDS[grid] = g
-    return g
-
-
-def _check_grid(grid) -> tuple[int, int, int]:
-    if isinstance(grid, int):
-        grid = (grid,)
-    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
-        raise ArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
-    g = tuple(grid) + (1,) * (3 - len(grid))
-    for k, x in enumerate(g):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x >= 2**31:
-            raise ArgumentError(f"grid[{k}] must be an int in [0, 2**31), got {x!r}")
-    return g
-
-
-class Kernel:
-    """A tile kernel written against the interface. Call it with its arguments and `grid=`."""
+class KernelDef:
+    """A tile kernel written against the interface: its runtime and compile-time parameters, and one
+    Program per specialisation (tensor dtypes and ranks, consts), traced once."""
 
     def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None):
         self.fn = fn
@@ -91,8 +56,6 @@ class Kernel:
         self.num_warps = num_warps
         self.runtime_params, self.const_params = _classify(fn)
         self._programs: dict[tuple, Program] = {}
-        self._artifacts: dict[tuple, Any] = {}
-        self._launches: dict[tuple, tuple] = {}     # fast path: call signature -> (backend, artifact)
         self._lock = threading.Lock()
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -176,92 +139,6 @@ class Kernel:
             with self._lock:
                 self._programs[key] = prog
         return prog
-
-    # ---------------------------------------------------------------------------------- launching
-    def __call__(self, *args, grid, backend=None, target: str | None = None, stream=None, **kwargs):
-        fast = self._fast_key(args, kwargs, backend, target)
-        hit = self._launches.get(fast) if fast is not None else None
-        if hit is None:
-            be, art, runtime = self._prepare(args, kwargs, backend, target)
-            if fast is not None:
-                self._launches[fast] = (be, art)
-        else:
-            _check_scalars(self.name, self.runtime_params, args)
-            (be, art), runtime = hit, list(args)
-        grid3 = _grid3(grid)
-        if 0 in grid3:
-            return
-        be.launch(art, runtime, grid3, stream)
-
-    def _prepare(self, args, kwargs, backend, target):
-        """The slow path of a call: bind, specialise, select the backend, check devices, compile.
-        Returns (backend, artifact, runtime arguments in order)."""
-        runtime, consts = self.bind(args, kwargs)
-        prog = self._program(runtime, consts)
-        tensors = [v for v in runtime if isinstance(v, torch.Tensor)]
-        be = _registry().select(backend, tensors)
-        _check_devices(self.name, self.runtime_params, runtime, be)
-        return be, self.compile_for(prog, be, target), runtime
-
-    def _fast_key(self, args, kwargs, backend, target):
-        """A key for calls whose launch is fully decided by the arguments' kinds: every runtime argument
-        passed positionally, consts by keyword. Selection inputs (context, HK_BACKEND) are part of it,
-        so a change of backend never reuses a stale choice. None when the call does not qualify."""
-        if len(args) != len(self.runtime_params):
-            return None
-        registry = _registry()
-        sig = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                sig.append((a.dtype, a.dim(), a.device))
-            else:
-                sig.append(type(a))
-        try:
-            return (tuple(sig), tuple(kwargs.items()),
-                    backend if backend is None or isinstance(backend, str) else id(backend), target,
-                    registry.current_context(), os.environ.get(registry.ENV))
-        except TypeError:       # an unhashable const: the slow path reports it
-            return None
-
-    def compile_for(self, prog: Program, be, target: str | None = None):
-        tgt = be.target(target)
-        key = (be.name, tgt.arch, prog.hash)
-        with self._lock:
-            art = self._artifacts.get(key)
-        if art is None:
-            be.check(prog, tgt)
-            from .. import cache
-            art = cache.compile_cached(be, prog, tgt)
-            with self._lock:
-                self._artifacts[key] = art
-        return art
-
-
-def _check_scalars(name, params, args) -> None:
-    """The per-value checks the fast path still owes: int32 range of int arguments."""
-    for p, v in zip(params, args):
-        if p.kind == "i32" and (isinstance(v, bool) or not -2**31 <= v < 2**31):
-            raise ArgumentError(f"{name}: argument '{p.name}' must be an int32 Python int, got {v!r}")
-
-
-def _check_devices(name, params, runtime, be) -> None:
-    devs = {}
-    for p, v in zip(params, runtime):
-        if isinstance(v, torch.Tensor):
-            devs.setdefault(v.device, p.name)
-            if not be.accepts_device(v.device):
-                raise ArgumentError(f"{name}: argument '{p.name}' is on {v.device}, which the '{be.name}' backend "
-                                    "cannot use; move it or pick another backend")
-    if len(devs) > 1:
-        desc = ", ".join(f"'{n}' on {d}" for d, n in devs.items())
-        raise ArgumentError(f"{name}: tensor arguments are on different devices ({desc}); expected one device")
-
-
-def kernel(fn: Callable | None = None, *, num_warps: int = 4, name: str | None = None):
-    """Decorate a tile kernel. `num_warps` is a hint; each backend may choose its own per target."""
-    if fn is None:
-        return lambda f: Kernel(f, num_warps=num_warps, name=name)
-    return Kernel(fn, num_warps=num_warps, name=name)
 
 
 def check_no_overlap(name: str, outputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:

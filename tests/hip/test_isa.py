@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hk_portable import cache
+from hk_portable.runtime import cache
 from hk_portable.backends.hip import HipBackend, codegen, make_target, offline
 from hk_portable.interface.ir import Program
 

@@ -73,8 +73,8 @@ _JOBS: dict = {}       # name -> Program; forked workers inherit it (a Program d
 
 def _compile(job):
     name, arch, cached = job
-    from ...backends import registry
-    from ... import cache
+    from ...runtime import registry
+    from ...runtime import cache
     be = registry.load("cuda")
     program = _JOBS[name]
     t0 = time.perf_counter()
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", action="append", help="target (repeatable); default: the cuda backend's default")
     ap.add_argument("--workers", type=int)
     args = ap.parse_args(argv)
-    from ...backends import registry
+    from ...runtime import registry
     archs = args.arch or [registry.load("cuda").default_target().arch]
     t0 = time.perf_counter()
     progs = {**library_programs(), **conformance_programs()}

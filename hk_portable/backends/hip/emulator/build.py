@@ -26,7 +26,7 @@ lock = threading.RLock()   # guards every cache of the emulator and each launch'
 
 def cache_root() -> Path:
     try:
-        from ....cache import cache_dir
+        from ....runtime.cache import cache_dir
         root = cache_dir() / "hip-emulator"
     except Exception:  # pragma: no cover - the package's cache module is the normal path
         root = Path(tempfile.gettempdir()) / "hk_portable-hip-emulator"

@@ -9,7 +9,7 @@ import pickle
 import tempfile
 from pathlib import Path
 
-from . import __version__
+from .. import __version__
 
 FORMAT = 1
 
@@ -26,9 +26,10 @@ def cache_dir() -> Path:
 
 
 def cache_key(backend, program, target, options: dict) -> str:
-    compiler = backend.compiler_version() if hasattr(backend, "compiler_version") else ""
-    parts = {"hk": __version__, "format": FORMAT, "backend": backend.name, "compiler": compiler,
-             "target": target.arch, "options": options, "program": str(program)}
+    # an emulated target's binary differs from the device's of the same arch; the device's key is unchanged
+    arch = target.arch + (":emulated" if target.emulated else "")
+    parts = {"hk": __version__, "format": FORMAT, "backend": backend.name, "compiler": backend.compiler_version(),
+             "target": arch, "options": options, "program": str(program)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -73,11 +74,11 @@ def store(key: str, artifact) -> None:
 def compile_cached(backend, program, target, options: dict | None = None):
     """backend.compile through the disk cache (backends that opt out with cacheable() -> False skip it)."""
     options = dict(options or {})
-    if hasattr(backend, "cacheable") and not backend.cacheable():
+    if not backend.cacheable():
         return backend.compile(program, target, options)
     key = cache_key(backend, program, target, options)
     art = load(key)
-    if art is not None and hasattr(backend, "restore"):
+    if art is not None:
         art = backend.restore(art, program)
     if art is None:
         art = backend.compile(program, target, options)

@@ -1,13 +1,11 @@
-"""Backend discovery (stevedore entry points, group `hk_portable.backends`) and run-time selection.
+"""Backend discovery (stevedore entry points, group `hk_portable.backends`): list, load, report, and
+which backend claims a torch device. The order of selection is in selection.py.
 
 Listing reads entry-point metadata only; a backend module is imported when it is first loaded by
 name. A backend that fails to import, to construct or to probe is reported with its reason."""
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import inspect
-import os
 import threading
 from dataclasses import dataclass, field
 
@@ -18,12 +16,12 @@ from ..interface.backend import Backend, BackendStatus
 from ..interface.errors import BackendError
 
 NAMESPACE = "hk_portable.backends"
-ENV = "HK_BACKEND"
 
 _lock = threading.Lock()
 _loaded: dict[str, Backend] = {}
 _failed: dict[str, str] = {}
-_context: contextvars.ContextVar[str | None] = contextvars.ContextVar("hk_backend", default=None)
+_claims: dict[str, tuple[str, ...]] = {}      # torch device type -> names of the backends that claim it
+_on_reset: list = []                          # callables that forget choices made with the old backends
 # a missing name is reported by us (NoMatches below); newer stevedore deprecates warn_on_missing_entrypoint
 _QUIET = ({"on_missing_entrypoints_callback": None}
           if "on_missing_entrypoints_callback" in inspect.signature(DriverManager.__init__).parameters
@@ -60,6 +58,9 @@ def reset() -> None:
     with _lock:
         _loaded.clear()
         _failed.clear()
+        _claims.clear()
+    for forget in _on_reset:
+        forget()
     ExtensionManager.ENTRY_POINT_CACHE.clear()
     try:
         from stevedore import _cache
@@ -131,59 +132,51 @@ def report() -> list[BackendInfo]:
 
 
 def get(name: str, require_available: bool = True) -> Backend:
+    """The backend `name`, loaded; with require_available, BackendError (and the reason) unless it can run
+    kernels here on its device."""
     be = load(name)
     if require_available:
         st = _status(be)
         if not st.available:
-            raise BackendError(f"backend {name!r} cannot run kernels here: {st.reason}")
+            raise BackendError(f"backend {name!r} cannot run kernels here: {st.reason}{emulated_hint(be)}")
     return be
 
 
-def current_context() -> str | None:
-    """The backend named by the innermost use_backend() block, if any."""
-    return _context.get()
-
-
-@contextlib.contextmanager
-def use_backend(name: str):
-    """Within this block, kernels run on `name` unless a call names a backend explicitly."""
-    get(name, require_available=False)
-    token = _context.set(name)
+def emulated_hint(be: Backend) -> str:
+    """'; its emulated targets run here: hip:gfx942:emulated, ...' when it has any, else ''."""
     try:
-        yield
-    finally:
-        _context.reset(token)
+        specs = [t.spec for t in be.targets() if t.emulated and not t.compile_only]
+    except Exception:  # noqa: BLE001 - only a hint
+        specs = []
+    return f" (its emulated targets run here: name one as {', '.join(repr(s) for s in specs)})" if specs else ""
 
 
-def _device_default(tensors) -> str:
-    for t in tensors:
-        if t.device.type == "cuda":
-            import torch
-            return "hip" if getattr(torch.version, "hip", None) else "cuda"
-    return "reference"
+def claimant(device) -> Backend:
+    """The one installed backend that claims tensors on `device` (Backend.claims_device), usable here.
+    Which backends claim a device type is asked once per process; a backend that fails to load claims
+    nothing (`hk backends` reports why)."""
+    dtype = device.type
+    names_ = _claims.get(dtype)
+    if names_ is None:
+        names_ = _claimants(device)
+        with _lock:
+            _claims[dtype] = names_
+    if len(names_) == 1:
+        return get(names_[0])
+    if not names_:
+        raise BackendError(f"no installed backend claims tensors on {dtype!r} (installed: "
+                           f"{', '.join(names()) or 'none'}); name one with backend=..., hk.use_backend(...) "
+                           "or HK_BACKEND")
+    raise BackendError(f"tensors on {dtype!r} are claimed by several backends ({', '.join(names_)}); name one with "
+                       "backend=..., hk.use_backend(...) or HK_BACKEND")
 
 
-def select(explicit=None, tensors=()) -> Backend:
-    """Argument > use_backend() context > HK_BACKEND (comma list) > tensors' device > reference."""
-    if isinstance(explicit, Backend):
-        return explicit
-    if explicit is not None:
-        return get(explicit)
-    ctx = _context.get()
-    if ctx is not None:
-        return get(ctx)
-    env = os.environ.get(ENV, "").strip()
-    if env:
-        listed = [n.strip() for n in env.split(",") if n.strip()]
-        backends = []
-        for n in listed:
-            try:
-                backends.append(get(n))
-            except BackendError as e:
-                raise BackendError(f"{ENV}={env!r}: {e}") from None
-        devices = {t.device for t in tensors}
-        for be in backends:
-            if all(be.accepts_device(d) for d in devices):
-                return be
-        raise BackendError(f"{ENV}={env!r}: none of these backends accepts tensors on {sorted(map(str, devices))}")
-    return get(_device_default(tensors))
+def _claimants(device) -> tuple[str, ...]:
+    out = []
+    for name in names():
+        try:
+            if load(name).claims_device(device):
+                out.append(name)
+        except Exception:  # noqa: BLE001 - a plugin that cannot load or crashes here claims nothing
+            continue
+    return tuple(out)

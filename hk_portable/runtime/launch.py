@@ -1,0 +1,164 @@
+"""The launch path: `hk.kernel` returns a Kernel; calling it selects a backend and target, checks the
+devices, compiles through the cache (once per specialisation) and launches.
+
+A repeat call whose launch is fully decided by its arguments' kinds takes the fast path: one dict
+lookup, the int32 range check it still owes, the grid, and the backend's launch. Keep it that way:
+no per-call work belongs there."""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from ..interface.backend import Backend, Target
+from ..interface.errors import ArgumentError
+from ..interface.ir import Program
+from ..interface.kernel import KernelDef
+from . import cache, registry, selection
+
+
+def compile_program(program: Program, backend: Backend, target: str | Target | None = None):
+    """The Artifact of `program` for `target` (None: the backend's default): checked, then compiled
+    through the on-disk cache. The one compile path of kernel calls and `hk compile`."""
+    target = backend.target(target)
+    # verify(program) runs here (opcode table)
+    backend.check(program, target)
+    return cache.compile_cached(backend, program, target)
+
+
+class Kernel(KernelDef):
+    """A tile kernel written against the interface. Call it with its arguments and `grid=`; `backend=`
+    takes a spec ("cuda", "hip:gfx950:emulated") or a Backend, `target=` an arch of that backend."""
+
+    def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None):
+        super().__init__(fn, num_warps=num_warps, name=name)
+        self._artifacts: dict[tuple, Any] = {}
+        self._launches: dict[tuple, tuple] = {}     # fast path: call signature -> (backend, artifact)
+        _KERNELS.add(self)
+
+    def __call__(self, *args, grid, backend=None, target: str | Target | None = None, stream=None, **kwargs):
+        fast = self._fast_key(args, kwargs, backend, target)
+        hit = self._launches.get(fast) if fast is not None else None
+        if hit is None:
+            be, art, runtime = self._prepare(args, kwargs, backend, target)
+            if fast is not None:
+                self._launches[fast] = (be, art)
+        else:
+            _check_scalars(self.name, self.runtime_params, args)
+            (be, art), runtime = hit, list(args)
+        grid3 = _grid3(grid)
+        if 0 in grid3:
+            return
+        be.launch(art, runtime, grid3, stream)
+
+    def _prepare(self, args, kwargs, backend, target):
+        """The slow path of a call: bind, specialise, select the backend, check devices, compile.
+        Returns (backend, artifact, runtime arguments in order)."""
+        runtime, consts = self.bind(args, kwargs)
+        prog = self._program(runtime, consts)
+        tensors = [v for v in runtime if isinstance(v, torch.Tensor)]
+        selected = selection.select(backend, tensors)
+        be = selected.backend
+        _check_devices(self.name, self.runtime_params, runtime, be)
+        return be, self.compile_for(prog, be, selection.target_for(selected, target)), runtime
+
+    def _fast_key(self, args, kwargs, backend, target):
+        """A key for calls whose launch is fully decided by the arguments' kinds: every runtime argument
+        passed positionally, consts by keyword. Selection inputs (context, HK_BACKEND) are part of it,
+        so a change of backend never reuses a stale choice. None when the call does not qualify."""
+        if len(args) != len(self.runtime_params):
+            return None
+        sig = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                sig.append((a.dtype, a.dim(), a.device))
+            else:
+                sig.append(type(a))
+        try:
+            return (tuple(sig), tuple(kwargs.items()),
+                    backend if backend is None or isinstance(backend, str) else id(backend), target,
+                    selection.current_context(), os.environ.get(selection.ENV))
+        except TypeError:       # an unhashable const: the slow path reports it
+            return None
+
+    def compile_for(self, prog: Program, be: Backend, target: str | Target | None = None):
+        """compile_program, memoised per kernel by (backend, target, Program)."""
+        tgt = be.target(target)
+        key = (be.name, tgt.spec, prog.hash)
+        with self._lock:
+            art = self._artifacts.get(key)
+        if art is None:
+            art = compile_program(prog, be, tgt)
+            with self._lock:
+                self._artifacts[key] = art
+        return art
+
+
+_KERNELS: weakref.WeakSet[Kernel] = weakref.WeakSet()
+
+
+def _forget_choices() -> None:
+    """After registry.reset() (tests install plugins at run time) no kernel reuses a backend it chose before."""
+    for k in list(_KERNELS):
+        with k._lock:
+            k._launches.clear()
+            k._artifacts.clear()
+
+
+registry._on_reset.append(_forget_choices)
+
+
+def kernel(fn: Callable | None = None, *, num_warps: int = 4, name: str | None = None):
+    """Decorate a tile kernel. `num_warps` is a hint; each backend may choose its own per target."""
+    if fn is None:
+        return lambda f: Kernel(f, num_warps=num_warps, name=name)
+    return Kernel(fn, num_warps=num_warps, name=name)
+
+
+# ------------------------------------------------------------------------------------------ checks
+def _check_scalars(name, params, args) -> None:
+    """The per-value checks the fast path still owes: int32 range of int arguments."""
+    for p, v in zip(params, args):
+        if p.kind == "i32" and (isinstance(v, bool) or not -2**31 <= v < 2**31):
+            raise ArgumentError(f"{name}: argument '{p.name}' must be an int32 Python int, got {v!r}")
+
+
+def _check_devices(name, params, runtime, be) -> None:
+    devs = {}
+    for p, v in zip(params, runtime):
+        if isinstance(v, torch.Tensor):
+            devs.setdefault(v.device, p.name)
+            if not be.accepts_device(v.device):
+                raise ArgumentError(f"{name}: argument '{p.name}' is on {v.device}, which the '{be.name}' backend "
+                                    "cannot use; move it or pick another backend")
+    if len(devs) > 1:
+        desc = ", ".join(f"'{n}' on {d}" for d, n in devs.items())
+        raise ArgumentError(f"{name}: tensor arguments are on different devices ({desc}); expected one device")
+
+
+_GRIDS: dict = {}
+
+
+def _grid3(grid) -> tuple[int, int, int]:
+    """grid as three ints, validated; memoised because it is on every launch's path."""
+    try:
+        return _GRIDS[grid]
+    except (KeyError, TypeError):
+        g = _check_grid(grid)
+    if isinstance(grid, (int, tuple)) and len(_GRIDS) < 4096:
+        _GRIDS[grid] = g
+    return g
+
+
+def _check_grid(grid) -> tuple[int, int, int]:
+    if isinstance(grid, int):
+        grid = (grid,)
+    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
+        raise ArgumentError(f"grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    for k, x in enumerate(g):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x >= 2**31:
+            raise ArgumentError(f"grid[{k}] must be an int in [0, 2**31), got {x!r}")
+    return g

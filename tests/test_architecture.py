@@ -1,0 +1,89 @@
+"""The import graph of hk_portable, read from the source with `ast` (imports inside functions count too):
+the interface imports nothing above it, no backend imports another, kernels import only the interface."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+import hk_portable
+
+ROOT = Path(hk_portable.__file__).resolve().parent
+PACKAGE = "hk_portable"
+
+
+def _module_name(path: Path) -> str:
+    parts = (PACKAGE,) + path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, absolute; `from M import n` counts as M and as M.n (n may be a module)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+MODULES = {_module_name(p): _imports(p) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _modules_under(prefix: str) -> dict[str, set[str]]:
+    return {m: imps for m, imps in MODULES.items() if _under(m, prefix)}
+
+
+def test_the_graph_is_read():
+    assert "hk_portable.interface.kernel" in MODULES and "hk_portable.runtime.launch" in MODULES
+    assert "hk_portable.interface.kernel" in MODULES["hk_portable.runtime.launch"]
+    # relative imports resolve: `from ..interface.errors import ...` in runtime/selection.py
+    assert "hk_portable.interface.errors" in MODULES["hk_portable.runtime.selection"]
+
+
+ABOVE_THE_INTERFACE = ["runtime", "backends", "codegen", "conformance", "kernels", "cache", "cli"]
+
+
+@pytest.mark.parametrize("module", sorted(_modules_under("hk_portable.interface")))
+def test_the_interface_imports_nothing_above_it(module):
+    bad = sorted(i for i in MODULES[module] for layer in ABOVE_THE_INTERFACE if _under(i, f"{PACKAGE}.{layer}"))
+    assert not bad, f"{module} imports {bad}: the interface must not depend on the layers built on it"
+
+
+def _backend_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "backends" else None
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _backend_of(m)))
+def test_no_backend_imports_another(module):
+    own = _backend_of(module)
+    bad = sorted(i for i in MODULES[module] if _backend_of(i) not in (None, own))
+    assert not bad, f"{module} (backend {own!r}) imports {bad}: a backend package imports no other backend"
+
+
+def _allowed_in_a_kernel(module: str) -> bool:
+    top = module.split(".")[0]
+    return (module == PACKAGE or _under(module, f"{PACKAGE}.interface") or top in ("torch", "__future__")
+            or top in sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("module", sorted(_modules_under("hk_portable.kernels")))
+def test_kernels_import_only_the_interface(module):
+    bad = sorted(i for i in MODULES[module] if not _allowed_in_a_kernel(i))
+    assert not bad, f"{module} imports {bad}: a kernel file uses hk_portable (as hk), hk_portable.interface, " \
+                    "torch and the standard library only"
