@@ -38,10 +38,10 @@ def _sample() -> list[str]:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    from hk_portable.backends.cuda.emulator import EmulatedCudaBackend
+    from hk_portable.backends.cuda import CudaBackend
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HK_CACHE_DIR", str(tmp_path_factory.mktemp("hk_emu_cache")))
-        yield runner.Session(EmulatedCudaBackend(), None, emulate=True, seed=7)
+        yield runner.Session(CudaBackend(), "sm_80", emulate=True, seed=7)
 
 
 @pytest.mark.parametrize("case_id", _sample())

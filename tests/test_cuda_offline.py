@@ -67,7 +67,7 @@ def test_every_conformance_program_compiles_for_sm80_and_sm90a():
 
 def test_param_layout_matches_ptx_entry():
     """The host's packed parameter buffer must match the entry's .param list (alignment and size)."""
-    from hk_portable.backends.cuda import runtime
+    from hk_portable.codegen import abi
     be = _cuda()
     for name, prog in _library_programs().items():
         art = be.compile(prog, be.target("sm_80"))
@@ -84,7 +84,7 @@ def test_param_layout_matches_ptx_entry():
             off = -(-off // align) * align
             assert p["offset"] == off, f"{name}: parameter {p['name']} at {p['offset']}, ABI says {off}"
             off += size
-        assert art.launch["param_size"] == off == runtime.param_layout(
+        assert art.launch["param_size"] == off == abi.param_layout(
             [(q.name, q.type) for q in prog.params])[1]
 
 
