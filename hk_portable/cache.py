@@ -28,7 +28,7 @@ def cache_dir() -> Path:
 def cache_key(backend, program, target, options: dict) -> str:
     compiler = backend.compiler_version() if hasattr(backend, "compiler_version") else ""
     parts = {"hk": __version__, "format": FORMAT, "backend": backend.name, "compiler": compiler,
-             "target": target.arch, "options": options, "program": str(program)}
+             "target": target.spec, "options": options, "program": str(program)}   # spec: emulated or not
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
