@@ -22,8 +22,10 @@ def main() -> int:
     torch.manual_seed(0)
     dev, be = "cuda", "cuda"
     if os.environ.get("HK_SANITIZE_EMULATE"):          # the same workload on the CPU emulation (no GPU)
-        from hk_portable.backends.cuda.emulator import EmulatedCudaBackend
-        dev, be = "cpu", EmulatedCudaBackend()
+        from hk_portable.backends.cuda import CudaBackend
+        from hk_portable.conformance.runner import OnTarget
+        cuda = CudaBackend()
+        dev, be = "cpu", OnTarget(cuda, cuda.target("sm_80", emulated=True))
     failures = []
 
     def check(name, err, tol):

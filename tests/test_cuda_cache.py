@@ -23,14 +23,14 @@ SCRIPT = textwrap.dedent("""
     import hashlib, sys, time
     from hk_portable.runtime import cache
     from hk_portable.runtime import registry
-    from hk_portable.backends.cuda import runtime
+    from hk_portable.backends.cuda import compiler
     from hk_portable.kernels import gemm
     calls = []
-    real = runtime.compile_source
+    real = compiler.compile_source
     def counting(*a, **k):
         calls.append(1)
         return real(*a, **k)
-    runtime.compile_source = counting
+    compiler.compile_source = counting
     be = registry.load("cuda")
     args, consts = gemm.example_args()
     prog = gemm.gemm_kernel.trace(*args, **consts)

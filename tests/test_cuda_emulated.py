@@ -10,9 +10,13 @@ import functools
 import shutil
 
 import pytest
+import torch
 
+import hk_portable as hk
+from hk_portable.backends.cuda import CudaBackend
 from hk_portable.conformance import runner
 from hk_portable.conformance.cases import all_cases
+from hk_portable.interface import GL, RT, f32
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
                                 reason="no host C++ compiler for the cuda emulation")
@@ -38,13 +42,29 @@ def _sample() -> list[str]:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    from hk_portable.backends.cuda.emulator import EmulatedCudaBackend
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HK_CACHE_DIR", str(tmp_path_factory.mktemp("hk_emu_cache")))
-        yield runner.Session(EmulatedCudaBackend(), None, emulate=True, seed=7)
+        yield runner.Session(CudaBackend(), "sm_80", emulate=True, seed=7)
 
 
 @pytest.mark.parametrize("case_id", _sample())
 def test_conformance_case_on_emulated_cuda(session, case_id):
     r = session.run_case(_cases()[case_id])
     assert r.status == runner.PASSED, r.reason
+
+
+@hk.kernel
+def twice(x: GL[2], y: GL[2]):
+    hk.store(y, hk.load(RT[f32, 16, 16], x, (0, 0)) * 2.0, (0, 0))
+
+
+def test_the_emulator_is_an_emulated_target_of_cuda():
+    be = CudaBackend()
+    t = be.target("sm_80", emulated=True)
+    assert t.spec == "cuda:sm_80:emulated" and t.has("run") and not t.compile_only
+    cpu = torch.device("cpu")
+    assert be.accepts_device(cpu) and not be.claims_device(cpu)
+    x = torch.randn(16, 16)
+    y = torch.zeros(16, 16)
+    twice(x, y, grid=(1,), backend=be, target=t)
+    assert torch.equal(y, x * 2)

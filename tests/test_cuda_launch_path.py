@@ -4,20 +4,20 @@ import threading
 
 import pytest
 
-from hk_portable.backends.cuda import CudaBackend, runtime
+from hk_portable.backends.cuda import CudaBackend, driver
 from hk_portable.interface.backend import Artifact
 
 
 def test_first_launch_probes_under_the_lock_without_deadlock(monkeypatch):
     be = CudaBackend()
-    monkeypatch.setattr(runtime, "probe", lambda: (True, None, [{"name": "fake", "cc": (9, 0)}]))
+    monkeypatch.setattr(driver, "probe", lambda: (True, None, [{"name": "fake", "cc": (9, 0)}]))
     built = []
 
     class FakePlan:
         def __init__(self, artifact, device_index):
             built.append(device_index)
 
-    monkeypatch.setattr(runtime, "LaunchPlan", FakePlan)
+    monkeypatch.setattr(driver, "LaunchPlan", FakePlan)
     art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0")
     done = threading.Event()
 

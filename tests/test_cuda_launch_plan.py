@@ -10,7 +10,8 @@ import threading
 import pytest
 import torch
 
-from hk_portable.backends.cuda import runtime
+from hk_portable.backends.cuda import driver
+from hk_portable.codegen.abi import param_layout
 from hk_portable.interface import ArgumentError
 from hk_portable.interface.backend import Artifact
 from hk_portable.interface.dtypes import bf16, f32, i32
@@ -47,12 +48,12 @@ PARAMS = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarTyp
 @pytest.fixture
 def plan(monkeypatch):
     drv = FakeDriver()
-    monkeypatch.setattr(runtime, "_driver", lambda: drv)
-    fmt, size, params = runtime.param_layout(PARAMS)
+    monkeypatch.setattr(driver, "_driver", lambda: drv)
+    fmt, size, params = param_layout(PARAMS)
     art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
                    launch={"threads": 128, "shared_bytes": 64 * 1024, "params": params, "param_format": fmt,
                            "param_size": size})
-    p = runtime.LaunchPlan(art, device_index=-1)     # CPU tensors report get_device() == -1
+    p = driver.LaunchPlan(art, device_index=-1)     # CPU tensors report get_device() == -1
     p.drv = drv
     return p
 
@@ -64,11 +65,11 @@ def test_parameter_buffer_is_the_kernel_abi(plan):
     (rec,) = plan.drv.launches
     assert rec["grid"] == (3, 2, 1) and rec["block"] == (128, 1, 1) and rec["shared"] == 64 * 1024
     assert rec["stream"] == 1234
-    assert plan.drv.attr == (runtime.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024)
+    assert plan.drv.attr == (driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024)
     vals = struct.unpack(plan.packer.format, rec["bytes"])
     assert vals == (x.data_ptr(), 7, 8, 9, 1, y.data_ptr(), 4, 3, 2, 1, 4, 12, -5, 2.5)
     # gl<bf16,2> at 0 (32 bytes), gl<f32,3> at 32 (8 + 16 pad-free + 24 = 48 bytes), int at 80, float at 84
-    _, size, params = runtime.param_layout(PARAMS)
+    _, size, params = param_layout(PARAMS)
     assert [p["offset"] for p in params] == [0, 32, 80, 84] and size == plan.size == 88
 
 

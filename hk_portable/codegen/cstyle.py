@@ -5,7 +5,7 @@ specified in DEVICE_API.md); the device library owns layouts, instructions and s
 The emitter's own decisions are few and vendor-neutral:
   * which axis each register vector (RV) is aligned with (row or column of a tile), from its uses;
   * where block barriers go around shared-memory writes outside pipelines;
-  * the shared-memory arena: one byte array, each buffer at a 128-byte aligned offset.
+  * the shared-memory arena: one byte array, each buffer at a 128-byte aligned offset (resources.py).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..interface import dtypes as D
 from ..interface.errors import UnsupportedError
 from ..interface.ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value
+from .resources import SMEM_ALIGN, arena_layout  # noqa: F401 - SMEM_ALIGN: re-exported for emitters
 
 CTYPE = {"bf16": "hk::bf16", "f16": "hk::f16", "f32": "float", "fp8e4m3": "hk::fp8e4m3",
          "fp8e5m2": "hk::fp8e5m2", "i32": "int", "bool": "bool"}
@@ -24,7 +25,6 @@ UNARY_FN = {op: f"hk::op_{op}" for op in ("neg", "abs", "exp", "exp2", "log", "l
                                            "sigmoid", "relu", "not")}
 BINARY_FN = {op: f"hk::op_{op}" for op in ("add", "sub", "mul", "div", "maximum", "minimum", "and", "or",
                                             "lt", "le", "gt", "ge", "eq", "ne")}
-SMEM_ALIGN = 128
 ROW, COL = "ROW", "COL"
 
 
@@ -135,12 +135,9 @@ class CStyleEmitter:
         self.axes = assign_vector_axes(program)
         self.lines: list[str] = []
         self.indent = 1
-        self.smem_offsets: dict[Value, int] = {}
-        shared = 0
-        for op in program.shared_buffers():
-            shared = -(-shared // SMEM_ALIGN) * SMEM_ALIGN
-            self.smem_offsets[op.result] = shared
-            shared += op.result.type.nbytes
+        buffers = [op.result for op in program.shared_buffers()]
+        offsets, shared = arena_layout(v.type for v in buffers)
+        self.smem_offsets: dict[Value, int] = dict(zip(buffers, offsets))
         nt = self.num_threads(program)
         params = [(prm.name, prm.type) for prm in program.params]
         sig = ", ".join(f"{self.ctype(v.type, v)} {self.name(v)}" for v in program.body.args)

@@ -276,10 +276,17 @@ def case_seed(seed: int, case_id: str) -> int:
 
 
 def pick_device(backend: Backend) -> torch.device:
-    """Where the case tensors live: the CPU if the backend takes CPU tensors, else the GPU."""
-    for dev in ("cpu", "cuda"):
-        d = torch.device(dev)
-        if backend.accepts_device(d) and (dev == "cpu" or torch.cuda.is_available()):
+    """Where the case tensors live: the CPU for an emulated target; else a GPU the backend claims; else the
+    CPU if the backend takes CPU tensors, else the GPU. (cuda and hip take CPU tensors for their emulated
+    targets, so taking them says nothing about where a device target runs.)"""
+    cpu = torch.device("cpu")
+    gpu = [torch.device("cuda")] if torch.cuda.is_available() else []
+    if backend.default_target().emulated:
+        candidates = [cpu]
+    else:
+        candidates = [d for d in gpu if backend.claims_device(d)] + [cpu] + gpu
+    for d in candidates:
+        if backend.accepts_device(d):
             return d
     raise BackendError(f"backend {backend.name!r} accepts neither CPU tensors nor (here) CUDA/ROCm tensors")
 

@@ -26,10 +26,8 @@ def cache_dir() -> Path:
 
 
 def cache_key(backend, program, target, options: dict) -> str:
-    # an emulated target's binary differs from the device's of the same arch; the device's key is unchanged
-    arch = target.arch + (":emulated" if target.emulated else "")
     parts = {"hk": __version__, "format": FORMAT, "backend": backend.name, "compiler": backend.compiler_version(),
-             "target": arch, "options": options, "program": str(program)}
+             "target": target.spec, "options": options, "program": str(program)}   # spec: emulated or not
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 

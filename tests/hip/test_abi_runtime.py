@@ -1,5 +1,5 @@
 """The host side of the hip backend that runs without AMD hardware: arch names, the kernel argument
-layout (against the compiled kernels' own metadata), and runtime.py's calls and error paths with
+layout (against the compiled kernels' own metadata), and driver.py's calls and error paths with
 hip-python replaced by a fake."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import types
 import pytest
 import torch
 
-from hk_portable.backends.hip import HipBackend, abi, offline, runtime
+from hk_portable.backends.hip import HipBackend, compiler, driver, hipapi
+from hk_portable.codegen import abi
 from hk_portable.interface.errors import BackendError
 from hk_portable.kernels import attention, gemm, layernorm
 
@@ -17,12 +18,12 @@ from hk_portable.kernels import attention, gemm, layernorm
 @pytest.mark.parametrize("name,arch", [("gfx942:sramecc+:xnack-", "gfx942"), (b"gfx950:sramecc+:xnack-\0\0", "gfx950"),
                                        ("gfx942", "gfx942"), (" gfx90a:xnack+ ", "gfx90a")])
 def test_parse_arch(name, arch):
-    assert runtime.parse_arch(name) == arch
+    assert driver.parse_arch(name) == arch
 
 
 def test_parse_arch_rejects_garbage():
-    with pytest.raises(runtime.HipError, match="gcnArchName"):
-        runtime.parse_arch("sm_90")
+    with pytest.raises(driver.HipError, match="gcnArchName"):
+        driver.parse_arch("sm_90")
 
 
 @pytest.mark.parametrize("rank,size", [(1, 24), (2, 32), (3, 48), (4, 56)])
@@ -39,7 +40,7 @@ def _programs():
     return out
 
 
-@pytest.mark.skipif(not offline.available()[0], reason=offline.available()[1])
+@pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
 @pytest.mark.parametrize("program", _programs(), ids=lambda p: p.name)
 def test_argument_offsets_match_the_compiled_kernel(program):
     be = HipBackend()
@@ -51,7 +52,7 @@ def test_argument_offsets_match_the_compiled_kernel(program):
 def test_device_struct_packs_tensors_and_scalars():
     args, consts = layernorm.example_args()
     prog = layernorm.dropout_residual_layernorm_kernel.trace(*args, **consts)
-    s = abi.device_struct(prog.params, args)
+    s = driver.device_struct(prog.params, args)
     raw = bytes(s)
     x = args[0]
     off = abi.offsets(prog.params)
@@ -143,17 +144,17 @@ def fake(monkeypatch):
     def install(hip=None, hiprtc=None):
         hip = hip or FakeHip()
         hiprtc = hiprtc or FakeHiprtc()
-        monkeypatch.setattr(runtime, "_hip", lambda: hip)
-        monkeypatch.setattr(runtime, "_hiprtc", lambda: hiprtc)
-        monkeypatch.setattr(runtime, "_probe", None)
-        monkeypatch.setattr(runtime, "_functions", {})
+        monkeypatch.setattr(hipapi, "hip", lambda: hip)
+        monkeypatch.setattr(hipapi, "hiprtc", lambda: hiprtc)
+        monkeypatch.setattr(driver, "_probe", None)
+        monkeypatch.setattr(driver, "_functions", {})
         return hip, hiprtc
     yield install
-    runtime.probe(refresh=True)
+    driver.probe(refresh=True)
 
 
 def test_probe_without_rocm_says_why():
-    p = runtime.probe(refresh=True)
+    p = driver.probe(refresh=True)
     if p.available:
         pytest.skip("a ROCm device is present")
     assert p.reason.startswith(("no ROCm runtime", "hip-python is not installed"))
@@ -163,7 +164,7 @@ def test_probe_without_rocm_says_why():
 
 def test_probe_with_a_device(fake):
     fake(FakeHip(arch=b"gfx950:sramecc+:xnack-"))
-    p = runtime.probe()
+    p = driver.probe()
     assert p.available and p.arch == "gfx950" and "MI300X" in p.device
     ts = HipBackend().targets()
     assert ts[0].arch == "gfx950" and not ts[0].compile_only and not ts[0].emulated and ts[0].has("run")
@@ -172,11 +173,11 @@ def test_probe_with_a_device(fake):
 
 def test_probe_failures(fake):
     fake(FakeHip(count=0))
-    assert "no AMD GPU" in runtime.probe().reason
+    assert "no AMD GPU" in driver.probe().reason
     fake(FakeHip(fail={"hipGetDeviceCount": 100}))
-    assert runtime.probe().reason.startswith("no ROCm runtime: hipGetDeviceCount failed: hipError100")
+    assert driver.probe().reason.startswith("no ROCm runtime: hipGetDeviceCount failed: hipError100")
     fake(FakeHip(arch=b"gfx90a:xnack-"))
-    p = runtime.probe()
+    p = driver.probe()
     assert not p.available and "gfx90a" in p.reason and "gfx942" in p.reason
 
 
@@ -184,28 +185,28 @@ def test_dlopen_failure_is_reported(fake, monkeypatch):
     hip = FakeHip()
     hip.hipGetDeviceCount = lambda: (_ for _ in ()).throw(RuntimeError("failed to dlopen 'libamdhip64.so'"))
     fake(hip)
-    assert runtime.probe().reason == "no ROCm runtime: RuntimeError: failed to dlopen 'libamdhip64.so'"
+    assert driver.probe().reason == "no ROCm runtime: RuntimeError: failed to dlopen 'libamdhip64.so'"
 
 
 def test_hiprtc_compile_and_launch_sequence(fake):
     hip, rtc = fake()
-    fn = runtime.function("src", "gfx942", "k", "hash")
+    fn = driver.function("src", "gfx942", "k", "hash")
     assert fn == "fn" and hip.code == b"\x7fELF" and hip.fn_name == b"k"
     assert rtc.opts[0] == b"--offload-arch=gfx942" and b"-std=c++17" in rtc.opts and b"-ffp-contract=off" in rtc.opts
-    assert runtime.function("src", "gfx942", "k", "hash") == "fn"           # loaded once
+    assert driver.function("src", "gfx942", "k", "hash") == "fn"           # loaded once
     assert hip.calls.count("hipModuleLoadData") == 1
-    args = abi.device_struct([], [])
-    runtime.launch(fn, (3, 2, 1), 256, args, stream=1234)
+    args = driver.device_struct([], [])
+    driver.launch(fn, (3, 2, 1), 256, args, stream=1234)
     assert hip.launch[:5] == ("fn", (3, 2, 1), (256, 1, 1), 0, 1234) and hip.launch[6] == (args,)
 
 
 def test_hiprtc_failure_carries_the_log(fake):
     fake(hiprtc=FakeHiprtc(ok=False))
-    with pytest.raises(runtime.HipError, match="error: oops"):
-        runtime.function("src", "gfx950", "k", "hash2")
+    with pytest.raises(driver.HipError, match="error: oops"):
+        driver.function("src", "gfx950", "k", "hash2")
 
 
 def test_launch_failure_names_the_call(fake):
     hip, _ = fake(FakeHip(fail={"hipModuleLaunchKernel": 98}))
     with pytest.raises(BackendError, match="hipModuleLaunchKernel failed: hipError98 \\(fake error\\)"):
-        runtime.launch("fn", (1, 1, 1), 64, abi.device_struct([], []), stream=0)
+        driver.launch("fn", (1, 1, 1), 64, driver.device_struct([], []), stream=0)

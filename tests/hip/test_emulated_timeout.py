@@ -3,7 +3,8 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.hip import HipBackend, emulator, make_target
+from hk_portable.backends.hip import HipBackend, emulator
+from hk_portable.backends.hip.archs import make_target
 from hk_portable.interface import GL, RT, f32
 
 ok, why = emulator.available()

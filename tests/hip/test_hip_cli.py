@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from hk_portable.backends.hip import offline
+from hk_portable.backends.hip import compiler
 from hk_portable.cli import main
 
-needs_clang = pytest.mark.skipif(not offline.available()[0], reason=offline.available()[1])
+needs_clang = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
 MFMA = {"gfx942": "v_mfma_f32_16x16x16_bf16", "gfx950": "v_mfma_f32_16x16x32_bf16"}
 
 

@@ -21,12 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from hk_portable.runtime import cache
-from hk_portable.backends.hip import HipBackend, codegen, make_target, offline
+from hk_portable.backends.hip import HipBackend, codegen, compiler
+from hk_portable.backends.hip.archs import ARCHS, make_target
 from hk_portable.interface.ir import Program
 
 from hip_programs import all_programs  # noqa: E402 - tests/hip on sys.path (conftest)
 
-pytestmark = pytest.mark.skipif(not offline.available()[0], reason=offline.available()[1])
+pytestmark = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
 
 MFMA = {("gfx942", 16): "v_mfma_f32_16x16x16_{}", ("gfx950", 16): "v_mfma_f32_16x16x16_{}",
         ("gfx950", 32): "v_mfma_f32_16x16x32_{}"}
@@ -54,8 +55,8 @@ def problems(program: Program, arch: str, be: HipBackend) -> list[str]:
             out.append(f"{key} = {r[key]}")
     if r.get("dynamic_stack"):
         out.append("uses a dynamic stack")
-    if r["lds_bytes"] > codegen.LDS_BYTES[arch]:
-        out.append(f"LDS {r['lds_bytes']} > {codegen.LDS_BYTES[arch]}")
+    if r["lds_bytes"] > ARCHS[arch].lds_bytes:
+        out.append(f"LDS {r['lds_bytes']} > {ARCHS[arch].lds_bytes}")
     if r["lds_bytes"] > plan["lds_bytes"]:
         out.append(f"LDS {r['lds_bytes']} > planned {plan['lds_bytes']}")
     if plan["arena_bytes"] and "pipeline" not in program.opcodes() and r["lds_bytes"] < plan["arena_bytes"]:

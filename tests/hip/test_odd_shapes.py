@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.hip import HipBackend, make_target
+from hk_portable.backends.hip import HipBackend
+from hk_portable.backends.hip.archs import make_target
 from hk_portable.backends.reference import ReferenceBackend
 from hk_portable.interface import GL, RT, RV, ST, f32
 

@@ -1,10 +1,10 @@
-"""offline.py's metadata parser and report, on a canned .amdgpu_metadata block (no compiler needed),
+"""compiler.py's metadata parser and report, on a canned .amdgpu_metadata block (no compiler needed),
 and its error when no offline compiler is installed."""
 from __future__ import annotations
 
 import pytest
 
-from hk_portable.backends.hip import offline
+from hk_portable.backends.hip import compiler
 from hk_portable.interface.errors import BackendError
 
 ASM = """\
@@ -44,7 +44,7 @@ amdhsa.target:   amdgcn-amd-amdhsa--gfx950
 
 
 def test_parse_metadata():
-    meta = offline.parse_metadata(ASM)["gemm_kernel"]
+    meta = compiler.parse_metadata(ASM)["gemm_kernel"]
     assert meta["vgpr"] == 107 and meta["agpr"] == 4 and meta["sgpr"] == 46
     assert meta["vgpr_spill"] == meta["sgpr_spill"] == meta["scratch_bytes"] == 0
     assert meta["lds_bytes"] == 16384 and meta["max_flat_workgroup_size"] == 256 and meta["dynamic_stack"] is False
@@ -52,29 +52,29 @@ def test_parse_metadata():
 
 
 def test_report_and_format():
-    rep = offline.report(ASM, "gemm_kernel")
+    rep = compiler.report(ASM, "gemm_kernel")
     assert rep["mfma"] == {"v_mfma_f32_16x16x32_bf16": 2} and rep["ds_ops"] == 1 and rep["global_ops"] == 1
-    text = offline.format_report(rep)
+    text = compiler.format_report(rep)
     assert ";   vgpr                     107" in text and "v_mfma_f32_16x16x32_bf16 x2" in text
     with pytest.raises(BackendError, match="not in the assembly's metadata"):
-        offline.report(ASM, "other")
+        compiler.report(ASM, "other")
     with pytest.raises(BackendError, match="no .amdgpu_metadata"):
-        offline.parse_metadata("v_nop")
+        compiler.parse_metadata("v_nop")
 
 
 def test_missing_compiler_is_explained(monkeypatch):
     monkeypatch.setenv("HK_HIP_CLANG", "/nonexistent/clang")
-    offline.clang.cache_clear()
+    compiler.clang.cache_clear()
     try:
-        ok, why = offline.available()
+        ok, why = compiler.available()
         assert not ok and "HK_HIP_CLANG" in why
         with pytest.raises(BackendError, match="HK_HIP_CLANG"):
-            offline.compile_asm("", "gfx942")
+            compiler.compile_asm("", "gfx942")
     finally:
         monkeypatch.delenv("HK_HIP_CLANG")
-        offline.clang.cache_clear()
+        compiler.clang.cache_clear()
 
 
 def test_unknown_arch_refused():
     with pytest.raises(BackendError, match="targets gfx942, gfx950"):
-        offline.compile_asm("", "gfx90a")
+        compiler.compile_asm("", "gfx90a")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.hip import HipBackend, codegen, make_target
+from hk_portable.backends.hip import HipBackend, codegen
+from hk_portable.backends.hip.archs import make_target
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 
 

@@ -2,10 +2,10 @@
 library inlined), the launch bound, the pipeline schedule and the checks of what the library takes.
 
 Decisions made here, per program and target (a `Plan`, recorded in the Artifact):
-  * waves per block: the kernel's `num_warps` hint (1..16), or `options["waves"]`;
+  * waves per block: the kernel's `num_warps` hint (1..16), or the `waves` option (options.py);
   * the schedule of each `hk.pipeline`: plain double buffering, or the 8-wave ping-pong when the kernel
     asks for 8 waves, the pipeline has 3+ stages and its compute step never talks to other waves
-    (`options["schedule"]`: "auto" | "double_buffer" | "pingpong" overrides);
+    (the `schedule` option: "auto" | "double_buffer" | "pingpong" overrides);
   * scratch LDS for the library's exchanges between waves (column reductions, register mma operands
     that are not the wave's own rows), sized with the library's own formulas.
 """
@@ -15,16 +15,17 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ...codegen.cstyle import source_fingerprint, SMEM_ALIGN, CStyleEmitter, EmittedKernel
+from ...codegen import resources
+from ...codegen.cstyle import source_fingerprint, CStyleEmitter, EmittedKernel
+from ...codegen.resources import mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
 from ...interface.ir import Op, Program, Region, TileType
+from .archs import ARCHS, LANES
+from .options import MAX_WAVES, HipOptions
 
 HEADER = Path(__file__).with_name("include") / "hk_hip.h"
-MAX_WAVES = 16
-LANES = 64
-LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
-SCHEDULES = ("auto", "double_buffer", "pingpong")
+SCRATCH_ALIGN = 16          # hk_hip.h's granule for its scratch area (and an mma's A part)
 
 
 @lru_cache(maxsize=1)
@@ -38,10 +39,6 @@ def library_hash() -> str:
     return source_fingerprint(HEADER, Path(__file__))
 
 
-def _round(x: int, a: int = 16) -> int:
-    return -(-x // a) * a
-
-
 def _blocks(n: int) -> int:
     return -(-n // 16)
 
@@ -53,24 +50,13 @@ def _op_scratch(op: Op, waves: int) -> int:
         rows, cols = op.operands[0].type.shape
         return waves * _blocks(cols) * 16 * 4 if _blocks(rows) > 1 else 0
     if op.opcode == "mma":
-        a, b = op.operands[0].type, op.operands[1].type
-        a_bytes = _round(a.rows * a.cols * 2) if a.space == "rt" and op.attrs["trans_a"] else 0
-        b_bytes = b.rows * b.cols * 2 if b.space == "rt" else 0
-        return a_bytes + b_bytes
+        return mma_scratch_bytes(op.operands[0].type, op.operands[1].type, op.attrs["trans_a"], SCRATCH_ALIGN)
     return 0
 
 
 def scratch_bytes(program: Program, waves: int) -> int:
-    need = max((_op_scratch(op, waves) for op in program.body.walk()), default=0)
-    return _round(need) if need else 0
+    return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, waves), SCRATCH_ALIGN)
 
-
-def arena_bytes(program: Program) -> int:
-    """The kernel's shared buffers, laid out as the emitter lays them out (128-byte aligned)."""
-    total = 0
-    for op in program.shared_buffers():
-        total = _round(total, SMEM_ALIGN) + op.result.type.nbytes
-    return total
 
 
 # ---------------------------------------------------------------------------------------- schedule
@@ -122,15 +108,13 @@ class Plan:
         return asdict(self)
 
 
-def make_plan(program: Program, target: Target, options: dict | None = None) -> Plan:
-    options = dict(options or {})
-    waves = int(options.get("waves", program.num_warps))
+def make_plan(program: Program, target: Target, options: "HipOptions | dict | None" = None) -> Plan:
+    options = HipOptions.coerce(options)
+    waves = options.waves if options.waves is not None else int(program.num_warps)
     if not 1 <= waves <= MAX_WAVES:
         raise UnsupportedError(f"{program.name}: {waves} waves per block; a block runs 1 to {MAX_WAVES} waves "
                                f"of {LANES} lanes on {target.arch}")
-    requested = options.get("schedule", "auto")
-    if requested not in SCHEDULES:
-        raise UnsupportedError(f"unknown pipeline schedule {requested!r}; expected one of {SCHEDULES}")
+    requested = options.schedule
     scheds = []
     for op in program.body.walk():
         if op.opcode == "pipeline":
@@ -138,19 +122,18 @@ def make_plan(program: Program, target: Target, options: dict | None = None) -> 
             scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
                            "schedule": s, "why": why})
     scratch = scratch_bytes(program, waves)
-    arena = arena_bytes(program)
+    arena = resources.arena_bytes(program)
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
-    lds = (_round(arena, SMEM_ALIGN) if arena else 0) + scratch
-    return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds,
-                bool(options.get("block_remap", True)))
+    lds = resources.shared_bytes(arena, scratch)
+    return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds, options.block_remap)
 
 
 # ------------------------------------------------------------------------------------------- checks
 def check(program: Program, target: Target, plan: Plan) -> None:
     """UnsupportedError naming what does not fit this target."""
-    limit = LDS_BYTES.get(target.arch)
-    if limit is None:
+    if target.arch not in ARCHS:
         raise UnsupportedError(f"the hip backend does not know the LDS size of {target.arch!r}")
+    limit = ARCHS[target.arch].lds_bytes
     if plan.lds_bytes > limit:
         bufs = ", ".join(f"{op.result.type} = {op.result.type.nbytes} B" for op in program.shared_buffers())
         raise UnsupportedError(

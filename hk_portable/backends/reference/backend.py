@@ -6,6 +6,7 @@ from ... import __version__
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
 from .interpreter import Interpreter
+from .options import ReferenceOptions
 
 CPU_TARGET = Target(backend="reference", arch="cpu", vendor="none", lanes=1,
                     capabilities=("run", "atomics", "dropout", "fp8"))
@@ -21,10 +22,14 @@ class ReferenceBackend(Backend):
     def targets(self) -> list[Target]:
         return [CPU_TARGET]
 
+    def check(self, program, target, options=None) -> None:
+        ReferenceOptions.coerce(options)
+
     def compile(self, program, target, options=None) -> Artifact:
+        opts = ReferenceOptions.coerce(options)
         return Artifact(backend=self.name, target=target.arch, kernel_name=program.name,
                         program_hash=program.hash, source=str(program),
-                        options={"interpreter": "torch", "version": __version__}, payload=program)
+                        options={**opts.to_json(), "interpreter": "torch", "version": __version__}, payload=program)
 
     def launch(self, artifact, args, grid, stream=None) -> None:
         program = artifact.payload

@@ -1,6 +1,9 @@
-"""Offline compilation for gfx942 / gfx950 without ROCm: the pinned clang (PyPI ziglang 0.17.1 carries
-clang 22.1.8, which targets both archs) turns the generated source into AMDGPU assembly and a code
-object (hsaco), and the assembly's `.amdgpu_metadata` block into a resource report.
+"""Source -> binary for the hip backend.
+
+Offline, without ROCm: the pinned clang (PyPI ziglang 0.17.1 carries clang 22.1.8, which targets both
+archs) turns the generated source into AMDGPU assembly and a code object (hsaco), and the assembly's
+`.amdgpu_metadata` block into a resource report. On a ROCm host, hiprtc compiles the same source for the
+device's arch (`hiprtc_compile`, through hip-python) with the same flags.
 
 Register counts depend on the LLVM version (ROCm's hiprtc is AMD's own LLVM), which is why the
 compiler is pinned and part of the compile cache key. HK_HIP_CLANG may name another clang (for example
@@ -18,11 +21,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from ...interface.errors import BackendError
+from . import hipapi
+from .archs import NAMES as ARCHS
+from .options import DEFAULT
 
-ARCHS = ("gfx942", "gfx950")
 PINNED_ZIGLANG = "0.17.1"
-# what every device compile uses: the same numerics as hiprtc gets from the runtime (runtime.py)
-DEVICE_FLAGS = ("-O3", "-std=c++17", "-ffp-contract=off")
+# what every device compile uses by default (HipOptions.device_flags): offline clang and hiprtc alike
+DEVICE_FLAGS = DEFAULT.device_flags()
 RESOURCE_KEYS = {           # metadata key -> report key
     "vgpr_count": "vgpr", "agpr_count": "agpr", "sgpr_count": "sgpr", "vgpr_spill_count": "vgpr_spill",
     "sgpr_spill_count": "sgpr_spill", "group_segment_fixed_size": "lds_bytes",
@@ -91,7 +96,7 @@ def _check_arch(arch: str) -> None:
         raise BackendError(f"the offline compiler targets {', '.join(ARCHS)}; got {arch!r}")
 
 
-def compile_asm(source: str, arch: str, name: str = "kernel") -> str:
+def compile_asm(source: str, arch: str, name: str = "kernel", flags: tuple[str, ...] = DEVICE_FLAGS) -> str:
     """AMDGPU assembly (with its .amdgpu_metadata) of a header-free HIP source."""
     _check_arch(arch)
     cc = _require()
@@ -99,7 +104,7 @@ def compile_asm(source: str, arch: str, name: str = "kernel") -> str:
         src, out = Path(d) / f"{name}.hip", Path(d) / f"{name}.s"
         src.write_text(source)
         _run(cc + ["-x", "hip", f"--offload-arch={arch}", "-nogpulib", "-nogpuinc", "--cuda-device-only",
-                   *DEVICE_FLAGS, "-S", str(src), "-o", str(out)], f"compiling {name} for {arch}", d)
+                   *flags, "-S", str(src), "-o", str(out)], f"compiling {name} for {arch}", d)
         return out.read_text()
 
 
@@ -125,6 +130,37 @@ def _lld(cc: list[str]) -> list[str]:
     if not lld:
         raise BackendError("linking a code object needs ld.lld (apt-get install lld-19, or use the pinned ziglang)")
     return [lld]
+
+
+# -------------------------------------------------------------------------------------------- hiprtc
+def hiprtc_compile(source: str, arch: str, name: str, flags: tuple[str, ...] = DEVICE_FLAGS) -> bytes:
+    """A code object for `arch` from the generated source, through hiprtc (needs ROCm)."""
+    hiprtc = hipapi.hiprtc()
+    prog = hipapi.ok(hiprtc.hiprtcCreateProgram(source.encode(), f"{name}.hip".encode(), 0, [], []),
+                     "hiprtcCreateProgram")
+    try:
+        opts = [f"--offload-arch={arch}".encode()] + [f.encode() for f in flags]
+        result = hiprtc.hiprtcCompileProgram(prog, len(opts), opts)
+        err = result[0] if isinstance(result, tuple) else result
+        if hipapi.is_error(err):
+            raise hipapi.HipError(f"hiprtc could not compile {name} for {arch}: {hipapi.error_text(err)}\n"
+                                  f"{_log(hiprtc, prog)}")
+        size = hipapi.ok(hiprtc.hiprtcGetCodeSize(prog), "hiprtcGetCodeSize")
+        code = bytearray(int(size))
+        hipapi.ok(hiprtc.hiprtcGetCode(prog, code), "hiprtcGetCode")
+        return bytes(code)
+    finally:
+        hiprtc.hiprtcDestroyProgram(prog)
+
+
+def _log(hiprtc, prog) -> str:
+    try:
+        n = hipapi.ok(hiprtc.hiprtcGetProgramLogSize(prog), "hiprtcGetProgramLogSize")
+        buf = bytearray(int(n))
+        hipapi.ok(hiprtc.hiprtcGetProgramLog(prog, buf), "hiprtcGetProgramLog")
+        return buf.decode(errors="replace").rstrip("\0")
+    except Exception as e:  # noqa: BLE001
+        return f"(no log: {e})"
 
 
 # ------------------------------------------------------------------------------------------- metadata

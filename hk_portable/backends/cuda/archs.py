@@ -1,0 +1,52 @@
+"""The cuda backend's one architecture table: every target, compile-only or emulated, is built from it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...interface.backend import Target
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str                      # the compile target NVRTC gets (-arch=)
+    major: int                     # the compute capability major it runs on
+    max_shared_bytes: int          # dynamic shared memory per block (opt-in maximum)
+    mma_shapes: tuple[str, ...]
+
+
+ARCHS = {a.name: a for a in (
+    Arch("sm_80", 8, 166912, ("m16n8k16",)),       # 163 KiB (A100); sm_80 cubins run on all sm_8x
+    Arch("sm_90a", 9, 232448, ("m16n8k16",)),      # 227 KiB (H100/H200)
+)}
+DEFAULT = "sm_80"                  # the table entry for an arch it does not list
+EMULATED = "sm_80"                 # the arch the host emulator (include/hk_cuda_emu.h) models
+DTYPES = ("bf16", "f16", "f32", "fp8e4m3", "fp8e5m2", "i32")
+CAPABILITIES = ("atomics", "dropout", "fp8")
+
+
+def arch_for(cc: tuple[int, int]) -> str:
+    """The compile target for a compute capability (sm_90a on Hopper, sm_80 on all sm_8x), else sm_XY."""
+    for a in ARCHS.values():
+        if a.major == cc[0]:
+            return a.name
+    return f"sm_{cc[0]}{cc[1]}"
+
+
+def shared_limit(arch: str) -> int:
+    return ARCHS.get(arch, ARCHS[DEFAULT]).max_shared_bytes
+
+
+def make_target(arch: str, *, runs: bool, compile_only: bool = False, emulated: bool = False,
+                max_shared: int | None = None) -> Target:
+    entry = ARCHS.get(arch, ARCHS[DEFAULT])
+    return Target(backend="cuda", arch=arch, vendor="nvidia", lanes=32,
+                  max_shared_bytes=max_shared or entry.max_shared_bytes, mma_shapes=entry.mma_shapes,
+                  dtypes=DTYPES, capabilities=CAPABILITIES + (("run",) if runs else ()),
+                  compile_only=compile_only, emulated=emulated)
+
+
+def device_target(arch: str, smem_optin: int) -> Target:
+    """The device's own target: its opt-in shared memory, capped by the table's (the table's if unknown)."""
+    listed = ARCHS.get(arch)
+    limit = min(smem_optin or listed.max_shared_bytes, listed.max_shared_bytes) if listed else smem_optin
+    return make_target(arch, runs=True, max_shared=limit)

@@ -1,0 +1,203 @@
+"""CudaBackend: Tile IR -> CUDA C++ over hk_cuda.cuh -> NVRTC -> cubin, launched on torch's stream.
+
+Targets (archs.py): the device's own (sm_80 for Ampere, sm_90a for Hopper) first when a GPU is usable,
+then compile-only sm_80 and sm_90a, which work on any machine with NVRTC (no GPU needed), then the
+emulated sm_80 when a host C++ compiler is present: its artifacts run on CPU tensors (emulator.py).
+"""
+from __future__ import annotations
+
+import threading
+
+from ...codegen.abi import param_layout
+from ...codegen.options import OptionError
+from ...interface.backend import Artifact, Backend, BackendStatus, Target
+from ...interface.errors import UnsupportedError
+from . import archs, codegen, compiler, driver, emulator
+from .options import DEFAULT, CudaOptions
+
+EMIT_KINDS = ("source", "asm", "ptx", "sass")
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self):
+        self._probe = None
+        self._targets: list[Target] | None = None
+        self._lock = threading.RLock()     # _plan() holds it while _probed() takes it again
+
+    # ------------------------------------------------------------------------------ availability
+    def _probed(self):
+        with self._lock:
+            if self._probe is None:
+                self._probe = driver.probe()
+            return self._probe
+
+    def status(self) -> BackendStatus:
+        ok, reason, devices = self._probed()
+        if not ok:
+            return BackendStatus(False, reason)
+        d = devices[0]
+        # the first kernel call asks for status(): name NVRTC by its library file, without loading it
+        return BackendStatus(True, None, f"{d['name']} (sm_{d['cc'][0]}{d['cc'][1]}, target "
+                                         f"{archs.arch_for(d['cc'])}; {self.nvrtc_name()})")
+
+    def targets(self) -> list[Target]:
+        if self._targets is None:                   # on every kernel call's path: built once
+            self._targets = self._make_targets()
+        return self._targets
+
+    def _make_targets(self) -> list[Target]:
+        ok, _, devices = self._probed()
+        out: list[Target] = []
+        if ok:
+            d = devices[0]
+            out.append(archs.device_target(archs.arch_for(d["cc"]), d["smem_optin"]))
+        out += [archs.make_target(a, runs=False, compile_only=True) for a in archs.ARCHS
+                if all(t.arch != a for t in out)]
+        if emulator.available()[0]:
+            out.append(archs.make_target(archs.EMULATED, runs=True, emulated=True))
+        return out
+
+    def accepts_device(self, device) -> bool:
+        """CUDA tensors of a CUDA build of torch; CPU tensors too when the emulated target can run them."""
+        import torch
+        kind = getattr(device, "type", None)
+        if kind == "cpu":
+            return emulator.available()[0]
+        return kind == "cuda" and not getattr(torch.version, "hip", None)
+
+    def claims_device(self, device) -> bool:
+        """CUDA tensors of a CUDA build of torch; never CPU tensors (those go to the reference unless the
+        emulated target is named)."""
+        return getattr(device, "type", None) == "cuda" and self.accepts_device(device)
+
+    @staticmethod
+    def nvrtc_name() -> str:
+        try:
+            ident = compiler.nvrtc_identity()
+        except Exception as e:  # noqa: BLE001 - reported, never fatal in status()
+            return f"NVRTC unavailable: {e}"
+        return ident if ident.startswith("nvrtc") else "NVRTC " + ident.split(":")[0].split("/")[-1]
+
+    # ------------------------------------------------------------------------------------ compile
+    def compiler_version(self) -> str:
+        """Part of the cache key: NVRTC, the numerics flags, a hash of the device library and emitters, and
+        the host build of the emulated target, so editing any of them never reuses a stale binary."""
+        try:
+            nvrtc = compiler.nvrtc_identity()
+        except Exception as e:  # noqa: BLE001 - the emulated target compiles without NVRTC
+            nvrtc = f"unavailable ({type(e).__name__})"
+        return (f"nvrtc {nvrtc}; lib {codegen.library_hash()}; flags {' '.join(compiler.FLAGS)}; "
+                f"host {emulator.identity()}")
+
+    def check(self, program, target: Target, options=None) -> None:
+        self._options(target, options)
+        codegen.check(program, target)
+
+    @staticmethod
+    def _options(target: Target, options) -> CudaOptions:
+        opts = CudaOptions.coerce(options)
+        if target.emulated and opts.numerics() != DEFAULT.numerics():
+            raise OptionError(f"cuda backend: the emulated target {target.arch} builds with the numerics policy's "
+                              f"flags only ({DEFAULT.numerics()}), not {opts.numerics()}")
+        return opts
+
+    def compile(self, program, target: Target, options=None) -> Artifact:
+        opts = self._options(target, options)
+        codegen.check(program, target)
+        if target.emulated:
+            return self._compile_emulated(program, target, opts)
+        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks)
+        flags = opts.nvrtc_flags()
+        compiled = compiler.compile_source(emitted.source, emitted.kernel_name, target.arch, flags)
+        resources = compiler.parse_ptxas(compiled.log)
+        min_blocks = opts.min_blocks
+        if min_blocks is None and (resources["spill_stores"] or resources["stack_bytes"]):
+            # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
+            again, _ = codegen.emit(program, target, min_blocks=1)
+            retry = compiler.compile_source(again.source, again.kernel_name, target.arch, flags)
+            r2 = compiler.parse_ptxas(retry.log)
+            if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
+                emitted, compiled, resources, min_blocks = again, retry, r2, 1
+        resources["shared_bytes"] = shared
+        return Artifact(
+            backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
+            source=emitted.source, binary=compiled.cubin, asm=compiled.ptx,
+            launch=self._launch_info(emitted, shared), resources=resources,
+            options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "flags": list(compiled.options),
+                     "launch_bounds_min_blocks": min_blocks, "library": codegen.library_hash()},
+            payload=None)
+
+    def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
+        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks)
+        source = emulator.emulation_source(emitted, shared)
+        return Artifact(
+            backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
+            source=source, binary=emulator.build(source, emitted.kernel_name),
+            launch={**self._launch_info(emitted, shared), "emulated": True}, resources={"shared_bytes": shared},
+            options={**opts.to_json(), "emulated": True, "host": emulator.identity(),
+                     "library": codegen.library_hash()})
+
+    @staticmethod
+    def _launch_info(emitted, shared: int) -> dict:
+        fmt, size, params = param_layout(emitted.params)
+        return {"threads": emitted.num_threads, "block": (emitted.num_threads, 1, 1), "shared_bytes": shared,
+                "params": params, "param_format": fmt, "param_size": size}
+
+    def restore(self, artifact: Artifact, program) -> Artifact | None:
+        """A cached Artifact is usable as is (the cubin or host library loads lazily at the first launch)."""
+        if (artifact.backend != self.name or not artifact.binary or artifact.program_hash != program.hash
+                or "param_format" not in artifact.launch):
+            return None
+        artifact.payload = None
+        return artifact
+
+    # ------------------------------------------------------------------------------------- launch
+    def _plan(self, artifact: Artifact, device_index: int) -> driver.LaunchPlan:
+        plans = artifact.payload
+        if plans is None:
+            plans = artifact.payload = {}
+        plan = plans.get(device_index)
+        if plan is None:
+            with self._lock:
+                plan = plans.get(device_index)
+                if plan is None:
+                    ok, reason, _ = self._probed()
+                    if not ok:
+                        raise UnsupportedError(f"the cuda backend cannot launch here: {reason}"
+                                               + (driver.EMULATED_HINT if emulator.available()[0] else ""))
+                    plan = plans[device_index] = driver.LaunchPlan(artifact, device_index)
+        return plan
+
+    def _emulated_plan(self, artifact: Artifact) -> driver.EmulatedPlan:
+        with self._lock:
+            if artifact.payload is None:
+                artifact.payload = driver.EmulatedPlan(artifact)
+            return artifact.payload
+
+    def launch(self, artifact: Artifact, args, grid, stream=None) -> None:
+        if artifact.launch.get("emulated"):
+            plan = artifact.payload or self._emulated_plan(artifact)
+            plan.launch(args, grid, stream, artifact.kernel_name)
+            return
+        dev = driver.current_device()
+        plan = artifact.payload.get(dev) if artifact.payload else None
+        if plan is None:
+            plan = self._plan(artifact, dev)
+        plan.launch(args, grid, stream, artifact.kernel_name)
+
+    # --------------------------------------------------------------------------------------- emit
+    def emit(self, artifact: Artifact, kind: str) -> str:
+        """The artifact as text: 'source' (CUDA C++), 'ptx' (= 'asm'), or 'sass' (cubin disassembly)."""
+        if kind == "source":
+            return artifact.source or ""
+        if kind in ("ptx", "asm", "sass") and artifact.launch.get("emulated"):
+            raise UnsupportedError(f"backend 'cuda' cannot emit {kind!r} for the emulated target {artifact.target} "
+                                   "(a host build); it can emit: ir, source")
+        if kind in ("ptx", "asm"):
+            return artifact.asm or ""
+        if kind == "sass":
+            return compiler.disassemble(artifact.binary)
+        raise UnsupportedError(f"backend 'cuda' cannot emit {kind!r} for target {artifact.target}; it can emit: "
+                               f"ir, {', '.join(EMIT_KINDS)}")

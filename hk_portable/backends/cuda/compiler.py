@@ -1,0 +1,146 @@
+"""Source -> binary for the cuda backend: NVRTC (through cupy's low-level binding) turns the generated
+CUDA C++ into PTX and a cubin, ptxas's -v report into a resource report, and cuobjdump/nvdisasm a cubin
+into SASS. NVRTC needs no GPU (the `nvidia-cuda-nvrtc` wheel is enough), so this works on a CPU-only
+machine. The emulated target's host build is emulator.py's.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ...interface.errors import BackendError, UnsupportedError
+from .options import DEFAULT
+
+# The numerics policy's flags: part of every Artifact's options and of the cache key (compiler_version()).
+NUMERICS = DEFAULT.numerics()
+FLAGS = DEFAULT.nvrtc_flags()
+
+
+class CompileError(BackendError):
+    """NVRTC rejected the generated source; the message carries its log."""
+
+
+# ---------------------------------------------------------------------------------------------- nvrtc
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise BackendError(f"cupy is not installed or has no NVRTC binding ({e}); install hk-portable[cuda]") from e
+    return nvrtc
+
+
+@lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    major, minor = _nvrtc().getVersion()
+    return f"{major}.{minor}"
+
+
+@lru_cache(maxsize=1)
+def nvrtc_identity() -> str:
+    """NVRTC's identity for the cache key, cheap enough for a cache hit: the libnvrtc file of the
+    nvidia-cuda-nvrtc wheel (which cupy loads first, through cuda-pathfinder) by name, size and mtime.
+    Without the wheel, NVRTC's own version (this loads cupy: about half a second)."""
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+    except (ImportError, ValueError):
+        roots = []
+    for root in roots:
+        for sub in ("cu13/lib", "cu12/lib", "cuda_nvrtc/lib"):
+            d = os.path.join(root, sub)
+            if not os.path.isdir(d):
+                continue
+            libs = sorted(f for f in os.listdir(d) if f.startswith("libnvrtc.so"))
+            if libs:
+                st = os.stat(os.path.join(d, libs[-1]))
+                return f"{sub}/{libs[-1]}:{st.st_size}:{int(st.st_mtime)}"
+    return f"nvrtc {nvrtc_version()}"
+
+
+@dataclass
+class Compiled:
+    ptx: str
+    cubin: bytes
+    log: str
+    options: list[str]
+
+
+def compile_source(source: str, name: str, arch: str, flags: tuple[str, ...] = FLAGS) -> Compiled:
+    """NVRTC: source -> (PTX, cubin for `arch`, log). CompileError carries the log and the options."""
+    nvrtc = _nvrtc()
+    options = [f"-arch={arch}", *flags]
+    prog = nvrtc.createProgram(source, f"{name}.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as e:
+            log = nvrtc.getProgramLog(prog)
+            raise CompileError(f"NVRTC {nvrtc_version()} could not compile kernel '{name}' for {arch} "
+                               f"({e}); options {options}\n{log}") from None
+        log = nvrtc.getProgramLog(prog)
+        return Compiled(nvrtc.getPTX(prog).decode().rstrip("\0"), bytes(nvrtc.getCUBIN(prog)), log, options)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+_PTXAS = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "barriers": re.compile(r"used (\d+) barriers"),
+    "static_shared_bytes": re.compile(r"(\d+) bytes smem"),
+}
+
+
+def parse_ptxas(log: str) -> dict:
+    """Registers, spills, stack frame, barriers (and static shared memory) from ptxas -v output."""
+    out = {}
+    for key, rx in _PTXAS.items():
+        m = rx.search(log)
+        out[key] = int(m.group(1)) if m else 0
+    return out
+
+
+# --------------------------------------------------------------------------------------------- sass
+def find_disassembler() -> list[str] | None:
+    """cuobjdump (or nvdisasm) from PATH, CUDA_HOME, the usual toolkit folder or Triton's bundled copy."""
+    dirs = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for tool, args in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c"])):
+        cands = [shutil.which(tool)] + [str(Path(d) / "bin" / tool) for d in dirs if d]
+        try:
+            import triton
+            cands.append(str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool))
+        except Exception:  # noqa: BLE001 - triton is optional
+            pass
+        for c in cands:
+            if c and os.path.isfile(c) and os.access(c, os.X_OK):
+                return [c, *args]
+    return None
+
+
+def disassemble(cubin: bytes | None) -> str:
+    if not cubin:
+        raise UnsupportedError("cuda backend: this artifact has no cubin to disassemble")
+    cmd = find_disassembler()
+    if cmd is None:
+        raise UnsupportedError("cuda backend: --emit sass needs a disassembler, and neither cuobjdump nor nvdisasm was "
+                               "found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, triton's bundled tools); install the "
+                               "CUDA toolkit or triton, or use --emit ptx")
+    with tempfile.TemporaryDirectory(prefix="hk-sass-") as d:
+        path = os.path.join(d, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        res = subprocess.run([*cmd, path], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise UnsupportedError(f"cuda backend: {' '.join(cmd)} failed: {res.stderr.strip()}")
+    return res.stdout
+
+

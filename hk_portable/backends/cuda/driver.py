@@ -1,0 +1,221 @@
+"""The cuda backend's device side: the device probe, module loading, argument packing and launch.
+
+A GPU launch goes through the driver API (`cuLaunchKernel`, cupy's low-level binding) with the kernel
+parameters packed into one byte buffer (CU_LAUNCH_PARAM_BUFFER_POINTER): no DLPack, no cupy arrays, one
+struct.pack per call. An artifact of the emulated target runs the same buffer through the host build
+(emulator.py) on CPU tensors. The buffer's layout is the shared hk::gl ABI (codegen/abi.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+from ...codegen.abi import make_packer
+from ...interface.errors import ArgumentError
+from . import archs, emulator
+
+CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+DEFAULT_DYNAMIC_SMEM = 48 * 1024
+MAX_GRID_YZ = 65535
+EMULATED_HINT = f" (CPU tensors run on the emulated target: backend 'cuda:{archs.EMULATED}:emulated')"
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _driver():
+    from cupy_backends.cuda.api import driver
+    return driver
+
+
+def _runtime():
+    from cupy_backends.cuda.api import runtime
+    return runtime
+
+
+def probe() -> tuple[bool, str | None, list[dict]]:
+    """(usable, reason, devices [{index, name, cc, smem_optin}]) from real calls.
+
+    Devices come from torch (whose CUDA runtime a caller with CUDA tensors has already started); cupy's
+    own runtime is asked only to explain why there is no usable GPU (starting a second CUDA runtime costs
+    a first kernel call tens of milliseconds)."""
+    torch = _torch()
+    try:
+        _driver()                                          # what launching needs from cupy
+    except ImportError as e:
+        return False, f"cupy is not installed ({e}); install hk-portable[cuda]", []
+    if getattr(torch.version, "hip", None):
+        return False, f"torch {torch.__version__} is a ROCm build; the cuda backend launches on torch's CUDA streams", []
+    try:
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as e:  # noqa: BLE001 - a broken driver is a reason, not a crash
+        return False, f"torch cannot use CUDA here: {type(e).__name__}: {e}", []
+    if n == 0:
+        return False, _why_no_gpu(torch), []
+    devices = []
+    for i in range(n):
+        p = torch.cuda.get_device_properties(i)
+        devices.append({"index": i, "name": p.name, "cc": (int(p.major), int(p.minor)),
+                        "smem_optin": int(getattr(p, "shared_memory_per_block_optin", 0) or 0)})
+    if devices[0]["cc"] < (8, 0):
+        return False, f"{devices[0]['name']} is sm_{devices[0]['cc'][0]}{devices[0]['cc'][1]}; the cuda backend needs sm_80 or newer", devices
+    return True, None, devices
+
+
+def _why_no_gpu(torch) -> str:
+    """In words: the driver's answer (through cupy's runtime) and whether torch was built with CUDA."""
+    parts = []
+    if not torch.version.cuda:
+        parts.append(f"torch {torch.__version__} is built without CUDA")
+    try:
+        n = _runtime().getDeviceCount()
+        parts.append("no NVIDIA GPU found (cudaGetDeviceCount() = 0)" if n == 0 else
+                     f"cupy sees {n} GPU(s) but torch.cuda.is_available() is False")
+    except ImportError as e:
+        parts.append(f"cupy's runtime is missing ({e})")
+    except Exception as e:  # noqa: BLE001 - no driver, driver too old: the reason itself
+        parts.append(f"no usable NVIDIA GPU or driver: {type(e).__name__}: {e}")
+    return "; ".join(parts)
+
+
+def current_device() -> int:
+    torch = _torch()
+    get = getattr(torch._C, "_cuda_getDevice", None)
+    return get() if get is not None else torch.cuda.current_device()
+
+
+class _Packing:
+    """The kernel's parameters as the launch sees them: a packer into the ABI buffer and the
+    ArgumentError for arguments it refuses."""
+    device_index = -1                  # what get_device() of an accepted tensor returns (-1: the CPU)
+
+    def _init_packing(self, launch: dict) -> None:
+        self.kinds = [p["kind"] for p in launch["params"]]
+        self.names = [p["name"] for p in launch["params"]]
+        self.packer = struct.Struct(launch["param_format"])
+        self.size = self.packer.size
+        self.pack = make_packer(self.kinds, launch["param_format"])
+
+    def _pack(self, args, buf, kernel_name: str) -> None:
+        try:
+            ok = self.pack(args, buf, self.device_index)
+        except (AttributeError, TypeError, ValueError, struct.error):
+            ok = False
+        if not ok:
+            raise self.explain(args, kernel_name)
+
+    @staticmethod
+    def check_grid(grid, kernel_name: str) -> None:
+        if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
+            raise ArgumentError(f"{kernel_name}: grid {grid}: CUDA allows at most {MAX_GRID_YZ} blocks along axes "
+                                "1 and 2")
+
+    def wrong_device(self, name: str, a, kernel_name: str) -> ArgumentError:
+        return ArgumentError(f"{kernel_name}: the emulated cuda target takes CPU tensors ('{name}' is on "
+                             f"{getattr(a, 'device', type(a).__name__)})")
+
+    def explain(self, args, kernel_name: str) -> ArgumentError:
+        """The ArgumentError for arguments the fast packer refused."""
+        if len(args) != len(self.kinds):
+            return ArgumentError(f"{kernel_name}: expected {len(self.kinds)} arguments, got {len(args)}")
+        for kind, name, a in zip(self.kinds, self.names, args):
+            get_device = getattr(a, "get_device", None)
+            if kind == "gl" and (get_device is None or get_device() != self.device_index):
+                return self.wrong_device(name, a, kernel_name)
+        return ArgumentError(f"{kernel_name}: a tensor dimension, stride or scalar argument does not fit the kernel's "
+                             f"32-bit shape / int32 parameters ({self._describe(args)})")
+
+    def _describe(self, args) -> str:
+        parts = []
+        for kind, name, a in zip(self.kinds, self.names, args):
+            parts.append(f"{name}: shape {tuple(a.shape)}" if kind == "gl" else f"{name}={a!r}")
+        return ", ".join(parts)
+
+
+class EmulatedPlan(_Packing):
+    """An artifact of the emulated target, loaded on the host: runs the grid on CPU threads."""
+
+    def __init__(self, artifact):
+        self._init_packing(artifact.launch)
+        self.lib = emulator.load(artifact.binary)
+
+    def launch(self, args, grid, stream, kernel_name: str) -> None:
+        self.check_grid(grid, kernel_name)
+        buf = bytearray(max(self.size, 1))
+        self._pack(args, buf, kernel_name)
+        self.lib.hk_emu_launch(bytes(buf), *grid)
+
+
+class LaunchPlan(_Packing):
+    """A loaded kernel on one device: function handle, launch geometry and a parameter packer."""
+
+    def __init__(self, artifact, device_index: int):
+        torch = _torch()
+        driver = _driver()
+        if driver.ctxGetCurrent() == 0:
+            torch.cuda.set_device(device_index)           # makes the primary context current
+        self.ctx = driver.ctxGetCurrent()
+        self.device_index = device_index
+        self.module = driver.moduleLoadData(artifact.binary)
+        self.func = driver.moduleGetFunction(self.module, artifact.kernel_name)
+        launch = artifact.launch
+        self.threads = int(launch["threads"])
+        self.shared = int(launch["shared_bytes"])
+        if self.shared > DEFAULT_DYNAMIC_SMEM:
+            driver.funcSetAttribute(self.func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
+        self._init_packing(launch)
+        self.tls = threading.local()                       # one parameter buffer per launching thread
+        self.launch_kernel = driver.launchKernel
+        self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+    def _buffer(self):
+        """(buffer, address of its `extra` array): cuLaunchKernel copies the parameters at the call."""
+        buf = ctypes.create_string_buffer(max(self.size, 1))
+        size = ctypes.c_size_t(self.size)
+        extra = (ctypes.c_void_p * 5)(CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buf),
+                                      CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), CU_LAUNCH_PARAM_END)
+        slot = self.tls.slot = (buf, ctypes.addressof(extra), size, extra)
+        return slot
+
+    def wrong_device(self, name: str, a, kernel_name: str) -> ArgumentError:
+        if not getattr(a, "is_cuda", False):
+            return ArgumentError(f"{kernel_name}: argument '{name}' must be a CUDA tensor, got "
+                                 f"{getattr(a, 'device', type(a).__name__)}{EMULATED_HINT}")
+        return ArgumentError(f"{kernel_name}: argument '{name}' is on cuda:{a.get_device()} but the current "
+                             f"device is cuda:{self.device_index}; use torch.cuda.device(...) or move it")
+
+    def stream_handle(self, stream) -> int:
+        if stream is None:
+            if self.raw_stream is not None:
+                return self.raw_stream(self.device_index)
+            return _torch().cuda.current_stream(self.device_index).cuda_stream
+        if isinstance(stream, int):
+            return stream
+        handle = getattr(stream, "cuda_stream", None)
+        if handle is None:
+            handle = getattr(stream, "ptr", None)           # a cupy stream
+        if handle is None:
+            raise ArgumentError(f"stream must be a torch.cuda.Stream, a cupy stream or a raw handle, got {stream!r}")
+        return int(handle)
+
+    def launch(self, args, grid, stream, kernel_name: str) -> None:
+        self.check_grid(grid, kernel_name)
+        handle = self.raw_stream(self.device_index) if stream is None and self.raw_stream else \
+            self.stream_handle(stream)
+        try:
+            slot = self.tls.slot
+        except AttributeError:
+            slot = self._buffer()
+        self._pack(args, slot[0], kernel_name)
+        gx, gy, gz = grid
+        self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, 0, slot[1])
+
+    def unload(self) -> None:
+        try:
+            _driver().moduleUnload(self.module)
+        except Exception:  # noqa: BLE001 - the context may already be gone at exit
+            pass

@@ -1,0 +1,45 @@
+"""The cuda backend's compile options (frozen, validated, hashable). The defaults are the numerics policy
+(DESIGN section 4): no flush-to-zero, no FMA contraction, IEEE division and square root."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...codegen.options import BackendOptions
+
+# what every NVRTC compile passes besides the numerics flags and the arch
+BASE_FLAGS = ("-std=c++17",)
+TAIL_FLAGS = ("-lineinfo", "--ptxas-options=-v",
+              # generated code leaves unused values (shapes) and spells f64 literals that round to f32 exactly as
+              # the reference rounds them: neither warning says anything about the kernel
+              "--diag-suppress=177,1046")
+MAX_MIN_BLOCKS = 32
+
+
+def _flag(b: bool) -> str:
+    return "true" if b else "false"
+
+
+@dataclass(frozen=True)
+class CudaOptions(BackendOptions):
+    backend: ClassVar[str] = "cuda"
+    ftz: bool = False                  # flush f32 denormals to zero
+    fmad: bool = False                 # contract a*b+c into FMA
+    prec_div: bool = True              # IEEE round-to-nearest division
+    prec_sqrt: bool = True             # IEEE round-to-nearest square root
+    min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills
+
+    def validate(self) -> None:
+        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt")
+        self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
+
+    def numerics(self) -> dict:
+        return {"ftz": self.ftz, "fmad": self.fmad, "prec_div": self.prec_div, "prec_sqrt": self.prec_sqrt}
+
+    def nvrtc_flags(self) -> tuple[str, ...]:
+        """NVRTC's options besides -arch, in the order they have always had."""
+        return (*BASE_FLAGS, f"-ftz={_flag(self.ftz)}", f"-fmad={_flag(self.fmad)}",
+                f"-prec-div={_flag(self.prec_div)}", f"-prec-sqrt={_flag(self.prec_sqrt)}", *TAIL_FLAGS)
+
+
+DEFAULT = CudaOptions()

@@ -1,0 +1,33 @@
+"""The hip backend's one architecture table: targets, the LDS limit codegen checks, the archs the
+compilers and the runtime take. (The CPU emulator keeps its own table of the archs it models, in
+emulator/, with the same LDS sizes.)"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...interface.backend import Target
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    lds_bytes: int                 # LDS one block may use
+    mma_shapes: tuple[str, ...]
+
+
+ARCHS = {a.name: a for a in (
+    Arch("gfx942", 64 * 1024, ("16x16x16",)),                  # CDNA3: MI300X / MI325X
+    Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32")),      # CDNA4: MI350X / MI355X
+)}
+NAMES = tuple(ARCHS)
+LANES = 64
+DTYPES = ("bf16", "f16", "f32", "fp8e4m3", "fp8e5m2", "i32")
+CAPABILITIES = ("atomics", "dropout", "fp8")
+
+
+def make_target(arch: str, *, runs: bool, compile_only: bool = False, emulated: bool = False) -> Target:
+    entry = ARCHS[arch]
+    return Target(backend="hip", arch=arch, vendor="amd", lanes=LANES, max_shared_bytes=entry.lds_bytes,
+                  mma_shapes=entry.mma_shapes, dtypes=DTYPES,
+                  capabilities=CAPABILITIES + (("run",) if runs else ()), compile_only=compile_only,
+                  emulated=emulated)

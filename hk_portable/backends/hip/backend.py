@@ -1,0 +1,141 @@
+"""HipBackend: AMD Instinct CDNA3 (gfx942) and CDNA4 (gfx950).
+
+Which path a launch takes follows the tensors: CPU tensors run on the emulator, GPU tensors on the
+device through hiprtc. See README.md in this folder.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ... import __version__
+from ...interface.backend import Artifact, Backend, BackendStatus, Target
+from ...interface.errors import ArgumentError, BackendError, UnsupportedError
+from ...interface.ir import Program
+from . import codegen, compiler, driver
+from .archs import NAMES as ARCHS, make_target
+from .options import HipOptions
+
+EMIT_KINDS = ("source", "asm", "hsaco")
+NUMERICS = {"fp_contract": "off", "std": "c++17", "opt": "-O3", "denormals": "ieee (f32 and f16 kept)",
+            "fp8": "OCP e4m3/e5m2 converted in software (RNE, saturating) on both archs",
+            "exp2/log2": "v_exp_f32 / v_log_f32", "exp/log": "range-reduced onto v_exp_f32 / v_log_f32"}
+
+
+class HipBackend(Backend):
+    name = "hip"
+
+    # ------------------------------------------------------------------------------------ discovery
+    def status(self) -> BackendStatus:
+        p = driver.probe()
+        if p.available:
+            return BackendStatus(True, None, p.device)
+        extra = []
+        ok, why = compiler.available()
+        extra.append(f"compile-only targets {', '.join(ARCHS)} ({compiler.version()})" if ok
+                     else f"no offline compiler ({why})")
+        emu, why = driver.emulator_module()
+        extra.append(f"emulated targets {', '.join(ARCHS)} run on the CPU emulator (--emulate)" if emu
+                     else f"no emulator ({why})")
+        return BackendStatus(False, f"{p.reason}; {'; '.join(extra)}")
+
+    def targets(self) -> list[Target]:
+        p = driver.probe()
+        out = [make_target(p.arch, runs=True)] if p.available else []
+        out += [make_target(a, runs=False, compile_only=True) for a in ARCHS if not (p.available and a == p.arch)]
+        emu, _ = driver.emulator_module()
+        if emu is not None:
+            out += [make_target(a, runs=True, emulated=True) for a in ARCHS]
+        return out
+
+    def claims_device(self, device) -> bool:
+        """GPU tensors of a ROCm build of torch (CPU tensors go to the reference unless hip is named)."""
+        return torch.device(device).type == "cuda" and bool(getattr(torch.version, "hip", None))
+
+    def accepts_device(self, device) -> bool:
+        device = torch.device(device)
+        if device.type == "cpu":
+            return driver.emulator_module()[0] is not None
+        return device.type == "cuda" and bool(getattr(torch.version, "hip", None)) and driver.probe().available
+
+    # ------------------------------------------------------------------------------------ compiling
+    def compiler_version(self) -> str:
+        """Enters the compile cache key: the offline clang and everything that shapes the source."""
+        return f"{compiler.version()} | lib {codegen.library_hash()}"
+
+    def check(self, program: Program, target: Target, options=None) -> None:
+        self._require_arch(target)
+        codegen.check(program, target, codegen.make_plan(program, target, options))
+
+    def compile(self, program: Program, target: Target, options=None) -> Artifact:
+        self._require_arch(target)
+        opts = HipOptions.coerce(options)
+        plan = codegen.make_plan(program, target, opts)
+        codegen.check(program, target, plan)
+        k = codegen.emit(program, plan)
+        resources: dict[str, Any] = {"waves": plan.waves, "threads": plan.threads, "lds_planned": plan.lds_bytes,
+                                     "scratch_lds": plan.scratch_bytes,
+                                     "schedule": ", ".join(s["schedule"] for s in plan.schedules) or "none"}
+        asm = None
+        ok, why = compiler.available()
+        if ok:
+            asm = compiler.compile_asm(k.source, target.arch, k.kernel_name, opts.device_flags())
+            resources.update(compiler.report(asm, k.kernel_name))
+            resources["compiler"] = compiler.version()
+        else:
+            resources["offline"] = why
+        return Artifact(
+            backend=self.name, target=target.arch, kernel_name=k.kernel_name, program_hash=program.hash,
+            source=k.source, binary=None, asm=asm,
+            launch={"block": (plan.threads, 1, 1), "dynamic_shared_bytes": 0, "plan": plan.to_json(),
+                    "params": [(p.name, str(p.type)) for p in program.params]},
+            resources=resources, options={**NUMERICS, **opts.to_json(), "hk": __version__},
+            payload=program)
+
+    def restore(self, artifact: Artifact, program: Program) -> Artifact:
+        artifact.payload = program            # the Program (its params) drives argument packing
+        return artifact
+
+    def emit(self, artifact: Artifact, kind: str) -> str | bytes:
+        if kind == "source":
+            return artifact.source
+        if kind in ("asm", "hsaco") and artifact.asm is None:
+            raise UnsupportedError(f"backend 'hip' cannot emit {kind!r}: {artifact.resources.get('offline')}")
+        if kind == "asm":
+            return compiler.format_report(artifact.resources) + artifact.asm
+        if kind == "hsaco":
+            if artifact.binary is None:
+                artifact.binary = compiler.assemble(artifact.asm, artifact.target, artifact.kernel_name)
+            return artifact.binary
+        raise UnsupportedError(f"backend 'hip' cannot emit {kind!r}; it can emit: ir, {', '.join(EMIT_KINDS)}")
+
+    # ------------------------------------------------------------------------------------ launching
+    def launch(self, artifact: Artifact, args: Sequence[Any], grid: tuple[int, int, int], stream=None) -> None:
+        program: Program | None = artifact.payload
+        if program is None:
+            raise BackendError("hip artifact has no Program attached (compile it through this backend)")
+        driver.check_args(artifact.kernel_name, program.params, args)
+        if 0 in grid:
+            return
+        threads = artifact.launch["block"][0]
+        opts = HipOptions.from_dict({k: artifact.options[k] for k in HipOptions.names() if k in artifact.options})
+        devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+        if devices <= {"cpu"} and (devices or not driver.probe().available):
+            return driver.launch_emulated(artifact, program, args, grid, threads, opts.fp_contract)
+        if devices != {"cuda"}:
+            raise ArgumentError(f"{artifact.kernel_name}: tensors on {sorted(devices)}; the hip backend takes all "
+                                "tensors on one AMD GPU (or all on the CPU, for the emulator)")
+        p = driver.probe()
+        if not p.available:
+            raise BackendError(f"cannot launch on the GPU: {p.reason}")
+        if p.arch != artifact.target:
+            raise BackendError(f"artifact compiled for {artifact.target}, but the device is {p.arch}")
+        fn = driver.function(artifact.source, p.arch, artifact.kernel_name, artifact.program_hash,
+                             opts.device_flags())
+        driver.launch(fn, grid, threads, driver.device_struct(program.params, args), stream)
+
+    @staticmethod
+    def _require_arch(target: Target) -> None:
+        if target.arch not in ARCHS:
+            raise UnsupportedError(f"the hip backend generates code for {', '.join(ARCHS)}, not {target.arch!r}")

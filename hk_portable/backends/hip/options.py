@@ -1,0 +1,39 @@
+"""The hip backend's compile options (frozen, validated, hashable): the plan overrides codegen accepts
+(waves per block, pipeline schedule, block remap) and the FMA contraction every compile of the source
+(offline clang, hiprtc, the emulator) uses. The defaults are the numerics policy: no contraction."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...codegen.options import BackendOptions, OptionError
+
+MAX_WAVES = 16
+SCHEDULES = ("auto", "double_buffer", "pingpong")
+FP_CONTRACT = ("off", "on", "fast")
+
+
+@dataclass(frozen=True)
+class HipOptions(BackendOptions):
+    backend: ClassVar[str] = "hip"
+    waves: int | None = None           # waves per block; None: the kernel's num_warps hint
+    schedule: str = "auto"             # pipeline schedule: auto | double_buffer | pingpong
+    block_remap: bool = True           # XCD-aware block order (hk::detail::xcd_remap)
+    fp_contract: str = "off"           # clang -ffp-contract
+
+    def validate(self) -> None:
+        if self.waves is not None and (isinstance(self.waves, bool) or not isinstance(self.waves, int)
+                                       or not 1 <= self.waves <= MAX_WAVES):
+            raise OptionError(f"hip backend: option waves={self.waves!r}: {self.waves} waves per block; a block runs "
+                              f"1 to {MAX_WAVES} waves")
+        if self.schedule not in SCHEDULES:
+            raise OptionError(f"hip backend: unknown pipeline schedule {self.schedule!r}; expected one of {SCHEDULES}")
+        self._expect_bool("block_remap")
+        self._expect_choice("fp_contract", FP_CONTRACT)
+
+    def device_flags(self) -> tuple[str, ...]:
+        """What every device compile of the source passes (offline clang and hiprtc alike)."""
+        return ("-O3", "-std=c++17", f"-ffp-contract={self.fp_contract}")
+
+
+DEFAULT = HipOptions()
