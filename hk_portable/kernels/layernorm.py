@@ -62,10 +62,11 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
 
     def out_pass(c, unused):
         w = hk.load(RV[f32, BC], weight, (c,))
+        b = hk.load(RV[f32, BC], bias, (c,)) if BIAS else None    # loaded before h: fewer live registers
         centred = h_tile(c) if RMS else h_tile(c) - mean[:, None]
         yt = centred * rstd[:, None] * w[None, :]
         if BIAS:
-            yt = yt + hk.load(RV[f32, BC], bias, (c,))[None, :]
+            yt = yt + b[None, :]
         hk.store(y, yt.to(y.dtype), (r, c))
         return unused
 
