@@ -12,6 +12,7 @@ from . import dtypes as D
 from .errors import ArgumentError, TraceError
 from .ir import GlobalType, Program, ScalarType
 from .tracer import trace
+from .verify import verify
 from .types import GL, const
 
 
@@ -229,6 +230,7 @@ class Kernel:
         with self._lock:
             art = self._artifacts.get(key)
         if art is None:
+            verify(prog)
             be.check(prog, tgt)
             from .. import cache
             art = cache.compile_cached(be, prog, tgt)
