@@ -188,9 +188,10 @@ class _Verifier:
             want = [str(t) for t in rs.args] + ([str(t) for t in carry] if rs.carries else [])
             self.fail(op, f"^{reg.name} takes arguments ({', '.join(want)}), got ({_types(args)})")
         got = [y.type for y in reg.yields]
-        want_y = carry if rs.carries else []
-        if got != want_y:
-            self.fail(op, f"^{reg.name} must yield the carry's types ({_types(want_y)}), yields ({_types(got)})")
+        if not rs.carries and got:
+            self.fail(op, f"^{reg.name} yields nothing, got ({_types(got)})")
+        if rs.carries and got != carry:
+            self.fail(op, f"^{reg.name} must yield the carry's types ({_types(carry)}), yields ({_types(got)})")
 
     # ---- errors
     def fail(self, op: Op | None, why: str):
@@ -214,9 +215,9 @@ def _table_says_it_all(v: _Verifier, op: Op) -> None:
 @rule("scalar_const")
 def _scalar_const(v: _Verifier, op: Op) -> None:
     x, dt = op.attrs["value"], op.result.type.dtype
-    if (dt is D.i32) != isinstance(x, int):
+    if (dt == D.i32) != isinstance(x, int):
         v.fail(op, f"value {x!r} does not match the result type {dt} (an int for i32, a float for f32)")
-    if dt is D.i32 and not -2**31 <= x < 2**31:
+    if dt == D.i32 and not -2**31 <= x < 2**31:
         v.fail(op, f"value {x} does not fit in int32")
 
 
@@ -232,9 +233,9 @@ def _scalar_binary(v: _Verifier, op: Op) -> None:
     a, b = (x.type for x in op.operands)
     k = op.attrs["op"]
     _same(v, op, a, b, op.result.type)
-    if k in ("floordiv", "mod") and a.dtype is not D.i32:
+    if k in ("floordiv", "mod") and a.dtype != D.i32:
         v.fail(op, f"'{k}' takes i32 scalars, got {a}")
-    if k == "div" and a.dtype is not D.f32:
+    if k == "div" and a.dtype != D.f32:
         v.fail(op, f"'div' takes f32 scalars (i32 operands are converted first), got {a}")
 
 
@@ -269,7 +270,7 @@ def _global_to_register(v: _Verifier, op: Op) -> None:
 def _global_to_shared(v: _Verifier, op: Op) -> None:
     st, gl, *index = op.operands
     _index_count(v, op, gl.type, index, st.type)
-    if st.type.dtype is not gl.type.dtype:
+    if st.type.dtype != gl.type.dtype:
         v.fail(op, f"copies raw elements: the tensor's dtype {gl.type.dtype} must be the tile's {st.type.dtype}")
 
 
@@ -301,7 +302,7 @@ def _fill(v: _Verifier, op: Op) -> None:
 @rule("splat")
 def _splat(v: _Verifier, op: Op) -> None:
     s, t = op.operands[0].type, op.result.type
-    if t.dtype.is_float and s.dtype is not D.f32:
+    if t.dtype.is_float and s.dtype != D.f32:
         v.fail(op, f"a float tile ({t}) is filled from an f32 scalar, got {s}")
 
 
@@ -317,7 +318,7 @@ def _broadcast(v: _Verifier, op: Op) -> None:
 def _unary(v: _Verifier, op: Op) -> None:
     t, k = op.operands[0].type, op.attrs["op"]
     _expect(v, op, op.result.type, t, "the operand's type")
-    is_mask = t.dtype is D.bool_
+    is_mask = t.dtype == D.bool_
     if is_mask != (k == "not"):
         v.fail(op, f"'{k}' takes {'a mask (bool tile)' if k == 'not' else 'a numeric tile'}, got {t}")
     if not is_mask and not t.dtype.is_float and k not in ("neg", "abs", "relu"):
@@ -329,7 +330,7 @@ def _binary(v: _Verifier, op: Op) -> None:
     a, b = (x.type for x in op.operands)
     k = op.attrs["op"]
     _same(v, op, a, b, op.result.type)
-    if (a.dtype is D.bool_) != (k in ("and", "or")):
+    if (a.dtype == D.bool_) != (k in ("and", "or")):
         v.fail(op, f"'{k}' takes {'masks (bool tiles)' if k in ('and', 'or') else 'numeric tiles'}, got {a}")
     if k == "div" and not a.dtype.is_float:
         v.fail(op, f"'div' takes float tiles, got {a}")
@@ -371,7 +372,7 @@ def _mma(v: _Verifier, op: Op) -> None:
     (ar, ac), (br, bc) = a.shape, b.shape
     m, k = (ac, ar) if op.attrs["trans_a"] else (ar, ac)
     k2, n = (bc, br) if op.attrs["trans_b"] else (br, bc)
-    if a.dtype is not b.dtype:
+    if a.dtype != b.dtype:
         v.fail(op, f"a and b must share a dtype, got {a.dtype} and {b.dtype}")
     if k != k2:
         v.fail(op, f"inner dimensions differ: op(a) is {m}x{k}, op(b) is {k2}x{n}")
