@@ -333,3 +333,27 @@ def test_verify_runs_before_the_backend_check():
         _piped.compile_for(p, rec)
     assert rec.programs == {}
     assert issubclass(VerifyError, TraceError)
+
+
+def test_tracing_a_pipeline_whose_load_breaks_the_rules_fails_with_the_rule():
+    @hk.kernel
+    def writes_global(x: GL[2], y: GL[2]):
+        ring = hk.shared(ST[x.dtype, 32, 32], stages=2)
+
+        def load(j, s):
+            hk.load(ring[s], x, (0, j))
+            hk.store(y, hk.load(RT[x.dtype, 32, 32], x, (0, j)), (0, j))
+
+        hk.pipeline(2, load, lambda j, s: (), stages=2)
+
+    @hk.kernel
+    def wrong_stages(x: GL[2]):
+        ring = hk.shared(ST[x.dtype, 32, 32], stages=3)
+        hk.pipeline(2, lambda j, s: hk.load(ring[s], x, (0, j)), lambda j, s: (), stages=2)
+
+    x = torch.zeros(64, 64)
+    with pytest.raises(VerifyError, match="'register_to_global': may not appear in a pipeline's load region"):
+        writes_global.trace(x, x)
+    with pytest.raises(TraceError, match=r"'global_to_shared': in a pipeline's load region shared memory is written "
+                                         r"only as buf\[s\].*stages=2"):
+        wrong_stages.trace(x)

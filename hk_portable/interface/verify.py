@@ -199,7 +199,7 @@ class _Verifier:
         what = f"op '{op_text(op)}'" if op is not None else "the kernel body"
         ident = f"'{op.opcode}'" + (f" (result %{op.results[0].id})" if op is not None and op.results else "") \
             if op is not None else ""
-        raise VerifyError(f"kernel '{self.p.name}': {ident + ' ' if ident else ''}{why}\n  at {what} in {where}")
+        raise VerifyError(f"kernel '{self.p.name}': {ident + ': ' if ident else ''}{why}\n  at {what} in {where}")
 
 
 def _types(ts) -> str:
