@@ -16,8 +16,8 @@ from typing import Callable
 
 from . import dtypes as D
 from .errors import TraceError
-from .ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value, op_text
-from .opcodes import NOT_IN_PIPELINE_LOAD, TABLE, TOP_LEVEL, OpSpec, RegionSpec, TypeSpec
+from .ir import GlobalType, Op, Program, Region, SharedBufType, TileType, Value, op_text
+from .opcodes import NOT_IN_PIPELINE_LOAD, TABLE, TOP_LEVEL, OpSpec, RegionSpec
 
 
 class VerifyError(TraceError):
