@@ -190,7 +190,7 @@ def test_a_loop_body_that_appends_to_an_outer_list_is_caught():
         hk.fori_loop(0, 2, body, 0)
         hk.store(y, rows[0], (0,))
 
-    with pytest.raises(TraceError, match="used outside it by 'store_gl'"):
+    with pytest.raises(TraceError, match="used outside it by 'register_to_global'"):
         k.trace(torch.zeros(16, 32), torch.zeros(16))
 
 

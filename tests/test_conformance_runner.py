@@ -62,8 +62,8 @@ class ExpOneIn2To16Off(Interpreter):
 
 
 class LastBlockStoresNothing(Interpreter):
-    def op_store_gl(self, op, active):
-        super().op_store_gl(op, active & (self.bidx != self.nb - 1))
+    def op_register_to_global(self, op, active):
+        super().op_register_to_global(op, active & (self.bidx != self.nb - 1))
 
 
 class NoisySums(Interpreter):
@@ -82,9 +82,9 @@ class WrongSeed(Interpreter):
 
 
 class WritesItsInput(Interpreter):
-    def op_load_gl(self, op, active):
+    def op_global_to_register(self, op, active):
         gl = self.env[op.operands[0]]
-        out = super().op_load_gl(op, active)
+        out = super().op_global_to_register(op, active)
         gl.view(-1)[0] += 1
         return out
 
@@ -163,18 +163,18 @@ def _variants(program):
     for op in program.body.walk():
         yield (op.opcode,)
         a = op.attrs
-        if op.opcode in ("unary", "binary", "cmp", "sbin"):
+        if op.opcode in ("unary", "binary", "compare", "scalar_binary"):
             yield op.opcode, a["op"]
         elif op.opcode == "reduce":
             yield op.opcode, a["op"], a["axis"]
         elif op.opcode == "mma":
             yield op.opcode, a["trans_a"], a["trans_b"], op.operands[0].type.space, op.operands[1].type.space
-        elif op.opcode in ("scast", "broadcast"):
+        elif op.opcode in ("scalar_cast", "broadcast"):
             yield op.opcode, a.get("dtype", a.get("axis"))
         elif op.opcode == "cast":
             yield op.opcode, op.operands[0].type.dtype.name, op.result.type.dtype.name
-        elif op.opcode in ("load_gl", "store_gl", "atomic_add"):
-            tile = op.result if op.opcode == "load_gl" else op.operands[1]
+        elif op.opcode in ("global_to_register", "register_to_global", "atomic_add"):
+            tile = op.result if op.opcode == "global_to_register" else op.operands[1]
             yield op.opcode, tile.type.space
 
 
@@ -188,15 +188,15 @@ def test_every_opcode_and_variant_has_a_conformance_case():
     expected = {(name[3:],) for name in dir(Interpreter) if name.startswith("op_")}
     expected |= {("unary", o) for o in ops.UNARY + ("not",)}
     expected |= {("binary", o) for o in ops.BINARY_ARITH + ops.BINARY_LOGIC}
-    expected |= {("cmp", o) for o in ops.BINARY_CMP}
+    expected |= {("compare", o) for o in ops.BINARY_CMP}
     expected |= {("reduce", o, ax) for o in ops.REDUCE for ax in ("row", "col")}
     expected |= {("mma", ta, tb, sa, sb) for ta in (False, True) for tb in (False, True)
                  for sa in ("st", "rt") for sb in ("st", "rt")}
-    expected |= {("sbin", o) for o in ("add", "sub", "mul", "floordiv", "mod", "div", "min", "max")}
-    expected |= {("scast", "f32"), ("scast", "i32"), ("broadcast", "row"), ("broadcast", "col")}
+    expected |= {("scalar_binary", o) for o in ("add", "sub", "mul", "floordiv", "mod", "div", "min", "max")}
+    expected |= {("scalar_cast", "f32"), ("scalar_cast", "i32"), ("broadcast", "row"), ("broadcast", "col")}
     expected |= {("cast", s, d) for s in floats + ("i32",) for d in floats + ("i32",) if s != d}
-    expected |= {("load_gl", "rt"), ("load_gl", "rv"), ("store_gl", "rt"), ("store_gl", "rv"), ("store_gl", "st"),
-                 ("atomic_add", "rt"), ("atomic_add", "rv")}
+    expected |= {("global_to_register", "rt"), ("global_to_register", "rv"), ("register_to_global", "rt"),
+                 ("register_to_global", "rv"), ("shared_to_global",), ("atomic_add", "rt"), ("atomic_add", "rv")}
     assert expected - seen == set()
 
 

@@ -50,7 +50,7 @@ def test_program_text_is_readable():
     compute = next(i for i, line in enumerate(lines) if line.strip().startswith("^compute("))
     assert "mma" in lines[compute + 3] and "{trans_a=False, trans_b=False}" in lines[compute + 3]
     assert lines[compute + 4].strip().startswith("yield %")
-    assert any(line.strip().startswith("store_gl %2,") for line in lines)
+    assert any(line.strip().startswith("register_to_global %2,") for line in lines)
 
 
 def test_printing_is_stable_across_traces_and_kernel_objects():
@@ -135,8 +135,8 @@ def test_consts_must_be_hashable():
 
 def test_shape_reads_emit_only_the_dims_used():
     p = row_scale.trace(*_args())
-    assert "dim" not in p.opcodes()
-    assert sum(op.opcode == "dim" for op in _gemm_program().body.walk()) == 1     # only K = a.shape[1]
+    assert "global_dim" not in p.opcodes()
+    assert sum(op.opcode == "global_dim" for op in _gemm_program().body.walk()) == 1     # only K = a.shape[1]
 
 
 def test_traced_values_carry_their_types():

@@ -1,6 +1,7 @@
 """One C-style emitter for CUDA and HIP (the tinygrad pattern: a shared renderer, small per-vendor
 subclasses). Each IR op becomes one call into the backend's device library (`hk::` namespace,
-specified in DEVICE_API.md); the device library owns layouts, instructions and schedules.
+specified in DEVICE_API.md); the device library owns layouts, instructions and schedules. Each opcode
+of the table (interface/opcodes.py) has one rule here, `op_<opcode>`, checked when this module loads.
 
 The emitter's own decisions are few and vendor-neutral:
   * which axis each register vector (RV) is aligned with (row or column of a tile), from its uses;
@@ -15,6 +16,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 
 from ..interface import dtypes as D
+from ..interface import opcodes
 from ..interface.errors import UnsupportedError
 from ..interface.ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value
 from .resources import SMEM_ALIGN, arena_layout  # noqa: F401 - SMEM_ALIGN: re-exported for emitters
@@ -76,7 +78,7 @@ def assign_vector_axes(program: Program) -> dict[Value, str]:
             fixed.append((op.result, ROW if op.attrs["axis"] == "row" else COL, op))
         elif op.opcode == "broadcast":
             fixed.append((op.operands[0], ROW if op.attrs["axis"] == "row" else COL, op))
-        elif op.opcode in ("unary", "binary", "cmp", "where", "cast", "splat", "fill"):
+        elif op.opcode in ("unary", "binary", "compare", "where", "cast", "splat", "fill"):
             for v in rvs[1:]:
                 union(rvs[0], v)
         for reg in op.regions:
@@ -195,7 +197,7 @@ class CStyleEmitter:
             fn = getattr(self, "op_" + op.opcode, None)
             if fn is None:
                 raise UnsupportedError(f"the C++ emitter has no rule for opcode '{op.opcode}'")
-            if op.opcode in ("load_st", "rt_to_st") and not in_pipeline_load:
+            if opcodes.writes_shared(op.opcode) and not in_pipeline_load:
                 # shared writes outside a pipeline: barrier before (earlier reads done) and after (visible)
                 self.line("hk::sync();")
                 fn(op)
@@ -209,7 +211,7 @@ class CStyleEmitter:
         self.line(f"{self.decl(v)};")
         self.line(expr_stmt.format(dst=self.name(v)))
 
-    def op_const(self, op):
+    def op_scalar_const(self, op):
         t = op.result.type
         self.line(f"const {self.decl(op.result)} = {self.literal(op.attrs['value'], t.dtype)};")
 
@@ -219,10 +221,10 @@ class CStyleEmitter:
     def op_num_blocks(self, op):
         self.line(f"const int {self.name(op.result)} = hk::num_blocks<{op.attrs['axis']}>();")
 
-    def op_dim(self, op):
+    def op_global_dim(self, op):
         self.line(f"const int {self.name(op.result)} = {self.name(op.operands[0])}.shape[{op.attrs['index']}];")
 
-    def op_sbin(self, op):
+    def op_scalar_binary(self, op):
         a, b = (self.name(v) for v in op.operands)
         k, t = op.attrs["op"], op.result.type.dtype
         if t is D.i32:
@@ -234,7 +236,7 @@ class CStyleEmitter:
                     "min": f"hk::fminf_({a}, {b})", "max": f"hk::fmaxf_({a}, {b})"}[k]
         self.line(f"const {self.decl(op.result)} = {expr};")
 
-    def op_scast(self, op):
+    def op_scalar_cast(self, op):
         x = self.name(op.operands[0])
         expr = f"hk::f32_to_i32({x})" if op.attrs["dtype"] == "i32" else f"(float){x}"
         self.line(f"const {self.decl(op.result)} = {expr};")
@@ -242,7 +244,7 @@ class CStyleEmitter:
     def op_alloc_shared(self, op):
         self.line(f"{self.decl(op.result)}(hk_smem + {self.smem_offsets[op.result]});")
 
-    def op_stage(self, op):
+    def op_shared_stage(self, op):
         buf, s = op.operands
         self.line(f"{self.decl(op.result)} = {self.name(buf)}.stage({self.name(s)});")
 
@@ -255,25 +257,27 @@ class CStyleEmitter:
     def op_broadcast(self, op):
         self._result(op, f"hk::broadcast({{dst}}, {self.name(op.operands[0])});")
 
-    def op_load_gl(self, op):
+    def op_global_to_register(self, op):
         fill = self.literal(op.attrs["fill"], D.f32)
         gl, *idx = op.operands
         self._result(op, f"hk::load({{dst}}, {self.name(gl)}, {fill}, {self.args(idx)});")
 
-    def op_load_st(self, op):
+    def op_global_to_shared(self, op):
         st, gl, *idx = op.operands
         fill = self.literal(op.attrs["fill"], D.f32)
         self.line(f"hk::load({self.name(st)}, {self.name(gl)}, {fill}, {self.args(idx)});")
 
-    def op_st_to_rt(self, op):
+    def op_shared_to_register(self, op):
         self._result(op, f"hk::load({{dst}}, {self.name(op.operands[0])});")
 
-    def op_rt_to_st(self, op):
+    def op_register_to_shared(self, op):
         self.line(f"hk::store({self.name(op.operands[0])}, {self.name(op.operands[1])});")
 
-    def op_store_gl(self, op):
+    def op_register_to_global(self, op):
         gl, src, *idx = op.operands
         self.line(f"hk::store({self.name(gl)}, {self.name(src)}, {self.args(idx)});")
+
+    op_shared_to_global = op_register_to_global        # hk::store takes an rt, rv or st source
 
     def op_atomic_add(self, op):
         gl, src, *idx = op.operands
@@ -291,7 +295,7 @@ class CStyleEmitter:
         a, b = op.operands
         self._result(op, f"hk::binary<{BINARY_FN[op.attrs['op']]}>({{dst}}, {self.name(a)}, {self.name(b)});")
 
-    op_cmp = op_binary
+    op_compare = op_binary
 
     def op_where(self, op):
         self._result(op, f"hk::where({{dst}}, {self.args(op.operands)});")
@@ -372,3 +376,7 @@ class CStyleEmitter:
         self.indent -= 1
         self.line("};")
         self.line(f"hk::pipeline<{self.pipeline_template_args(op)}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
+
+
+# one emitter rule per opcode of the table (`op_<opcode>`): importing this module fails if one is missing
+opcodes.rules(CStyleEmitter, who="the C++ emitter (codegen/cstyle.py)")

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ..runtime import registry
+from ..interface import opcodes
 from ..interface.backend import Artifact, Backend, BackendStatus, Target
 from ..interface.errors import BackendError, UnsupportedError
 from ..interface.ir import GlobalType, Program, SharedBufType, TileType
@@ -24,8 +25,8 @@ from .cases import Case, Check, Setup
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
-# opcodes that a target must declare a capability for
-OPCODE_CAPABILITIES = {"atomic_add": "atomics", "dropout_mask": "dropout"}
+# opcodes that a target must declare a capability for (from the opcode table)
+OPCODE_CAPABILITIES = opcodes.capabilities()
 
 
 class CapabilityMissing(UnsupportedError):

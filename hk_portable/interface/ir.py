@@ -168,18 +168,22 @@ def _fmt_attr(v: Any) -> str:
     return str(v)
 
 
+def op_text(op: Op) -> str:
+    """One op as its line of the Program text (without its regions)."""
+    lhs = ", ".join(map(repr, op.results))
+    attrs = ""
+    if op.attrs:
+        attrs = " {" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in sorted(op.attrs.items())) + "}"
+    types = ""
+    if op.results:
+        types = " : " + ", ".join(str(r.type) for r in op.results)
+    return f"{lhs + ' = ' if lhs else ''}{op.opcode} {', '.join(map(repr, op.operands))}{attrs}{types}".rstrip()
+
+
 def _print_region(region: Region, indent: int, out: list[str]) -> None:
     pad = "  " * indent
     for op in region.ops:
-        lhs = ", ".join(map(repr, op.results))
-        attrs = ""
-        if op.attrs:
-            attrs = " {" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in sorted(op.attrs.items())) + "}"
-        types = ""
-        if op.results:
-            types = " : " + ", ".join(str(r.type) for r in op.results)
-        line = f"{pad}{lhs + ' = ' if lhs else ''}{op.opcode} {', '.join(map(repr, op.operands))}{attrs}{types}"
-        out.append(line.rstrip())
+        out.append(pad + op_text(op))
         for reg in op.regions:
             args = ", ".join(f"{a!r}: {a.type}" for a in reg.args)
             out.append(f"{pad}  ^{reg.name}({args}):")

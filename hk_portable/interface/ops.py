@@ -1,22 +1,23 @@
 """The tile operations kernels are written with. Each function checks its operands and emits one or a
-few IR ops; the semantics of every opcode are defined by the reference backend and the op table
-(hk_portable.interface.optable)."""
+few IR ops; the opcodes, their operands and rules are the table in hk_portable.interface.opcodes, and
+their semantics are defined by the reference backend (backends/reference/interpreter.py)."""
 from __future__ import annotations
 
 import builtins
 from typing import Callable, Sequence
 
 from . import dtypes as D
+from . import opcodes
 from .errors import TraceError
 from .ir import ScalarType, SharedBufType, TileType
 from .tracer import (GlobalArg, Scalar, SharedBuf, Tile, _Broadcast, as_scalar, builder, emit, emit1,
                      unwrap, wrap)
 
-UNARY = ("neg", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "relu")
-BINARY_ARITH = ("add", "sub", "mul", "div", "maximum", "minimum")
-BINARY_CMP = ("lt", "le", "gt", "ge", "eq", "ne")
-BINARY_LOGIC = ("and", "or")
-REDUCE = ("max", "min", "sum")
+UNARY = opcodes.UNARY
+BINARY_ARITH = opcodes.BINARY_ARITH
+BINARY_CMP = opcodes.COMPARE
+BINARY_LOGIC = opcodes.BINARY_LOGIC
+REDUCE = opcodes.REDUCE
 
 
 # --------------------------------------------------------------------------------------- helpers
@@ -192,7 +193,8 @@ def range(*args):
 def pipeline(n, load: Callable, compute: Callable, carry=(), stages: int = 2):
     """Run `n` iterations of load(i, s) then compute(i, s, *carry) -> new carry, with s = i % stages.
 
-    load may only write shared buffers through `buf[s]` (buffers with exactly `stages` stages);
+    load may only write shared buffers through `buf[s]` (buffers with exactly `stages` stages) and
+    never global memory (the verifier's rule for a pipeline's load region, checked when tracing ends);
     compute reads stage s. Backends may overlap load(i+k) with compute(i) (cp.async rings, TMA +
     wgmma, AMD ping-pong); results never depend on the schedule beyond the ops' stated tolerance."""
     if not isinstance(stages, int) or stages < 1:
@@ -207,7 +209,6 @@ def pipeline(n, load: Callable, compute: Callable, carry=(), stages: int = 2):
         load(wrap(lreg.args[0]), wrap(lreg.args[1]))
     finally:
         b.pop(lreg)
-    _check_pipeline_load(lreg, stages)
     creg = b.push("compute", [i32, i32] + [c.type for c in init])
     try:
         new = compute(wrap(creg.args[0]), wrap(creg.args[1]), *[wrap(a) for a in creg.args[2:]])
@@ -218,22 +219,6 @@ def pipeline(n, load: Callable, compute: Callable, carry=(), stages: int = 2):
                 {"stages": stages}, regions=(lreg, creg))
     outs = [wrap(v) for v in op.results]
     return tuple(outs) if is_seq else outs[0]
-
-
-def _check_pipeline_load(reg, stages: int) -> None:
-    s_arg = reg.args[1]
-    producers = {r: op for op in reg.walk() for r in op.results}
-    for op in reg.walk():
-        if op.opcode in ("store_gl", "atomic_add"):
-            raise TraceError("pipeline load stage may not write global memory; do that in compute or after")
-        if op.opcode not in ("load_st", "rt_to_st"):
-            continue
-        view = producers.get(op.operands[0])
-        ok = (view is not None and view.opcode == "stage" and view.operands[1] is s_arg
-              and view.operands[0].type.stages == stages)
-        if not ok:
-            raise TraceError(f"pipeline load stage must write shared buffers as buf[s], with s the stage "
-                             f"argument and buffers of exactly stages={stages} stages")
 
 
 # ------------------------------------------------------------------------------------------- memory
@@ -287,17 +272,18 @@ def load(dst, src, idx=(), fill: float = 0.0):
             raise TypeError(f"load GL -> ST copies raw elements: tensor dtype {src.dtype} must equal the shared "
                             f"tile dtype {st.dtype}")
         _check_tile_fits(st.type, src, "load")
-        emit("load_st", [st, src] + _index(src, idx, 2, "load"), (), {"fill": float(fill)})
+        emit("global_to_shared", [st, src] + _index(src, idx, 2, "load"), (), {"fill": float(fill)})
         return None
     if isinstance(dst, TileType) and dst.space in ("rt", "rv"):
         if isinstance(src, GlobalArg):
             _check_tile_fits(dst, src, "load")
-            return emit1("load_gl", [src] + _index(src, idx, len(dst.shape), "load"), dst, {"fill": float(fill)})
+            index = _index(src, idx, len(dst.shape), "load")
+            return emit1("global_to_register", [src] + index, dst, {"fill": float(fill)})
         st = _tile(src, "load source", ("st",))
         if dst.space != "rt" or st.shape != dst.shape or st.dtype is not dst.dtype:
             raise TypeError(f"load ST -> RT copies raw elements: it needs RT[{st.dtype}, {st.shape[0]}, "
                             f"{st.shape[1]}] (the shared tile's dtype and shape), got {dst}; cast after loading")
-        return emit1("st_to_rt", (st,), dst)
+        return emit1("shared_to_register", (st,), dst)
     raise TypeError(f"load destination must be a shared tile or a register tile type (RT[...]/RV[...]), "
                     f"got {dst!r}")
 
@@ -308,13 +294,14 @@ def store(dst, src, idx=()):
     if isinstance(dst, GlobalArg):
         t = _tile(src, "store source", ("rt", "rv", "st"))
         _check_tile_fits(t.type, dst, "store")
-        emit("store_gl", [dst, t] + _index(dst, idx, len(t.shape), "store"))
+        opcode = "shared_to_global" if t.space == "st" else "register_to_global"
+        emit(opcode, [dst, t] + _index(dst, idx, len(t.shape), "store"))
         return None
     st = _tile(dst, "store destination", ("st",))
     rt = _tile(src, "store source", ("rt",))
     if rt.shape != st.shape or rt.dtype is not st.dtype:
         raise TypeError(f"store RT -> ST needs equal shape and dtype: {rt.type} vs {st.type}")
-    emit("rt_to_st", (st, rt))
+    emit("register_to_shared", (st, rt))
 
 
 def atomic_add(dst, src, idx=()):
@@ -375,7 +362,7 @@ def binary(op: str, a, b) -> Tile:
     if t.dtype is D.bool_:
         raise TypeError(f"'{op}' is not defined on masks; use & | ~")
     if op in BINARY_CMP:
-        return emit1("cmp", (ta, tb), t.with_(dtype=D.bool_), {"op": op})
+        return emit1("compare", (ta, tb), t.with_(dtype=D.bool_), {"op": op})
     if op not in BINARY_ARITH:
         raise ValueError(f"unknown binary op {op!r}")
     if op == "div" and not t.dtype.is_float:

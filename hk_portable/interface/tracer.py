@@ -3,7 +3,8 @@
 Proxies (Scalar, Tile, SharedBuf, GlobalArg) overload Python operators; the ops module builds on
 `emit`. Misuse that would silently compute the wrong thing is an error at trace time:
 Python `if`/`while` on a traced value, and values that leak out of the loop body that made them
-(which is what rebinding an outer variable inside a loop body does).
+(which is what rebinding an outer variable inside a loop body does). Every opcode emitted is one of
+the table (opcodes.py), and every traced Program is verified against it (verify.py) before it is returned.
 """
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import contextvars
 from typing import Any
 
 from . import dtypes as D
+from . import opcodes
 from .errors import TraceError
 from .ir import GlobalType, Op, Param, Program, Region, ScalarType, SharedBufType, TileType, Value
+from .verify import verify
 
 _BUILDER: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("hk_builder", default=None)
 
@@ -30,6 +33,8 @@ class Builder:
         return v
 
     def emit(self, opcode: str, operands=(), result_types=(), attrs=None, regions=()) -> Op:
+        if opcode not in opcodes.TABLE:
+            raise TraceError(f"unknown opcode '{opcode}': hk_portable/interface/opcodes.py lists the opcodes")
         operands = tuple(operands)
         for v in operands:
             if not v.region.encloses(self.region):
@@ -134,7 +139,7 @@ def const_scalar(x, dtype=None) -> "Scalar":
     val = int(x) if dtype is D.i32 else float(x)
     key = ("const", dtype.name, repr(val), id(b.region))
     if key not in b.cse:
-        b.cse[key] = b.emit("const", (), [ScalarType(dtype)], {"value": val}).result
+        b.cse[key] = b.emit("scalar_const", (), [ScalarType(dtype)], {"value": val}).result
     return Scalar(b.cse[key])
 
 
@@ -168,7 +173,7 @@ class Scalar(Proxy):
             raise TypeError(f"scalar '{op}' needs int32 operands, got {a.dtype}")
         if op == "div" and a.dtype is D.i32:
             a, b = a.to(D.f32), b.to(D.f32)
-        return emit1("sbin", (a, b), ScalarType(a.dtype), {"op": op})
+        return emit1("scalar_binary", (a, b), ScalarType(a.dtype), {"op": op})
 
     __add__ = lambda s, o: s._bin(o, "add")
     __radd__ = lambda s, o: s._bin(o, "add", True)
@@ -198,7 +203,7 @@ class Scalar(Proxy):
             raise TypeError(f"scalars are i32 or f32, not {dtype}")
         if dtype is self.dtype:
             return self
-        return emit1("scast", (self,), ScalarType(dtype), {"dtype": dtype.name})
+        return emit1("scalar_cast", (self,), ScalarType(dtype), {"dtype": dtype.name})
 
     def __repr__(self):
         return f"Scalar(%{self.value.id}: {self.type})"
@@ -295,7 +300,7 @@ class SharedBuf(Proxy):
         if isinstance(s, int) and not 0 <= s < self.stages:
             raise IndexError(f"stage {s} out of range for a shared buffer with {self.stages} stage(s)")
         t = self.type
-        return emit1("stage", (self, as_scalar(s)), TileType("st", t.dtype, t.shape))
+        return emit1("shared_stage", (self, as_scalar(s)), TileType("st", t.dtype, t.shape))
 
     def __repr__(self):
         return f"SharedBuf(%{self.value.id}: {self.type})"
@@ -327,7 +332,7 @@ class GlobalArg(Proxy):
             # shapes are defined at the top level so they may be used anywhere
             saved, b.region = b.region, b.body
             try:
-                b.cse[key] = b.emit("dim", (self.value,), [ScalarType(D.i32)], {"index": i}).result
+                b.cse[key] = b.emit("global_dim", (self.value,), [ScalarType(D.i32)], {"index": i}).result
             finally:
                 b.region = saved
         return Scalar(b.cse[key])
@@ -368,4 +373,6 @@ def trace(fn, name: str, params: list[tuple[str, Any]], consts: dict[str, Any], 
                              "and return nothing")
     finally:
         _BUILDER.reset(token)
-    return Program(name, [Param(n, t) for n, t in params], b.body, dict(consts), num_warps)
+    program = Program(name, [Param(n, t) for n, t in params], b.body, dict(consts), num_warps)
+    verify(program)
+    return program

@@ -16,6 +16,7 @@ from ..interface.backend import Backend, Target
 from ..interface.errors import ArgumentError
 from ..interface.ir import Program
 from ..interface.kernel import KernelDef
+from ..interface.verify import verify
 from . import cache, registry, selection
 
 
@@ -23,7 +24,7 @@ def compile_program(program: Program, backend: Backend, target: str | Target | N
     """The Artifact of `program` for `target` (None: the backend's default): checked, then compiled
     through the on-disk cache. The one compile path of kernel calls and `hk compile`."""
     target = backend.target(target)
-    # verify(program) runs here (opcode table)
+    verify(program)                         # the opcode table's rules, before any backend sees it
     backend.check(program, target)
     return cache.compile_cached(backend, program, target)
 

@@ -63,7 +63,7 @@ def scratch_bytes(program: Program, waves: int) -> int:
 def _talks_across_waves(region: Region, waves: int) -> str | None:
     """Why a pipeline's compute step needs other waves (barriers inside), or None if it is wave-local."""
     for op in region.walk():
-        if op.opcode in ("load_st", "rt_to_st"):
+        if op.opcode in ("global_to_shared", "register_to_shared"):
             return f"it writes shared memory ('{op.opcode}')"
         if op.opcode == "pipeline":
             return "it contains a pipeline"

@@ -1,4 +1,5 @@
-"""Executes a Program with torch: the executable specification of every opcode.
+"""Executes a Program with torch: the executable specification of every opcode (`op_<opcode>`, one per
+entry of the table in interface/opcodes.py).
 
 All blocks of the grid run at once: every value carries a leading block dimension NB. Loops run
 to the largest trip count over the blocks, with a per-block `active` flag that masks carries and
@@ -12,6 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from ...interface import dtypes as D
+from ...interface import opcodes
 from ...interface.errors import ArgumentError
 from ...interface.ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value
 from ...interface.numerics import MASK32, cast_tensor, dropout_keep
@@ -42,6 +44,12 @@ class _ST:
 
 
 class Interpreter:
+    _rules: dict  # {opcode: op_<opcode>}: one rule per opcode of the table, checked when a class is defined
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls._rules = opcodes.rules(cls, who=f"interpreter {cls.__name__}")
+
     def __init__(self, program: Program, args: Sequence[Any], grid: tuple[int, int, int]):
         self.p = program
         self.grid = grid
@@ -63,8 +71,7 @@ class Interpreter:
     # ------------------------------------------------------------------------------------ regions
     def region(self, reg: Region, active) -> None:
         for op in reg.ops:
-            fn = getattr(self, "op_" + op.opcode)
-            out = fn(op, active)
+            out = self._rules[op.opcode](self, op, active)
             if op.results:
                 if len(op.results) == 1 and not isinstance(out, tuple):
                     out = (out,)
@@ -121,7 +128,7 @@ class Interpreter:
         return self._loop(n.clamp(min=0), active, init, body)
 
     # ------------------------------------------------------------------------------------ scalars
-    def op_const(self, op, active):
+    def op_scalar_const(self, op, active):
         t = op.result.type
         dt = torch.int64 if t.dtype is D.i32 else torch.float32
         return torch.full((self.nb,), op.attrs["value"], dtype=dt, device=self.device)
@@ -134,11 +141,11 @@ class Interpreter:
     def op_num_blocks(self, op, active):
         return torch.full((self.nb,), self.grid[op.attrs["axis"]], dtype=torch.int64, device=self.device)
 
-    def op_dim(self, op, active):
+    def op_global_dim(self, op, active):
         t = self.env[op.operands[0]]
         return torch.full((self.nb,), t.shape[op.attrs["index"]], dtype=torch.int64, device=self.device)
 
-    def op_sbin(self, op, active):
+    def op_scalar_binary(self, op, active):
         a, b = (self.env[v] for v in op.operands)
         k = op.attrs["op"]
         if k in ("floordiv", "mod"):
@@ -149,7 +156,7 @@ class Interpreter:
              "mod": torch.remainder, "min": torch.minimum, "max": torch.maximum, "div": torch.div}[k](a, b)
         return _wrap32(r) if op.result.type.dtype is D.i32 else r.float()
 
-    def op_scast(self, op, active):
+    def op_scalar_cast(self, op, active):
         x = self.env[op.operands[0]]
         if op.attrs["dtype"] == "f32":
             return x.float()
@@ -162,7 +169,7 @@ class Interpreter:
         fill = float("nan") if t.dtype.is_float else -12345
         return torch.full((self.nb, t.stages) + t.shape, fill, dtype=t.dtype.torch, device=self.device)
 
-    def op_stage(self, op, active):
+    def op_shared_stage(self, op, active):
         return _ST(self.env[op.operands[0]], self.env[op.operands[1]] % op.operands[0].type.stages)
 
     def _gather_index(self, gl: torch.Tensor, idx: list, tile_shape: tuple):
@@ -195,12 +202,12 @@ class Interpreter:
         vals = cast_tensor(vals, dtype) if vals.dtype != dtype else vals
         return torch.where(valid, vals, torch.tensor(fill, device=self.device).to(dtype))
 
-    def op_load_gl(self, op, active):
+    def op_global_to_register(self, op, active):
         t: TileType = op.result.type
         gl = self.env[op.operands[0]]
         return self._read_gl(gl, op.operands[1:], t.shape, op.attrs["fill"], t.dtype.torch)
 
-    def op_load_st(self, op, active):
+    def op_global_to_shared(self, op, active):
         st: _ST = self.env[op.operands[0]]
         gl = self.env[op.operands[1]]
         shape = tuple(st.buf.shape[2:])
@@ -218,7 +225,10 @@ class Interpreter:
         else:
             gl[sel] = v
 
-    def op_store_gl(self, op, active):
+    def op_register_to_global(self, op, active):
+        self._write_gl(op, active, accumulate=False)
+
+    def op_shared_to_global(self, op, active):
         self._write_gl(op, active, accumulate=False)
 
     def op_atomic_add(self, op, active):
@@ -228,10 +238,10 @@ class Interpreter:
         x = self.env[v]
         return x.read(self.bidx) if isinstance(x, _ST) else x
 
-    def op_st_to_rt(self, op, active):
+    def op_shared_to_register(self, op, active):
         return self._tile_value(op.operands[0]).clone()
 
-    def op_rt_to_st(self, op, active):
+    def op_register_to_shared(self, op, active):
         self.env[op.operands[0]].write(self.bidx, self.env[op.operands[1]], active)
 
     # ------------------------------------------------------------------------------------ compute
@@ -285,7 +295,7 @@ class Interpreter:
              "maximum": torch.fmax, "minimum": torch.fmin}[k](a, b)
         return _wrap32(r).to(out_dt) if not out_dt.is_floating_point else cast_tensor(r, out_dt)
 
-    def op_cmp(self, op, active):
+    def op_compare(self, op, active):
         a, b = (self.env[v] for v in op.operands)
         return {"lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq,
                 "ne": torch.ne}[op.attrs["op"]](a, b)
@@ -352,3 +362,6 @@ class Interpreter:
         if not (bool((seed_vals == seed_vals[0]).all()) and bool((pv == pv[0]).all())):
             raise ArgumentError("dropout_mask: seed and p must be the same for every block")
         return dropout_keep(float(pv[0]), int(seed_vals[0]) & (2**64 - 1), g)
+
+
+Interpreter._rules = opcodes.rules(Interpreter, who="the reference interpreter")
