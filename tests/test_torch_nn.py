@@ -94,3 +94,14 @@ def test_fused_dropout_residual_norm_returns_y_and_h():
     y, h = F.dropout_residual_layer_norm(x, r, w, p=0.5, seed=3)
     dropped = (h - r).abs() < 1e-6
     assert 0.3 < dropped.float().mean() < 0.7
+
+
+def test_readme_torch_example_runs():
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("## Use in a torch model", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    scope = {"torch": torch, "x": torch.randn(2, 10, 128).to(bf16)}
+    exec(compile(block, "README.md", "exec"), scope)
+    assert scope["y"].shape == (2, 10, 128) and scope["y"].dtype == bf16
