@@ -151,7 +151,8 @@ attention.register_autograd(_attention_backward, setup_context=_attention_setup)
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "neox", offset: int = 0,
            heads_first: bool = False, inverse: bool = False, backend: str | None = None) -> torch.Tensor:
     """x [B, N, H, D] ([B, H, N, D] with heads_first) rotated by the f32 tables cos/sin [positions, D/2] at
-    positions offset..offset+N; layout "neox" or "gptj"; inverse rotates back (the backward)."""
+    positions offset..offset+N; layout "neox" or "gptj"; inverse rotates back (the backward). The tables are
+    constants: autograd gives them no gradient."""
     return _rotary.rotary(x, cos, sin, layout=layout, offset=offset, heads_first=heads_first, inverse=inverse,
                           backend=backend)
 

@@ -55,6 +55,15 @@ def test_gemm_gradients_are_hk_gemms_of_the_transposes():
     assert _rel_err(b.grad, ad.T @ wd) < 2 ** -7 and b.grad.dtype == bf16
 
 
+def test_gemm_backward_takes_an_expanded_gradient():
+    """out.sum() gives an upstream gradient with zero strides: the kernel reads it as it is."""
+    a, b = _leaf(20, 64, dtype=bf16), _leaf(64, 24, dtype=bf16)
+    torch.ops.hk.gemm(a, b).sum().backward()
+    ones = torch.ones(20, 24, dtype=torch.float64)
+    assert _rel_err(a.grad, ones @ b.detach().double().T) < 2 ** -7
+    assert _rel_err(b.grad, a.detach().double().T @ ones) < 2 ** -7
+
+
 @pytest.mark.parametrize("layout", ["neox", "gptj"])
 def test_rotary_gradient_is_the_inverse_rotation(layout):
     torch.manual_seed(2)
