@@ -1,0 +1,90 @@
+"""Functional forms of the hk ops, with torch.nn.functional's argument conventions where one exists.
+
+Inputs of any rank are flattened here to the kernels' forms (rows x features for linear and the norms),
+and the result is given back in the input's shape."""
+from __future__ import annotations
+
+import torch
+
+from .. import torch_ops  # noqa: F401  (registers the hk:: ops)
+
+__all__ = ["linear", "attention", "rotary", "layer_norm", "rms_norm", "dropout_residual_layer_norm",
+           "dropout_residual_rms_norm"]
+
+
+def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """input @ weight.T (+ bias), as torch.nn.functional.linear; weight [out, in], bf16 or f16."""
+    rows = input.reshape(-1, input.shape[-1])
+    out = torch.ops.hk.gemm(rows, weight.t())        # weight.T as a strided view: the kernel takes strides
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*input.shape[:-1], weight.shape[0])
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, window=None,
+              align: str | None = None, scale: float | None = None, return_lse: bool = False):
+    """softmax(q kᵀ · scale [+ mask]) v, q [B, Hq, N, D] and k/v [B, Hkv, Nkv, D] as in
+    torch.nn.functional.scaled_dot_product_attention (causal = its is_causal, top-left aligned); GQA when
+    Hkv divides Hq. window=(left, right) keys around the diagonal (None or -1: unbounded); align
+    "top_left" | "bottom_right" when N != Nkv with a mask. Returns o, or (o, lse) with return_lse."""
+    win = None if window is None else [-1 if w is None else int(w) for w in window]
+    o, lse = torch.ops.hk.attention(q, k, v, causal, win, align, scale)
+    return (o, lse) if return_lse else o
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "neox", offset: int = 0,
+           heads_first: bool = False, inverse: bool = False) -> torch.Tensor:
+    """x [B, N, H, D] ([B, H, N, D] with heads_first) rotated by f32 tables [positions, D/2] from `offset`."""
+    return torch.ops.hk.rotary(x, cos, sin, layout, offset, heads_first, inverse)
+
+
+def _rows(x: torch.Tensor, normalized_shape) -> tuple[torch.Tensor, int]:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"normalized_shape {shape} must be the trailing dims of the input {tuple(x.shape)}")
+    d = 1
+    for s in shape:
+        d *= s
+    return x.reshape(-1, d), d
+
+
+def _vector(t: torch.Tensor | None, d: int, like: torch.Tensor, fill: float | None) -> torch.Tensor | None:
+    if t is None:
+        return None if fill is None else torch.full((d,), fill, device=like.device, dtype=like.dtype)
+    return t.reshape(d)
+
+
+def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """As torch.nn.functional.layer_norm, over the trailing `normalized_shape` dims."""
+    rows, d = _rows(input, normalized_shape)
+    y, _ = torch.ops.hk.dropout_residual_layernorm(rows, torch.zeros_like(rows), _vector(weight, d, rows, 1.0),
+                                                   _vector(bias, d, rows, None), 0.0, 0, 0, eps)
+    return y.reshape(input.shape)
+
+
+def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+             eps: float | None = None) -> torch.Tensor:
+    """As torch.nn.functional.rms_norm (eps None: the input dtype's machine epsilon)."""
+    rows, d = _rows(input, normalized_shape)
+    eps = torch.finfo(input.dtype).eps if eps is None else eps
+    y, _ = torch.ops.hk.rms_norm(rows, torch.zeros_like(rows), _vector(weight, d, rows, 1.0), None, 0.0, 0, 0, eps)
+    return y.reshape(input.shape)
+
+
+def dropout_residual_layer_norm(x, residual, weight, bias=None, *, p: float = 0.0, seed: int = 0, offset: int = 0,
+                                eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused kernel: (y, h) with h = dropout(x, p) + residual and y = layer_norm(h) over the last dim.
+    The dropout mask is Philox(seed, offset + row * d + col): the same on every backend, and the backward
+    regenerates it from the seed."""
+    rows, d = _rows(x, x.shape[-1])
+    y, h = torch.ops.hk.dropout_residual_layernorm(rows, residual.reshape(-1, d), weight, bias, p, seed, offset, eps)
+    return y.reshape(x.shape), h.reshape(x.shape)
+
+
+def dropout_residual_rms_norm(x, residual, weight, bias=None, *, p: float = 0.0, seed: int = 0, offset: int = 0,
+                              eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """As dropout_residual_layer_norm with RMSNorm: (y, h)."""
+    rows, d = _rows(x, x.shape[-1])
+    y, h = torch.ops.hk.rms_norm(rows, residual.reshape(-1, d), weight, bias, p, seed, offset, eps)
+    return y.reshape(x.shape), h.reshape(x.shape)

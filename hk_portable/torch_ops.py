@@ -1,0 +1,248 @@
+"""hk kernels as torch custom ops (namespace `hk`), visible to torch.compile, autograd and torch.distributed.
+
+    torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c
+    torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
+    torch.ops.hk.rotary(x, cos, sin, layout, offset, heads_first, inverse)   -> y
+    torch.ops.hk.dropout_residual_layernorm(x, residual, weight, bias, p, seed, offset, eps) -> (y, h)
+    torch.ops.hk.rms_norm(x, residual, weight, bias, p, seed, offset, eps)   -> (y, h)
+
+Each op calls the library kernel's wrapper (hk_portable/kernels) with no backend unless `backend=` names one,
+so the runtime's selection rules apply at run time: an `hk.use_backend(...)` block, HK_BACKEND, else the
+backend that claims the tensors' device (CPU tensors: the reference). Launches go on the current stream.
+Each op has a fake implementation (shapes, dtypes and strides of what the wrapper allocates, nothing run),
+so torch.compile traces through it without a graph break.
+
+Autograd: gemm differentiates through two hk gemms, rotary through the inverse rotation (both hk kernels).
+HK_TORCH_BACKWARD_FALLBACK: attention and the two normalisations have no backward kernel yet; their backward
+is, for now, plain float32 torch math on the saved tensors (`_attention_backward_fallback`,
+`_norm_backward_fallback`). It is correct and differentiable end to end but is not an hk kernel; it is to
+be replaced by the backward kernels when they land. Saved tensors are minimal: attention keeps q, k, v, o,
+lse; the norms keep h and the weight (the dropout mask is regenerated from its seed, never stored).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .kernels import attention as _attention
+from .kernels import gemm as _gemm
+from .kernels import layernorm as _layernorm
+from .kernels import rotary as _rotary
+
+# Marks the temporary backward paths (plain torch math, not hk kernels); tests and docs refer to it.
+HK_TORCH_BACKWARD_FALLBACK = ("attention", "dropout_residual_layernorm", "rms_norm")
+
+
+# ------------------------------------------------------------------------------------------------ gemm
+@torch.library.custom_op("hk::gemm", mutates_args=())
+def gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
+         backend: str | None = None) -> torch.Tensor:
+    """a @ b with f32 accumulation; a [M, K], b [K, N] (bf16 or f16, any strides); out in out_dtype or a's."""
+    return _gemm.gemm(a, b, out_dtype=out_dtype, backend=backend)
+
+
+@gemm.register_fake
+def _(a, b, out_dtype=None, backend=None):
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
+
+
+def _gemm_setup(ctx, inputs, output):
+    a, b, _, backend = inputs
+    ctx.save_for_backward(a, b)
+    ctx.backend = backend
+
+
+def _gemm_backward(ctx, grad_c):
+    a, b = ctx.saved_tensors
+    g = grad_c.to(a.dtype)          # the kernel takes one 16-bit dtype for both operands
+    grad_a = grad_b = None
+    if ctx.needs_input_grad[0]:     # dA = dC @ Bᵀ: Bᵀ as a strided view, which the kernel's loads take
+        grad_a = torch.ops.hk.gemm(g, b.t(), a.dtype, ctx.backend)
+    if ctx.needs_input_grad[1]:     # dB = Aᵀ @ dC
+        grad_b = torch.ops.hk.gemm(a.t(), g, b.dtype, ctx.backend)
+    return grad_a, grad_b, None, None
+
+
+gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)
+
+
+# ------------------------------------------------------------------------------------------- attention
+def _window(window: Sequence[int] | None):
+    """The op's window (a list of two ints, -1 for an unbounded side) as the wrapper's (left, right)."""
+    return None if window is None else tuple(int(w) for w in window)
+
+
+@torch.library.custom_op("hk::attention", mutates_args=())
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
+              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of softmax(q kᵀ · scale [+ mask]) v; q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] (GQA),
+    bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log)."""
+    return _attention.attention_fwd(q, k, v, causal=causal, window=_window(window), align=align, scale=scale,
+                                    backend=backend)
+
+
+@attention.register_fake
+def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None):
+    B, H, N, _ = q.shape
+    return torch.empty_like(q), q.new_empty((B, H, N), dtype=torch.float32)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, window, align, scale, _ = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.mask = (causal, _window(window), align)
+    ctx.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+
+
+def _attention_backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _attention_backward_fallback(q, k, v, o, lse, grad_o, grad_lse, ctx.scale, *ctx.mask)
+    return dq, dk, dv, None, None, None, None, None
+
+
+def _keep_mask(n: int, n_kv: int, causal: bool, window, align, device) -> torch.Tensor | None:
+    """[N, Nkv] bool: which keys each query row sees (the kernel's band rule), or None for all."""
+    band = _attention.band(n, n_kv, causal, window, align)
+    if band is None:
+        return None
+    shift, left, right = band
+    i = torch.arange(n, device=device).view(-1, 1) + shift
+    j = torch.arange(n_kv, device=device).view(1, -1)
+    return (j <= i + right) & (j >= i - left)
+
+
+def _attention_backward_fallback(q, k, v, o, lse, grad_o, grad_lse, scale, causal, window, align):
+    """HK_TORCH_BACKWARD_FALLBACK: FlashAttention-2's backward in plain float32 torch math (P recomputed from
+    lse; nothing [N, Nkv] is saved). Temporary, until the hk attention backward kernel lands."""
+    B, Hq, N, D = q.shape
+    Hkv, Nkv = k.shape[1], k.shape[2]
+    g = Hq // Hkv
+    qf, of = q.float(), o.float()
+    kf = k.float().repeat_interleave(g, dim=1)
+    vf = v.float().repeat_interleave(g, dim=1)
+    do = torch.zeros_like(of) if grad_o is None else grad_o.float()
+    visible = torch.isfinite(lse)[..., None]                 # rows that see no key: o = 0, no gradient
+    keep = _keep_mask(N, Nkv, causal, window, align, q.device)
+    if keep is not None:
+        visible = visible & keep
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    p = torch.where(visible, torch.exp(s - torch.where(visible, lse[..., None], 0.0)), 0.0)
+    dv = p.transpose(-1, -2) @ do
+    dp = do @ vf.transpose(-1, -2)
+    delta = (do * of).sum(-1, keepdim=True)
+    ds = p * (dp - delta)
+    if grad_lse is not None:                                   # d lse / d s = p
+        ds = ds + p * torch.where(torch.isfinite(lse), grad_lse, 0.0)[..., None]
+    dq = (ds @ kf) * scale
+    dk = (ds.transpose(-1, -2) @ qf) * scale
+    fold = lambda t: t.view(B, Hkv, g, Nkv, D).sum(2)        # noqa: E731  GQA: sum over the query group
+    return dq.to(q.dtype), fold(dk).to(k.dtype), fold(dv).to(v.dtype)
+
+
+attention.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+# ---------------------------------------------------------------------------------------------- rotary
+@torch.library.custom_op("hk::rotary", mutates_args=())
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "neox", offset: int = 0,
+           heads_first: bool = False, inverse: bool = False, backend: str | None = None) -> torch.Tensor:
+    """x [B, N, H, D] ([B, H, N, D] with heads_first) rotated by the f32 tables cos/sin [positions, D/2] at
+    positions offset..offset+N; layout "neox" or "gptj"; inverse rotates back (the backward). The tables are
+    constants: autograd gives them no gradient."""
+    return _rotary.rotary(x, cos, sin, layout=layout, offset=offset, heads_first=heads_first, inverse=inverse,
+                          backend=backend)
+
+
+@rotary.register_fake
+def _(x, cos, sin, layout="neox", offset=0, heads_first=False, inverse=False, backend=None):
+    return torch.empty_like(x)
+
+
+def _rotary_setup(ctx, inputs, output):
+    _, cos, sin, layout, offset, heads_first, inverse, backend = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.args = (layout, offset, heads_first, not inverse, backend)
+
+
+def _rotary_backward(ctx, grad_y):
+    cos, sin = ctx.saved_tensors
+    # a rotation's gradient is the opposite rotation; the tables are constants (no gradient)
+    return torch.ops.hk.rotary(grad_y, cos, sin, *ctx.args), None, None, None, None, None, None, None
+
+
+rotary.register_autograd(_rotary_backward, setup_context=_rotary_setup)
+
+
+# --------------------------------------------------------------------------------------- normalisations
+@torch.library.custom_op("hk::dropout_residual_layernorm", mutates_args=())
+def dropout_residual_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                               bias: torch.Tensor | None = None, p: float = 0.0, seed: int = 0, offset: int = 0,
+                               eps: float = 1e-5, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, h): h = dropout(x, p; Philox seed/offset) + residual, y = layernorm(h) * weight (+ bias); x, residual
+    [rows, d]; seed and offset < 2**63 (the schema's int)."""
+    return _layernorm.dropout_residual_layernorm(x, residual, weight, bias, p=p, seed=seed, offset=offset, eps=eps,
+                                                 backend=backend)
+
+
+@torch.library.custom_op("hk::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+             p: float = 0.0, seed: int = 0, offset: int = 0, eps: float = 1e-6,
+             backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, h): h = dropout(x, p) + residual, y = h / sqrt(mean(h²) + eps) * weight (+ bias)."""
+    return _layernorm.dropout_residual_rmsnorm(x, residual, weight, bias, p=p, seed=seed, offset=offset, eps=eps,
+                                               backend=backend)
+
+
+def _norm_fake(x, residual, weight, bias=None, p=0.0, seed=0, offset=0, eps=1e-5, backend=None):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+def _norm_setup(rms: bool):
+    def setup(ctx, inputs, output):
+        x, residual, weight, bias, p, seed, offset, eps, _ = inputs
+        ctx.save_for_backward(output[1], weight)           # h and w: enough to recompute the statistics
+        ctx.args = (rms, bias is not None, p, seed, offset, eps, x.dtype, residual.dtype,
+                    None if bias is None else bias.dtype)
+    return setup
+
+
+def _norm_backward(ctx, grad_y, grad_h):
+    h, weight = ctx.saved_tensors
+    dx, dres, dw, db = _norm_backward_fallback(h, weight, grad_y, grad_h, *ctx.args)
+    return dx, dres, dw, db, None, None, None, None, None
+
+
+def _norm_backward_fallback(h, weight, grad_y, grad_h, rms, has_bias, p, seed, offset, eps, x_dtype, res_dtype,
+                            bias_dtype):
+    """HK_TORCH_BACKWARD_FALLBACK: the normalisation's backward in plain float32 torch math from the saved h
+    (statistics recomputed, dropout mask regenerated from the seed). Temporary, until backward kernels land."""
+    hf = h.float()
+    gy = torch.zeros_like(hf) if grad_y is None else grad_y.float()
+    centred = hf if rms else hf - hf.mean(-1, keepdim=True)
+    rstd = torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps)
+    normed = centred * rstd
+    gn = gy * weight.float()
+    dh = gn - normed * (gn * normed).mean(-1, keepdim=True)
+    if not rms:
+        dh = dh - gn.mean(-1, keepdim=True)
+    dh = dh * rstd
+    if grad_h is not None:
+        dh = dh + grad_h.float()
+    dx = dh
+    if p > 0:
+        rows, d = h.shape
+        index = offset + torch.arange(rows, device=h.device).view(-1, 1) * d + torch.arange(d, device=h.device)
+        from .interface.numerics import dropout_keep
+        dx = torch.where(dropout_keep(p, seed, index), dh / (1.0 - p), 0.0)
+    dw = (gy * normed).sum(0).to(weight.dtype)
+    db = gy.sum(0).to(bias_dtype) if has_bias else None
+    return dx.to(x_dtype), dh.to(res_dtype), dw, db
+
+
+for _op, _rms in ((dropout_residual_layernorm, False), (rms_norm, True)):
+    _op.register_fake(_norm_fake)
+    _op.register_autograd(_norm_backward, setup_context=_norm_setup(_rms))
