@@ -18,7 +18,8 @@ from hk_portable.backends.reference.interpreter import Interpreter
 from hk_portable.codegen.cstyle import CStyleEmitter
 from hk_portable.conformance.cases import all_cases
 from hk_portable.conformance.runner import OPCODE_CAPABILITIES
-from hk_portable.interface import GL, RT, ST, Artifact, Backend, BackendStatus, Kernel, Target, TraceError, f32
+from hk_portable import Kernel
+from hk_portable.interface import GL, RT, ST, Artifact, Backend, BackendStatus, Target, TraceError, f32
 from hk_portable.interface import dtypes as D
 from hk_portable.interface import opcodes
 from hk_portable.interface.ir import GlobalType, Op, Param, Program, ScalarType, TileType, Value
