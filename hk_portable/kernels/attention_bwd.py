@@ -152,13 +152,9 @@ def attention_bwd_dq_convert_kernel(dq_acc: GL[4], dq: GL[4], *, D: hk.const = 6
 
 
 def config_for(d: int) -> dict:
-    """Tiles within every target's shared memory (gfx942: 64 KiB): 48 KiB for each kernel at D = 64 and 128
-    (k, v single-buffered plus q, dO double-buffered, or the reverse for the dQ kernel)."""
-    return dict(D=d, BM=64 if d <= 64 else 32, BN=64, STAGES=2)
-
-
-def dq_config_for(d: int) -> dict:
-    return dict(D=d, BM=64 if d <= 64 else 32, BN=64 if d <= 64 else 32, STAGES=2)
+    """Tiles within every target's shared memory (gfx942: 64 KiB with the backend's scratch): 48 KiB of tiles
+    at D = 64 and 128 (k, v single-buffered plus q, dO double-buffered; the dQ kernel the reverse)."""
+    return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=2)
 
 
 def _named(fn, *args):
@@ -217,9 +213,8 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
                               grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg,
                               MASKED=masked, ATOMIC_DQ=not deterministic)
     if deterministic:
-        dcfg = dq_config_for(D)
-        attention_bwd_dq_kernel(q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right,
-                                grid=(hk.cdiv(N, dcfg["BM"]), Hq, B), backend=backend, **dcfg, MASKED=masked)
+        attention_bwd_dq_kernel(q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, grid=q_grid,
+                                backend=backend, **cfg, MASKED=masked)
     else:
         attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=cfg["BM"])
     return outs["dq"], outs["dk"], outs["dv"]
