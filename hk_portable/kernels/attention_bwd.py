@@ -152,8 +152,14 @@ def attention_bwd_dq_convert_kernel(dq_acc: GL[4], dq: GL[4], *, D: hk.const = 6
 
 
 def config_for(d: int) -> dict:
-    """Tiles within every target's shared memory (gfx942: 64 KiB with the backend's scratch): 48 KiB of tiles
-    at D = 64 and 128 (k, v single-buffered plus q, dO double-buffered; the dQ kernel the reverse)."""
+    """dK/dV kernel tiles within every target's shared memory (gfx942: 64 KiB with the backend's scratch):
+    48 KiB at D = 64 (k, v single-buffered, q, dO double-buffered). At D = 128 the two [BN, D] f32
+    accumulators fill the registers: one stage keeps sm_90a free of spills (with two it spilled 8 bytes)."""
+    return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=1)
+
+
+def dq_config_for(d: int) -> dict:
+    """The deterministic dQ kernel's tiles: q, dO single-buffered, k, v double-buffered; 48 KiB."""
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=2)
 
 
@@ -214,7 +220,7 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
                               MASKED=masked, ATOMIC_DQ=not deterministic)
     if deterministic:
         attention_bwd_dq_kernel(q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, grid=q_grid,
-                                backend=backend, **cfg, MASKED=masked)
+                                backend=backend, **dq_config_for(D), MASKED=masked)
     else:
         attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=cfg["BM"])
     return outs["dq"], outs["dk"], outs["dv"]
