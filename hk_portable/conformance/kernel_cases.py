@@ -354,4 +354,5 @@ def rotary_cases() -> list[Case]:
 
 
 def cases() -> list[Case]:
-    return gemm_cases() + attention_cases() + attention_bwd_cases() + layernorm_cases() + rmsnorm_cases() + rotary_cases()
+    return (gemm_cases() + attention_cases() + attention_bwd_cases() + layernorm_cases() + rmsnorm_cases()
+            + rotary_cases())
