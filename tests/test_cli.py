@@ -118,7 +118,7 @@ def test_conformance_exits_1_when_a_case_fails(capsys, fake_plugins):
     (["compile", "gemm", "--backend", "reference:cpu:emulated", "--emit", "ir"],
      "hk compile: error: backend 'reference' has no emulated target 'cpu'"),
     (["compile", "softmax", "--backend", "reference", "--emit", "ir"],
-     "hk compile: error: unknown kernel 'softmax'; the library's kernels are: attention_fwd, "
+     "hk compile: error: unknown kernel 'softmax'; the library's kernels are: attention_bwd, attention_fwd, "
      "dropout_residual_layernorm, gemm"),
 ])
 def test_errors_are_one_clean_line(capsys, argv, message):

@@ -5,13 +5,14 @@ never dropped silently.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import math
 
 import torch
 
-from .cases import Case, Check, Setup, f64, poisoned, rand_float
+from .cases import TORCH, Case, Check, Setup, f64, poisoned, rand_float, round_to
 from .tolerances import bound_for
 
 NOT_PRESENT = "kernel module not present"
@@ -112,6 +113,100 @@ def _attention_case(dtype: str, config) -> Case:
 
 def attention_cases() -> list[Case]:
     return [_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_CONFIGS]
+
+
+# ================================================================================ attention backward
+# (B, Hq, Hkv, N, Nkv, D, causal, window, align, deterministic): one query row; a ragged causal GQA sequence
+# (atomic dQ, then the deterministic two-kernel form); GQA with D=128; bottom-right causal with N < Nkv and
+# with N > Nkv (rows that see no key: zero gradients), top-left with N < Nkv (keys no query sees: dk = dv = 0);
+# a sliding window.
+ATTENTION_BWD_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None, False),
+                         (1, 2, 1, 77, 77, 64, True, None, None, False),
+                         (1, 2, 1, 77, 77, 64, True, None, None, True),
+                         (2, 4, 2, 130, 130, 128, False, None, None, False),
+                         (1, 2, 1, 113, 203, 64, True, None, "bottom_right", False),
+                         (1, 2, 2, 150, 70, 64, True, None, "bottom_right", True),
+                         (1, 2, 1, 113, 203, 64, True, None, "top_left", False),
+                         (1, 4, 2, 130, 130, 128, False, (33, 7), None, True))
+
+
+def _attention_keep(n: int, nk: int, causal: bool, window, align) -> torch.Tensor | None:
+    """[n, nk] keep-mask of the rule in attention_math's docstring; None for no mask."""
+    if not causal and window is None:
+        return None
+    left, right = window if window is not None else (None, None)
+    left, right = (n + nk if left is None else left), (n + nk if right is None else right)
+    right = min(right, 0) if causal else right
+    i = torch.arange(n).view(-1, 1) + (nk - n if align == "bottom_right" else 0)
+    j = torch.arange(nk).view(1, -1)
+    return (j <= i + right) & (j >= i - left)
+
+
+def attention_bwd_math(q, k, v, do, causal: bool, scale: float, window=None, align=None):
+    """float64 autograd of attention with an explicit mask: {name: (gradient, magnitude)} for dq, dk, dv.
+
+    P = softmax of the masked scores (a row that sees no key: P = 0, so its gradients are 0). Magnitudes the
+    bounds are relative to (GQA sums over each group): dv: sum_i P_ij |dO_i|; with
+    T_ij = P_ij (sum_d |dO_id V_jd| + sum_d |dO_id O_id|), which bounds |dS_ij| and its rounding errors,
+    dk: scale sum_i T_ij |q_i| and dq: scale sum_j T_ij |k_j|."""
+    g = q.shape[1] // k.shape[1]
+    qd, kd, vd = (f64(t).requires_grad_() for t in (q, k, v))
+    s = (qd @ kd.repeat_interleave(g, dim=1).transpose(-1, -2)) * scale
+    keep = _attention_keep(q.shape[2], k.shape[2], causal, window, align)
+    if keep is not None:
+        sees = keep.any(-1, keepdim=True)
+        p = torch.softmax(s.masked_fill(~keep, float("-inf")).masked_fill(~sees, 0.0), -1) * sees
+    else:
+        p = torch.softmax(s, -1)
+    o = p @ vd.repeat_interleave(g, dim=1)
+    o.backward(f64(do))
+    p, o = p.detach(), o.detach()
+    ad, aq = f64(do).abs(), f64(q).abs()
+    ak, av = (f64(t).abs().repeat_interleave(g, dim=1) for t in (k, v))
+    t = p * (ad @ av.transpose(-1, -2) + (ad * o.abs()).sum(-1, keepdim=True))
+
+    def per_kv_head(x):                    # [B, Hq, Nkv, D] -> summed over each group: [B, Hkv, Nkv, D]
+        return x.view(x.shape[0], k.shape[1], g, *x.shape[2:]).sum(2)
+    return {"dq": (qd.grad, scale * (t @ ak)),
+            "dk": (kd.grad, per_kv_head(scale * (t.transpose(-1, -2) @ aq))),
+            "dv": (vd.grad, per_kv_head(p.transpose(-1, -2) @ ad))}
+
+
+def _attention_bwd_case(dtype: str, config) -> Case:
+    B, Hq, Hkv, N, Nkv, D, causal, window, align, deterministic = config
+    tdt = TORCH[dtype]
+
+    def make(gen):
+        q = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
+        k, v = (rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        do = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
+        scale = 1.0 / math.sqrt(D)
+        o_val, lse_val, _ = attention_math(q, k, v, causal, scale, window, align)
+        o, lse = round_to(o_val, tdt), lse_val.to(torch.float32)      # the forward's outputs, rounded once
+        grads = attention_bwd_math(q, k, v, do, causal, scale, window, align)
+        attention_bwd = _wrapper("attention_bwd", "attention_bwd")
+
+        def launch(t, be):
+            attention_bwd(t["q"], t["k"], t["v"], t["o"], t["lse"], t["do"], causal=causal, window=window,
+                          align=align, scale=scale, deterministic=deterministic, dq=t["dq"], dk=t["dk"],
+                          dv=t["dv"], backend=be)
+        terms = {"dq": Nkv + D, "dk": (Hq // Hkv) * N + D, "dv": (Hq // Hkv) * N}
+        checks = [Check(name, name, value, bound_for(f"attention_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
+                        scale=mag, k=terms[name]) for name, (value, mag) in grads.items()]
+        outputs = {"dq": poisoned((B, Hq, N, D), tdt), "dk": poisoned((B, Hkv, Nkv, D), tdt),
+                   "dv": poisoned((B, Hkv, Nkv, D), tdt)}
+        return Setup({"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}, outputs, launch, checks)
+    mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
+        (f"_{align}" if align else "")
+    kv = f"_Nkv{Nkv}" if Nkv != N else ""
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}" + ("_deterministic" if deterministic else "")
+    case = _kernel_case("attention_bwd", variant, make, "attention_bwd")
+    # the atomic dQ sums key blocks in an unspecified order: only the deterministic form must rerun bitwise
+    return dataclasses.replace(case, deterministic=deterministic)
+
+
+def attention_bwd_cases() -> list[Case]:
+    return [_attention_bwd_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_BWD_CONFIGS]
 
 
 # ========================================================================================= layernorm
@@ -259,4 +354,5 @@ def rotary_cases() -> list[Case]:
 
 
 def cases() -> list[Case]:
-    return gemm_cases() + attention_cases() + layernorm_cases() + rmsnorm_cases() + rotary_cases()
+    return (gemm_cases() + attention_cases() + attention_bwd_cases() + layernorm_cases() + rmsnorm_cases()
+            + rotary_cases())

@@ -122,6 +122,19 @@ TABLE: dict[tuple[str, str], Bound] = {
     ("attention_fwd.lse", "f32"): bounded(
         "f32 scores, exp2/log2 approximations and an f32 row sum: absolute error in the log domain",
         rel=2.0 ** -20, abs=2.0 ** -16, per_term=U32),
+    # attention backward. P is recomputed in f32 as exp2(c·s - log2(e)·lse): for the suite's inputs (|q|, |k| <= 2,
+    # D <= 128) the f32 score (mma over D: 2u·D·sum|q||k|·c <= 2^-10.9) and the lse/scale roundings move the
+    # exponent by < 2^-10.4, so P is within 2^-10 relative (exp2's own 2^-20 included). Sums over the query
+    # rows (dk, dv) or key blocks (dq, atomics included) and over D (dP, delta) are f32: 2u per term.
+    **{("attention_bwd.dv", dt): bounded(
+        "dV = Pᵀ dO: P within 2^-10 in f32, rounded to the input dtype for the mma (half an ulp), f32 sums, dV "
+        "rounded once (half an ulp): relative to sum_i P_ij |dO_i|", rel=EPS[dt] + 2.0 ** -10, abs=2.0 ** -20,
+        per_term=2 * U32) for dt in ("bf16", "f16")},
+    **{("attention_bwd.dq_dk", dt): bounded(
+        "dS = P (dP - delta) with O given rounded (half an ulp in delta), P within 2^-10, f32 sums over D, dS "
+        "rounded to the input dtype for the mma (half an ulp), f32 sums, ·scale, rounded once (half an ulp): "
+        "relative to scale·sum T |q| (dk) or scale·sum T |k| (dq), T_ij = P_ij (|dO_i||v_j| + |dO_i||o_i|)",
+        rel=1.5 * EPS[dt] + 2.0 ** -10 + 4 * U32, abs=2.0 ** -20, per_term=2 * U32) for dt in ("bf16", "f16")},
     **{("dropout_residual_layernorm.h", dt): bounded(
         "x * (1/(1-p)) + residual: three f32 roundings, then one rounding to the output; relative to "
         "|x/(1-p)| + |residual|", rel=EPS[dt] + 4 * U32, abs=TINY[dt]) for dt in ("bf16", "f16", "f32")},

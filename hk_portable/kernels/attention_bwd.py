@@ -1,0 +1,263 @@
+"""Attention backward (FlashAttention-2 structure): dQ, dK, dV from q, k, v, o, dO and the forward's lse.
+
+Shapes and masks are the forward's (kernels/attention.py): q, o, dO [B, Hq, N, D]; k, v [B, Hkv, Nkv, D];
+lse f32 [B, Hq, N] in natural log; query row i sees key j iff i + shift - left <= j <= i + shift + right.
+
+With c = scale·log2(e), P = exp2(c·q kᵀ - log2(e)·lse) is recomputed per tile, and
+  delta = rowsum(dO ∘ O)                       (a preprocessing kernel, f32 [B, Hq, N])
+  dV = Pᵀ dO,   dP = dO vᵀ,   dS = P ∘ (dP - delta),   dK = scale · dSᵀ q,   dQ = scale · dS k.
+One kernel runs over key blocks and loops over every (query head of the group, query block) pair that can
+see the block, so dK and dV of a GQA key/value head are summed in registers, in a fixed order. dQ is
+either added into an f32 accumulator with atomic adds from that kernel (fast; the summation order of dQ is
+unspecified) or, with deterministic=True, computed by a second kernel over query blocks that recomputes
+P and dP (no atomics: reruns are bitwise equal). P and dS are rounded to the input dtype as mma operands.
+Rows that see no key (lse = -inf) and padding rows past N use lse = +inf, so their P, and their
+gradients, are exactly 0."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import hk_portable as hk
+from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
+from hk_portable.interface.kernel import check_no_overlap
+
+from .attention import LOG2E, _check as _check_fwd, band as _band_fwd
+
+INF = float("inf")
+
+
+@hk.kernel(num_warps=4)
+def attention_bwd_preprocess_kernel(o: GL[4], do: GL[4], delta: GL[3], dq_acc: GL[4], *, D: hk.const = 64,
+                                    BM: hk.const = 64, ZERO_DQ: hk.const = False):
+    """delta = rowsum(dO ∘ O) in f32; with ZERO_DQ, also zeroes this block's rows of the dQ accumulator."""
+    m, h, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    o_t = hk.load(RT[f32, BM, D], o, (b, h, m, 0))
+    do_t = hk.load(RT[f32, BM, D], do, (b, h, m, 0))
+    hk.store(delta, hk.row_sum(o_t * do_t), (b, h, m))
+    if ZERO_DQ:
+        hk.store(dq_acc, hk.zeros(RT[f32, BM, D]), (b, h, m, 0))
+
+
+def _probabilities(scores, lse_row, keep):
+    """P = exp2(scores - log2(e)·lse); masked scores are -inf, rows that see no key have lse = +inf: P = 0."""
+    lse_row = hk.where(lse_row == float("-inf"), INF, lse_row)
+    if keep is not None:
+        scores = hk.where(keep, scores, float("-inf"))
+    return hk.exp2(scores - (lse_row * LOG2E)[:, None])
+
+
+def _band_keep(like, row0, col0, shift, left, right):
+    """The forward's mask rule for a tile whose first query row is row0 and first key column col0."""
+    keep = hk.causal_mask(like, row0 + shift + right, col0)                  # j <= i + shift + right
+    return keep & ~hk.causal_mask(like, row0 + shift - left - 1, col0)       # j >= i + shift - left
+
+
+@hk.kernel(num_warps=4)
+def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4],
+                              dv: GL[4], dq_acc: GL[4], scale: float, shift: int, left: int, right: int, *,
+                              D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
+                              ATOMIC_DQ: hk.const = True, STAGES: hk.const = 2):
+    j, h_kv, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    n_q = q.shape[2]
+    group = q.shape[1] // k.shape[1]
+    k_s = hk.shared(ST[k.dtype, BN, D])
+    v_s = hk.shared(ST[v.dtype, BN, D])
+    q_s = hk.shared(ST[q.dtype, BM, D], stages=STAGES)
+    do_s = hk.shared(ST[do.dtype, BM, D], stages=STAGES)
+    hk.load(k_s, k, (b, h_kv, j, 0))       # keys past Nkv read 0: their dQ terms are 0, their dK/dV rows dropped
+    hk.load(v_s, v, (b, h_kv, j, 0))
+    scale_log2 = scale * LOG2E
+
+    first, n_blocks = 0, hk.cdiv(n_q, BM)
+    if MASKED:                             # only the query blocks some key of this block is seen by
+        first = hk.max((j * BN - shift - right) // BM, 0)
+        last = hk.min(n_blocks, ((j + 1) * BN - 1 - shift + left) // BM + 1)
+        n_blocks = hk.max(last - first, 0)
+    per_head = hk.max(n_blocks, 1)         # iteration t -> (head of the group, query block)
+
+    def head_and_block(t):
+        return h_kv * group + t // per_head, first + t % per_head
+
+    def load(t, s):
+        h, i = head_and_block(t)
+        hk.load(q_s[s], q, (b, h, i, 0))
+        hk.load(do_s[s], do, (b, h, i, 0))
+
+    def compute(t, s, dk_acc, dv_acc):
+        h, i = head_and_block(t)
+        scores = hk.mma_ABt(q_s[s], k_s, hk.zeros(RT[f32, BM, BN])) * scale_log2
+        keep = _band_keep(scores, i * BM, j * BN, shift, left, right) if MASKED else None
+        p = _probabilities(scores, hk.load(RV[f32, BM], lse, (b, h, i), fill=INF), keep)
+        dv_acc = hk.mma_AtB(p.to(do.dtype), do_s[s], dv_acc)
+        dp = hk.mma_ABt(do_s[s], v_s, hk.zeros(RT[f32, BM, BN]))
+        ds = (p * (dp - hk.load(RV[f32, BM], delta, (b, h, i))[:, None])).to(q.dtype)
+        dk_acc = hk.mma_AtB(ds, q_s[s], dk_acc)
+        if ATOMIC_DQ:
+            hk.atomic_add(dq_acc, hk.mma(ds, k_s, hk.zeros(RT[f32, BM, D])) * scale, (b, h, i, 0))
+        return dk_acc, dv_acc
+
+    init = (hk.zeros(RT[f32, BN, D]), hk.zeros(RT[f32, BN, D]))
+    dk_acc, dv_acc = hk.pipeline(group * n_blocks, load, compute, carry=init, stages=STAGES)
+    hk.store(dk, (dk_acc * scale).to(dk.dtype), (b, h_kv, j, 0))
+    hk.store(dv, dv_acc.to(dv.dtype), (b, h_kv, j, 0))
+
+
+@hk.kernel(num_warps=4)
+def attention_bwd_dq_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dq: GL[4],
+                            scale: float, shift: int, left: int, right: int, *, D: hk.const = 64,
+                            BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
+                            STAGES: hk.const = 2):
+    """dQ without atomics: one block per query block loops over the key blocks it sees (the forward's loop)."""
+    m, h, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    n_kv = k.shape[2]
+    h_kv = h // (q.shape[1] // k.shape[1])
+    q_s = hk.shared(ST[q.dtype, BM, D])
+    do_s = hk.shared(ST[do.dtype, BM, D])
+    k_s = hk.shared(ST[k.dtype, BN, D], stages=STAGES)
+    v_s = hk.shared(ST[v.dtype, BN, D], stages=STAGES)
+    hk.load(q_s, q, (b, h, m, 0))
+    hk.load(do_s, do, (b, h, m, 0))
+    lse_row = hk.load(RV[f32, BM], lse, (b, h, m), fill=INF)
+    delta_row = hk.load(RV[f32, BM], delta, (b, h, m))
+    scale_log2 = scale * LOG2E
+
+    first, n_blocks = 0, hk.cdiv(n_kv, BN)
+    if MASKED:
+        first = hk.max((m * BM + shift - left) // BN, 0)
+        n_blocks = hk.max(hk.min(n_blocks, hk.cdiv((m + 1) * BM + shift + right, BN)) - first, 0)
+
+    def load(i, s):
+        hk.load(k_s[s], k, (b, h_kv, first + i, 0))     # keys past Nkv read 0: k = v = 0 adds nothing to dQ
+        hk.load(v_s[s], v, (b, h_kv, first + i, 0))
+
+    def compute(i, s, dq_acc):
+        scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
+        keep = _band_keep(scores, m * BM, (first + i) * BN, shift, left, right) if MASKED else None
+        p = _probabilities(scores, lse_row, keep)
+        dp = hk.mma_ABt(do_s, v_s[s], hk.zeros(RT[f32, BM, BN]))
+        ds = (p * (dp - delta_row[:, None])).to(q.dtype)
+        return hk.mma(ds, k_s[s], dq_acc)
+
+    dq_acc = hk.pipeline(n_blocks, load, compute, carry=hk.zeros(RT[f32, BM, D]), stages=STAGES)
+    hk.store(dq, (dq_acc * scale).to(dq.dtype), (b, h, m, 0))
+
+
+@hk.kernel(num_warps=4)
+def attention_bwd_dq_convert_kernel(dq_acc: GL[4], dq: GL[4], *, D: hk.const = 64, BM: hk.const = 64):
+    """The atomic path's last step: the f32 dQ accumulator rounded once to dQ's dtype."""
+    m, h, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    hk.store(dq, hk.load(RT[f32, BM, D], dq_acc, (b, h, m, 0)), (b, h, m, 0))
+
+
+def config_for(d: int) -> dict:
+    """dK/dV kernel tiles within every target's shared memory (gfx942: 64 KiB with the backend's scratch):
+    48 KiB at D = 64 (k, v single-buffered, q, dO double-buffered). At D = 128 the two [BN, D] f32
+    accumulators fill the registers: one stage keeps sm_90a free of spills (with two it spilled 8 bytes)."""
+    return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=1)
+
+
+def dq_config_for(d: int) -> dict:
+    """The deterministic dQ kernel's tiles: q, dO single-buffered, k, v double-buffered; 48 KiB."""
+    return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=2)
+
+
+def _named(fn, *args):
+    """The forward's argument checks, reported under this function's name."""
+    try:
+        return fn(*args)
+    except ArgumentError as e:
+        raise ArgumentError(str(e).replace("attention_fwd", "attention_bwd", 1)) from None
+
+
+def _check_like(name: str, t, shape, dtype) -> None:
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+        got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ArgumentError(f"attention_bwd: '{name}' must be {tuple(shape)} {dtype}, got {got}")
+
+
+def _outputs(q, k, v, dq, dk, dv):
+    out = {}
+    for name, t, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        if t is None:
+            t = torch.empty_like(like)
+        else:
+            _check_like(name, t, like.shape, like.dtype)
+        out[name] = t
+    return out
+
+
+def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, align: str | None = None,
+                  scale: float | None = None, deterministic: bool = False, dq=None, dk=None, dv=None,
+                  backend=None):
+    """Gradients (dq, dk, dv) of o = attention_fwd(q, k, v, ...) given dO = `do`, in the input dtype.
+
+    o and lse are the forward's outputs (lse: f32 [B, Hq, N], natural log); the mask arguments and scale
+    must be the forward's. dk, dv are summed over each GQA group of query heads. deterministic=True computes
+    dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0."""
+    _named(_check_fwd, q, k, v)
+    B, Hq, N, D = q.shape
+    _check_like("o", o, q.shape, q.dtype)
+    _check_like("do", do, q.shape, q.dtype)
+    _check_like("lse", lse, (B, Hq, N), torch.float32)
+    mask = _named(_band_fwd, N, k.shape[2], causal, window, align)
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    outs = _outputs(q, k, v, dq, dk, dv)
+    check_no_overlap("attention_bwd", outs, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do})
+    shift, left, right = mask or (0, 0, 0)
+    masked = mask is not None
+
+    delta = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
+    unused = delta.view(B, Hq, N, 1)        # the dQ accumulator argument when no kernel touches it
+    dq_acc = unused if deterministic else torch.empty(B, Hq, N, D, device=q.device, dtype=torch.float32)
+    cfg = config_for(D)
+    q_grid = (hk.cdiv(N, cfg["BM"]), Hq, B)
+    attention_bwd_preprocess_kernel(o, do, delta, dq_acc, grid=q_grid, backend=backend,
+                                    D=D, BM=cfg["BM"], ZERO_DQ=not deterministic)
+    attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right,
+                              grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg,
+                              MASKED=masked, ATOMIC_DQ=not deterministic)
+    if deterministic:
+        attention_bwd_dq_kernel(q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, grid=q_grid,
+                                backend=backend, **dq_config_for(D), MASKED=masked)
+    else:
+        attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=cfg["BM"])
+    return outs["dq"], outs["dk"], outs["dv"]
+
+
+def reference(q, k, v, do, causal=False, scale=None, window=None, align=None):
+    """float64 autograd of the forward's math: (dq, dk, dv); rows that see no key contribute nothing."""
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    g = q.shape[1] // k.shape[1]
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s = (qd @ kd.repeat_interleave(g, dim=1).transpose(-1, -2)) * scale
+    mask = band(q.shape[2], k.shape[2], causal, window, align)
+    if mask is not None:
+        shift, left, right = mask
+        i = torch.arange(q.shape[2], device=q.device).view(-1, 1) + shift
+        j = torch.arange(k.shape[2], device=q.device).view(1, -1)
+        keep = (j <= i + right) & (j >= i - left)
+        sees = keep.any(-1, keepdim=True)
+        p = torch.softmax(s.masked_fill(~keep, float("-inf")).masked_fill(~sees, 0.0), -1) * sees
+    else:
+        p = torch.softmax(s, -1)
+    (p @ vd.repeat_interleave(g, dim=1)).backward(do.double())
+    return qd.grad, kd.grad, vd.grad
+
+
+def band(n, n_kv, causal, window, align):
+    return _named(_band_fwd, n, n_kv, causal, window, align)
+
+
+def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype=torch.bfloat16):
+    """The dK/dV kernel (the backward's main loop) with atomic dQ, causal, on random inputs."""
+    q, do = (torch.randn(B, Hq, N, D, device=device, dtype=dtype) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, N, D, device=device, dtype=dtype) for _ in range(2))
+    lse = torch.randn(B, Hq, N, device=device, dtype=torch.float32)
+    delta = torch.randn(B, Hq, N, device=device, dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dq_acc = torch.zeros(B, Hq, N, D, device=device, dtype=torch.float32)
+    args = (q, k, v, do, lse, delta, dk, dv, dq_acc, 1.0 / math.sqrt(D), 0, N, 0)
+    return args, {**config_for(D), "MASKED": causal, "ATOMIC_DQ": True}
