@@ -12,11 +12,11 @@ backend that claims the tensors' device (CPU tensors: the reference). Launches g
 Each op has a fake implementation (shapes, dtypes and strides of what the wrapper allocates, nothing run),
 so torch.compile traces through it without a graph break.
 
-Autograd: gemm differentiates through two hk gemms, rotary through the inverse rotation (both hk kernels).
-HK_TORCH_BACKWARD_FALLBACK: attention and the two normalisations have no backward kernel yet; their backward
-is, for now, plain float32 torch math on the saved tensors (`_attention_backward_fallback`,
-`_norm_backward_fallback`). It is correct and differentiable end to end but is not an hk kernel; it is to
-be replaced by the backward kernels when they land. Saved tensors are minimal: attention keeps q, k, v, o,
+Autograd: gemm differentiates through two hk gemms, rotary through the inverse rotation, attention through
+the attention_bwd kernels (all hk kernels). HK_TORCH_BACKWARD_FALLBACK: the two normalisations have no
+backward kernel yet; their backward is, for now, plain float32 torch math on the saved tensors
+(`_norm_backward_fallback`). It is correct and differentiable end to end but is not an hk kernel; it is to
+be replaced by the backward kernel when it lands. Saved tensors are minimal: attention keeps q, k, v, o,
 lse; the norms keep h and the weight (the dropout mask is regenerated from its seed, never stored).
 """
 from __future__ import annotations
@@ -27,12 +27,13 @@ from collections.abc import Sequence
 import torch
 
 from .kernels import attention as _attention
+from .kernels import attention_bwd as _attention_bwd
 from .kernels import gemm as _gemm
 from .kernels import layernorm as _layernorm
 from .kernels import rotary as _rotary
 
 # Marks the temporary backward paths (plain torch math, not hk kernels); tests and docs refer to it.
-HK_TORCH_BACKWARD_FALLBACK = ("attention", "dropout_residual_layernorm", "rms_norm")
+HK_TORCH_BACKWARD_FALLBACK = ("dropout_residual_layernorm", "rms_norm")
 
 
 # ------------------------------------------------------------------------------------------------ gemm
@@ -96,51 +97,33 @@ def _attention_setup(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.mask = (causal, _window(window), align)
     ctx.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    ctx.backend = inputs[-1]
+
+
+@torch.library.custom_op("hk::attention_backward", mutates_args=())
+def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                       do: torch.Tensor, dlse: torch.Tensor | None = None, causal: bool = False,
+                       window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
+                       backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of hk::attention through the attention_bwd kernels (an op of its own, so that autograd
+    graphs stay traceable by torch.compile)."""
+    return _attention_bwd.attention_bwd(q, k, v, o, lse, do, causal=causal, window=_window(window), align=align,
+                                        scale=scale, dlse=dlse, backend=backend)
+
+
+@attention_backward.register_fake
+def _(q, k, v, o, lse, do, dlse=None, causal=False, window=None, align=None, scale=None, backend=None):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _attention_backward(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = _attention_backward_fallback(q, k, v, o, lse, grad_o, grad_lse, ctx.scale, *ctx.mask)
+    causal, window, align = ctx.mask
+    do = torch.zeros_like(o) if grad_o is None else grad_o.to(o.dtype).contiguous()
+    dlse = None if grad_lse is None else grad_lse.float()
+    dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
+                                    align, ctx.scale, ctx.backend)
     return dq, dk, dv, None, None, None, None, None
-
-
-def _keep_mask(n: int, n_kv: int, causal: bool, window, align, device) -> torch.Tensor | None:
-    """[N, Nkv] bool: which keys each query row sees (the kernel's band rule), or None for all."""
-    band = _attention.band(n, n_kv, causal, window, align)
-    if band is None:
-        return None
-    shift, left, right = band
-    i = torch.arange(n, device=device).view(-1, 1) + shift
-    j = torch.arange(n_kv, device=device).view(1, -1)
-    return (j <= i + right) & (j >= i - left)
-
-
-def _attention_backward_fallback(q, k, v, o, lse, grad_o, grad_lse, scale, causal, window, align):
-    """HK_TORCH_BACKWARD_FALLBACK: FlashAttention-2's backward in plain float32 torch math (P recomputed from
-    lse; nothing [N, Nkv] is saved). Temporary, until the hk attention backward kernel lands."""
-    B, Hq, N, D = q.shape
-    Hkv, Nkv = k.shape[1], k.shape[2]
-    g = Hq // Hkv
-    qf, of = q.float(), o.float()
-    kf = k.float().repeat_interleave(g, dim=1)
-    vf = v.float().repeat_interleave(g, dim=1)
-    do = torch.zeros_like(of) if grad_o is None else grad_o.float()
-    visible = torch.isfinite(lse)[..., None]                 # rows that see no key: o = 0, no gradient
-    keep = _keep_mask(N, Nkv, causal, window, align, q.device)
-    if keep is not None:
-        visible = visible & keep
-    s = (qf @ kf.transpose(-1, -2)) * scale
-    p = torch.where(visible, torch.exp(s - torch.where(visible, lse[..., None], 0.0)), 0.0)
-    dv = p.transpose(-1, -2) @ do
-    dp = do @ vf.transpose(-1, -2)
-    delta = (do * of).sum(-1, keepdim=True)
-    ds = p * (dp - delta)
-    if grad_lse is not None:                                   # d lse / d s = p
-        ds = ds + p * torch.where(torch.isfinite(lse), grad_lse, 0.0)[..., None]
-    dq = (ds @ kf) * scale
-    dk = (ds.transpose(-1, -2) @ qf) * scale
-    fold = lambda t: t.view(B, Hkv, g, Nkv, D).sum(2)        # noqa: E731  GQA: sum over the query group
-    return dq.to(q.dtype), fold(dk).to(k.dtype), fold(dv).to(v.dtype)
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)

@@ -32,7 +32,15 @@ def _opcheck_cases():
         "rotary_gptj_offset": (torch.ops.hk.rotary.default, (_leaf(2, 20, 3, 64), cos, sin, "gptj", 2)),
         "layernorm_dropout": (torch.ops.hk.dropout_residual_layernorm.default, (x, r, w, b, 0.1, 7, 3)),
         "rms_norm": (torch.ops.hk.rms_norm.default, (x, r, w, None, 0.0)),
+        "attention_backward_causal_gqa": (torch.ops.hk.attention_backward.default,
+                                          (*(t.detach() for t in (q, k, v)), *_attention_outputs(q, k, v),
+                                           _leaf(1, 4, 20, 64, dtype=bf16).detach(), None, True)),
     }
+
+
+def _attention_outputs(q, k, v):
+    with torch.no_grad():
+        return torch.ops.hk.attention(q, k, v, True)
 
 
 @pytest.mark.parametrize("case", list(_opcheck_cases()))
@@ -118,11 +126,12 @@ def test_norm_backward_keeps_no_dropout_mask():
 
 
 def test_backward_fallbacks_are_marked():
-    """HK_TORCH_BACKWARD_FALLBACK: attention and the norms differentiate through plain float32 torch math until
-    their backward kernels exist; this test names them so that replacing one updates the list."""
-    assert torch_ops.HK_TORCH_BACKWARD_FALLBACK == ("attention", "dropout_residual_layernorm", "rms_norm")
-    for fn in (torch_ops._attention_backward_fallback, torch_ops._norm_backward_fallback):
-        assert "HK_TORCH_BACKWARD_FALLBACK" in fn.__doc__
+    """HK_TORCH_BACKWARD_FALLBACK: the norms differentiate through plain float32 torch math until their
+    backward kernel exists; this test names them so that replacing one updates the list. Attention's
+    backward is the attention_bwd kernels."""
+    assert torch_ops.HK_TORCH_BACKWARD_FALLBACK == ("dropout_residual_layernorm", "rms_norm")
+    assert "HK_TORCH_BACKWARD_FALLBACK" in torch_ops._norm_backward_fallback.__doc__
+    assert not hasattr(torch_ops, "_attention_backward_fallback")
 
 
 def test_ops_follow_the_runtime_selection():

@@ -190,12 +190,14 @@ def _outputs(q, k, v, dq, dk, dv):
 
 def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, align: str | None = None,
                   scale: float | None = None, deterministic: bool = False, dq=None, dk=None, dv=None,
-                  backend=None):
+                  dlse=None, backend=None):
     """Gradients (dq, dk, dv) of o = attention_fwd(q, k, v, ...) given dO = `do`, in the input dtype.
 
     o and lse are the forward's outputs (lse: f32 [B, Hq, N], natural log); the mask arguments and scale
     must be the forward's. dk, dv are summed over each GQA group of query heads. deterministic=True computes
-    dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0."""
+    dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0.
+    dlse: an upstream gradient of lse (f32 [B, Hq, N]), if the caller used it: d lse / d s = P, so it
+    enters as delta - dlse."""
     _named(_check_fwd, q, k, v)
     B, Hq, N, D = q.shape
     _check_like("o", o, q.shape, q.dtype)
@@ -215,6 +217,9 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     q_grid = (hk.cdiv(N, cfg["BM"]), Hq, B)
     attention_bwd_preprocess_kernel(o, do, delta, dq_acc, grid=q_grid, backend=backend,
                                     D=D, BM=cfg["BM"], ZERO_DQ=not deterministic)
+    if dlse is not None:
+        _check_like("dlse", dlse, (B, Hq, N), torch.float32)
+        delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))    # [B, Hq, N]: rows with no key stay inert
     attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right,
                               grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg,
                               MASKED=masked, ATOMIC_DQ=not deterministic)
