@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ...codegen import library
 from ...codegen.cstyle import source_fingerprint, SMEM_ALIGN, CStyleEmitter, EmittedKernel
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -29,13 +30,14 @@ SCHEDULES = ("auto", "double_buffer", "pingpong")
 
 @lru_cache(maxsize=1)
 def header_text() -> str:
-    return HEADER.read_text()
+    """The device library as one header-free text (its pieces inlined in order)."""
+    return library.text(HEADER)
 
 
 @lru_cache(maxsize=1)
 def library_hash() -> str:
     """Hash of everything that shapes the generated code (part of the compile cache key)."""
-    return source_fingerprint(HEADER, Path(__file__))
+    return source_fingerprint(*library.pieces(HEADER), Path(__file__))
 
 
 def _round(x: int, a: int = 16) -> int:
