@@ -12,7 +12,7 @@ import torch
 
 import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, f32, i32
-from hk_portable.interface.numerics import MASK32, dropout_keep
+from hk_portable.interface.numerics import MASK32, dropout_keep, nan_ignoring_max, nan_ignoring_min
 
 from .cases import (ALL_DTYPES, FLOAT_DTYPES, TORCH, Case, Check, Setup, cdiv, f64, guard_mask, padded, poisoned,
                     rand_float, rand_int, round_to)
@@ -957,7 +957,37 @@ def broadcast_cases() -> list[Case]:
     return [_broadcast_case(dt, s) for dt in FLOAT_DTYPES + ("i32",) for s in SHAPES_2D]
 
 
+# ================================================================= NaN operands of maximum/minimum
+# interface/numerics.py, "min/max and NaN": quiet NaNs of every sign and payload, signaling NaNs, signed
+# zeros and infinities, each against each, in both operand positions.
+NAN_MINMAX_BITS = (0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC00ABC, 0x7FFFFFFF, 0x7F800001, 0xFF812345,
+                   0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x3F800000, 0xC0200000, 0x00000001)
+NAN_MINMAX_RULE = {"maximum": nan_ignoring_max, "minimum": nan_ignoring_min}
+
+
+def _nan_minmax_inputs(shape) -> tuple[torch.Tensor, torch.Tensor]:
+    bits = torch.tensor(NAN_MINMAX_BITS, dtype=torch.int64)
+    n, k = shape[0] * shape[1], len(NAN_MINMAX_BITS)
+    i = torch.arange(n)
+    as_f32 = lambda b: ((b + 2**31) % 2**32 - 2**31).to(torch.int32).view(torch.float32).reshape(shape)  # noqa: E731
+    return as_f32(bits[i % k]), as_f32(bits[(i // k) % k])
+
+
+def _nan_minmax_case(op, shape):
+    def make(gen):
+        a, b = _nan_minmax_inputs(shape)
+        kern = _binary_kernel(op, "tile", "float")
+        return Setup({"a": a, "b": b}, {"y": poisoned(shape, "f32")},
+                     lambda t, be: kern(t["a"], t["b"], t["y"], 0.0, grid=_grid(shape), backend=be),
+                     [_expect("y", "y", NAN_MINMAX_RULE[op](a, b), "f32", op)])
+    return _case("binary_nan", op, "f32", shape, make, tol=op)
+
+
+def nan_minmax_cases() -> list[Case]:
+    return [_nan_minmax_case(op, SHAPES_2D[0]) for op in NAN_MINMAX_RULE]
+
+
 def cases() -> list[Case]:
     return (move_cases() + atomic_cases() + unary_cases() + binary_cases() + select_cases() + cast_cases()
             + fill_cases() + reduce_cases() + mma_cases() + scalar_cases() + control_cases() + mask_cases()
-            + broadcast_cases())
+            + broadcast_cases() + nan_minmax_cases())

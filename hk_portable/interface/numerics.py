@@ -61,3 +61,45 @@ def cast_tensor(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         xf = x.double().nan_to_num(nan=0.0).clamp(-2**31, 2**31 - 1)
         return torch.trunc(xf).to(torch.int32)
     return x.to(dtype)
+
+
+# ------------------------------------------------------------------------------- min/max and NaN
+# Two rules, bit for bit, implemented once for the devices in hk_core/scalar.h:
+#
+# * elementwise maximum/minimum (hk.maximum, hk.minimum: torch.fmax / torch.fmin on CPU) ignore a quiet
+#   NaN: with one NaN operand the result is the other operand, unchanged. Two NaNs give b with its quiet
+#   bit set (payload and sign of b). A signaling NaN operand gives itself quieted, whatever the other is,
+#   unless the other is a NaN too (then b, quieted). Equal operands (-0 and +0) give a.
+#   Reductions (row_max, ...) also ignore NaN; a row of NaNs reduces to a NaN of unspecified payload.
+# * scalar min/max (hk.min, hk.max: torch.minimum / torch.maximum) propagate NaN as the canonical NaN
+#   0x7FC00000 (torch's scalar path; its vectorised path returns 0xFFFFFFFF, so the reference's own bits
+#   for NaN scalars depend on the grid size: no conformance case compares them). Equal operands give a.
+#
+# NaN payloads through a narrowing cast (f32 -> bf16/f16/fp8) are not specified.
+CANONICAL_NAN_F32 = 0x7FC00000
+_QUIET_BIT = 0x00400000
+
+
+def _bits32(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float32).contiguous().view(torch.int32)
+
+
+def _nan_ignoring(a: torch.Tensor, b: torch.Tensor, a_wins: torch.Tensor) -> torch.Tensor:
+    ab, bb = _bits32(a), _bits32(b)
+    an, bn = torch.isnan(a), torch.isnan(b)
+    a_sig, b_sig = an & ((ab & _QUIET_BIT) == 0), bn & ((bb & _QUIET_BIT) == 0)
+    qa, qb = ab | _QUIET_BIT, bb | _QUIET_BIT
+    r = torch.where(a_wins, ab, bb)
+    r = torch.where(an & ~bn, torch.where(a_sig, qa, bb), r)
+    r = torch.where(bn, torch.where(an | b_sig, qb, ab), r)
+    return r.view(torch.float32)
+
+
+def nan_ignoring_max(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """hk.maximum on f32 tensors, bit for bit (torch.fmax on CPU)."""
+    return _nan_ignoring(a, b, ~(a < b))
+
+
+def nan_ignoring_min(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """hk.minimum on f32 tensors, bit for bit (torch.fmin on CPU)."""
+    return _nan_ignoring(a, b, ~(b < a))

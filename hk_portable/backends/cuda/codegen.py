@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from ...codegen import resources
+from ...codegen import library, resources
 from ...codegen.cstyle import source_fingerprint, COL, ROW, CStyleEmitter, EmittedKernel, assign_vector_axes
 from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
@@ -23,13 +23,14 @@ MAX_WARPS = 16
 
 @lru_cache(maxsize=1)
 def header_text() -> str:
-    return HEADER.read_text()
+    """The device library as one header-free text (its pieces inlined in order)."""
+    return library.text(HEADER)
 
 
 @lru_cache(maxsize=1)
 def library_hash() -> str:
     """Hash of everything that shapes the generated code (part of the compile cache key)."""
-    return source_fingerprint(HEADER, Path(__file__))
+    return source_fingerprint(*library.pieces(HEADER), Path(__file__))
 
 
 def num_warps(program: Program, target: Target) -> int:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ...codegen import resources
+from ...codegen import library, resources
 from ...codegen.cstyle import source_fingerprint, CStyleEmitter, EmittedKernel
 from ...codegen.resources import mma_scratch_bytes
 from ...interface.backend import Target
@@ -30,13 +30,14 @@ SCRATCH_ALIGN = 16          # hk_hip.h's granule for its scratch area (and an mm
 
 @lru_cache(maxsize=1)
 def header_text() -> str:
-    return HEADER.read_text()
+    """The device library as one header-free text (its pieces inlined in order)."""
+    return library.text(HEADER)
 
 
 @lru_cache(maxsize=1)
 def library_hash() -> str:
     """Hash of everything that shapes the generated code (part of the compile cache key)."""
-    return source_fingerprint(HEADER, Path(__file__))
+    return source_fingerprint(*library.pieces(HEADER), Path(__file__))
 
 
 def _blocks(n: int) -> int:

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#define HK_EMULATE 1
+#define HK_EMULATOR 1
 #define __global__
 #define __device__
 #define __host__

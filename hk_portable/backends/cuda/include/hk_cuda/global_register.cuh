@@ -1,0 +1,168 @@
+// hk_cuda/global_register.cuh -- global <-> registers: converting tile/vector loads and stores, f32 atomics.
+namespace hk {
+
+// ---- GL -> registers (converting to the tile's dtype). One 64-bit row pointer per row a lane holds;
+// columns are immediate offsets from it (unit stride), pairs load as one access where aligned.
+template <class U> struct pair_io {
+    static constexpr bool VEC = sizeof(U) == 4 || sizeof(U) == 2;
+    static HK_DEV void load(const U* p, U& a, U& b) {
+        if constexpr (sizeof(U) == 4) {
+            const uint2 v = *reinterpret_cast<const uint2*>(p);
+            a = from_bits<U>(v.x);
+            b = from_bits<U>(v.y);
+        } else if constexpr (sizeof(U) == 2) {
+            const u32 v = *reinterpret_cast<const u32*>(p);
+            a = from_bits<U>(v & 0xFFFFu);
+            b = from_bits<U>(v >> 16);
+        }
+    }
+    static HK_DEV void store(U* p, U a, U b) {
+        if constexpr (sizeof(U) == 4) *reinterpret_cast<uint2*>(p) = make_uint2(to_bits(a), to_bits(b));
+        else if constexpr (sizeof(U) == 2) *reinterpret_cast<u32*>(p) = to_bits(a) | (to_bits(b) << 16);
+    }
+};
+
+// The part of a 2-D tile origin a lane needs for its two columns per column block
+template <class U, int RANK> struct lane_cols {
+    long long climit;       // columns j*8 + e (relative to the lane's first) are valid iff < climit
+    int lane_c;
+    template <class O> HK_DEV lane_cols(const O& o) {
+        lane_c = 2 * (lane_id() & 3);
+        climit = o.col0 >= 0 ? o.ncols - o.col0 - lane_c : 0;   // a negative tile index: nothing valid
+    }
+};
+
+template <bool UNIT, class T, class U, int R, int C, class O, class G>
+HK_DEV void load_rows(rt<T, R, C>& dst, const G& g, const O& o, T fv) {
+    typedef rt<T, R, C> RT_;
+    const lane_cols<U, 0> lc(o);
+#pragma unroll
+    for (int k = 0; k < RT_::SLOTS; ++k) {
+        if (!RT_::L::valid(k)) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = RT_::L::row(k, h);
+            const bool rok = o.row_ok(r);
+            const U* rp = rok ? o.at(g, r, lc.lane_c) : g.ptr;
+            const bool vec = UNIT && pair_io<U>::VEC && aligned(rp, 2 * (int)sizeof(U));
+#pragma unroll
+            for (int j = 0; j < RT_::CB; ++j) {
+                T* out = &dst.d[RT_::idx(k, j, 2 * h)];
+                const bool ok0 = rok && j * 8 < lc.climit, ok1 = rok && j * 8 + 1 < lc.climit;
+                const long long c0 = UNIT ? j * 8 : (long long)(j * 8) * o.cstride;
+                const long long c1 = UNIT ? j * 8 + 1 : (long long)(j * 8 + 1) * o.cstride;
+                if (vec && ok1) {
+                    U a, b;
+                    pair_io<U>::load(rp + c0, a, b);
+                    out[0] = convert<T>(a);
+                    out[1] = convert<T>(b);
+                } else {
+                    out[0] = ok0 ? convert<T>(rp[c0]) : fv;
+                    out[1] = ok1 ? convert<T>(rp[c1]) : fv;
+                }
+            }
+        }
+    }
+}
+
+template <class T, class U, int R, int C, int RANK, class... I>
+HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+    origin<2, U, RANK> o(g, R, C, idx...);
+    const T fv = convert<T>(fill);                 // the fill is rounded to the tile's dtype
+    if (o.cstride == 1) load_rows<true, T, U>(dst, g, o, fv);
+    else load_rows<false, T, U>(dst, g, o, fv);
+}
+
+template <class T, class U, int N, class AX, int RANK, class... I>
+HK_DEV void load(rv<T, N, AX>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+    typedef rv<T, N, AX> RV_;
+    origin<1, U, RANK> o(g, 1, N, idx...);
+    const T fv = convert<T>(fill);
+#pragma unroll
+    for (int i = 0; i < RV_::SIZE; ++i) {
+        const int c = RV_::pos(i);
+        dst.d[i] = (RV_::held(i) && o.row_ok(0) && o.col_ok(c)) ? convert<T>(*o.at(g, 0, c)) : fv;
+    }
+}
+
+// ---- registers / ST -> GL (converting to the tensor dtype; out-of-bounds elements dropped)
+template <bool UNIT, class U, class T, int R, int C, class O, class G>
+HK_DEV void store_rows(const G& g, const O& o, const rt<T, R, C>& src) {
+    typedef rt<T, R, C> RT_;
+    const lane_cols<U, 0> lc(o);
+#pragma unroll
+    for (int k = 0; k < RT_::SLOTS; ++k) {
+        if (!RT_::L::valid(k)) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = RT_::L::row(k, h);
+            if (!o.row_ok(r)) continue;
+            U* rp = o.at(g, r, lc.lane_c);
+            const bool vec = UNIT && pair_io<U>::VEC && aligned(rp, 2 * (int)sizeof(U));
+#pragma unroll
+            for (int j = 0; j < RT_::CB; ++j) {
+                const U a = convert<U>(src.d[RT_::idx(k, j, 2 * h)]);
+                const U b = convert<U>(src.d[RT_::idx(k, j, 2 * h + 1)]);
+                const bool ok0 = j * 8 < lc.climit, ok1 = j * 8 + 1 < lc.climit;
+                const long long c0 = UNIT ? j * 8 : (long long)(j * 8) * o.cstride;
+                const long long c1 = UNIT ? j * 8 + 1 : (long long)(j * 8 + 1) * o.cstride;
+                if (vec && ok1) {
+                    pair_io<U>::store(rp + c0, a, b);
+                } else {
+                    if (ok0) rp[c0] = a;
+                    if (ok1) rp[c1] = b;
+                }
+            }
+        }
+    }
+}
+
+template <class U, class T, int R, int C, int RANK, class... I>
+HK_DEV void store(const gl<U, RANK>& g, const rt<T, R, C>& src, I... idx) {
+    if (!rt<T, R, C>::L::primary()) return;       // replicas hold the same values: one writer
+    origin<2, U, RANK> o(g, R, C, idx...);
+    if (o.cstride == 1) store_rows<true, U>(g, o, src);
+    else store_rows<false, U>(g, o, src);
+}
+
+template <class U, class T, int N, class AX, int RANK, class... I>
+HK_DEV void store(const gl<U, RANK>& g, const rv<T, N, AX>& src, I... idx) {
+    typedef rv<T, N, AX> RV_;
+    origin<1, U, RANK> o(g, 1, N, idx...);
+#pragma unroll
+    for (int i = 0; i < RV_::SIZE; ++i) {
+        const int c = RV_::pos(i);
+        if (RV_::owner(i) && o.row_ok(0) && o.col_ok(c)) *o.at(g, 0, c) = convert<U>(src.d[i]);
+    }
+}
+
+// ---- atomics (f32): each element added once per block
+template <int R, int C, int RANK, class... I>
+HK_DEV void atomic_add(const gl<float, RANK>& g, const rt<float, R, C>& src, I... idx) {
+    typedef rt<float, R, C> RT_;
+    if (!RT_::L::primary()) return;
+    origin<2, float, RANK> o(g, R, C, idx...);
+#pragma unroll
+    for (int k = 0; k < RT_::SLOTS; ++k) {
+        if (!RT_::L::valid(k)) continue;
+#pragma unroll
+        for (int j = 0; j < RT_::CB; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = RT_::L::row(k, e >> 1), c = RT_::col(j, e);
+                if (o.row_ok(r) && o.col_ok(c)) atomicAdd(o.at(g, r, c), src.d[RT_::idx(k, j, e)]);
+            }
+    }
+}
+template <int N, class AX, int RANK, class... I>
+HK_DEV void atomic_add(const gl<float, RANK>& g, const rv<float, N, AX>& src, I... idx) {
+    typedef rv<float, N, AX> RV_;
+    origin<1, float, RANK> o(g, 1, N, idx...);
+#pragma unroll
+    for (int i = 0; i < RV_::SIZE; ++i) {
+        const int c = RV_::pos(i);
+        if (RV_::owner(i) && o.row_ok(0) && o.col_ok(c)) atomicAdd(o.at(g, 0, c), src.d[i]);
+    }
+}
+
+}  // namespace hk

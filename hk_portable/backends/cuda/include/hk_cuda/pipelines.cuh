@@ -1,0 +1,50 @@
+// hk_cuda/pipelines.cuh -- schedules: hk::pipeline<S> (the sm_80 cp.async ring).
+namespace hk {
+
+// ======================================================================================== pipeline
+namespace detail {
+// sm_80+: a ring of S shared stages filled by cp.async, S-1 loads in flight ahead of the compute.
+// The barrier at the top of each step both publishes stage i and retires compute(i-1), whose stage
+// the next load overwrites.
+template <int S> struct pipeline_cp_async {
+    template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
+        sync();                                             // earlier readers of the stage buffers
+        if constexpr (S == 1) {
+            for (int i = 0; i < n; ++i) {
+                if (i) sync();
+                load(i, 0);
+                async_commit();
+                async_wait<0>();
+                sync();
+                compute(i, 0);
+            }
+        } else {
+#pragma unroll
+            for (int p = 0; p < S - 1; ++p) {
+                if (p < n) load(p, p);
+                async_commit();
+            }
+            for (int i = 0; i < n; ++i) {
+                async_wait<S - 2>();
+                sync();
+                const int nx = i + S - 1;
+                if (nx < n) load(nx, nx % S);
+                async_commit();
+                compute(i, i % S);
+            }
+        }
+        async_wait<0>();
+        sync();                                             // later code may reuse the buffers
+    }
+};
+#ifndef HK_SCHEDULE
+template <int S> struct pipeline_schedule : pipeline_cp_async<S> {};
+#endif
+}  // namespace detail
+
+template <int S, class L, class C>
+HK_DEV void pipeline(int n, L&& load, C&& compute) {
+    detail::pipeline_schedule<S>::run(n, load, compute);
+}
+
+}  // namespace hk

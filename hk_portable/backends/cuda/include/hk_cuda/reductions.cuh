@@ -1,0 +1,84 @@
+// hk_cuda/reductions.cuh -- row and column reductions: quad shuffles within a warp, partials of the
+// warps through the scratch area.
+namespace hk {
+
+// How a reduction combines two values: the functor's own rule, except that max/min of floats take the
+// hardware's NaN-ignoring fmaxf/fminf (one instruction; a row of NaNs reduces to a NaN).
+template <class F> struct combine : F {};
+template <> struct combine<op_maximum> : op_maximum {
+    using op_maximum::apply;
+    static HK_DEV float apply(float a, float b) { return fmaxf(a, b); }
+};
+template <> struct combine<op_minimum> : op_minimum {
+    using op_minimum::apply;
+    static HK_DEV float apply(float a, float b) { return fminf(a, b); }
+};
+
+// ROW: over the columns of each row; the row lives in one warp (4 lanes of a quad)
+template <class F, class AX, class T, int R, int C>
+HK_DEV void reduce(rv<T, R, ROW>& dst, const rt<T, R, C>& x) {
+    static_assert(same<AX, ROW>::value, "a row reduction gives a row vector");
+    typedef rt<T, R, C> RT_;
+    typedef typename compute_t<T>::type A;
+#pragma unroll
+    for (int k = 0; k < RT_::SLOTS; ++k) {
+        if (!RT_::L::valid(k)) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            A v = up<T>(x.d[RT_::idx(k, 0, 2 * h)]);
+            v = combine<F>::apply(v, up<T>(x.d[RT_::idx(k, 0, 2 * h + 1)]));
+#pragma unroll
+            for (int j = 1; j < RT_::CB; ++j) {
+                v = combine<F>::apply(v, up<T>(x.d[RT_::idx(k, j, 2 * h)]));
+                v = combine<F>::apply(v, up<T>(x.d[RT_::idx(k, j, 2 * h + 1)]));
+            }
+            v = combine<F>::apply(v, shfl_xor(v, 1));
+            v = combine<F>::apply(v, shfl_xor(v, 2));
+            dst.d[k * 2 + h] = convert<T>(v);
+        }
+    }
+}
+
+// COL: over the rows of each column; rows are spread over warps, so partials meet in shared memory
+template <class F, class AX, class T, int R, int C>
+HK_DEV void reduce(rv<T, C, COL>& dst, const rt<T, R, C>& x) {
+    static_assert(same<AX, COL>::value, "a column reduction gives a column vector");
+    typedef rt<T, R, C> RT_;
+    typedef typename compute_t<T>::type A;
+    A part[RT_::CB * 2];
+#pragma unroll
+    for (int j = 0; j < RT_::CB; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            A v = combine<F>::apply(up<T>(x.d[RT_::idx(0, j, e)]), up<T>(x.d[RT_::idx(0, j, e + 2)]));
+#pragma unroll
+            for (int k = 1; k < RT_::SLOTS; ++k)
+                if (RT_::L::valid(k))
+                    v = combine<F>::apply(v, combine<F>::apply(up<T>(x.d[RT_::idx(k, j, e)]), up<T>(x.d[RT_::idx(k, j, e + 2)])));
+            v = combine<F>::apply(v, shfl_xor(v, 4));
+            v = combine<F>::apply(v, shfl_xor(v, 8));
+            v = combine<F>::apply(v, shfl_xor(v, 16));
+            part[j * 2 + e] = v;
+        }
+    constexpr int DW = RT_::L::DISTINCT;
+    if constexpr (DW > 1) {
+        A* sh = reinterpret_cast<A*>(scratch<0, NUM_WARPS * C * 4>());
+        sync();                                            // earlier users of the scratch are done
+        if (warp_id() < DW && lane_id() < 4) {
+#pragma unroll
+            for (int i = 0; i < RT_::CB * 2; ++i) sh[warp_id() * C + rv<T, C, COL>::pos(i)] = part[i];
+        }
+        sync();
+#pragma unroll
+        for (int i = 0; i < RT_::CB * 2; ++i) {
+            const int c = rv<T, C, COL>::pos(i);
+            A v = sh[c];
+            for (int w = 1; w < DW; ++w) v = combine<F>::apply(v, sh[w * C + c]);       // fixed order: deterministic
+            part[i] = v;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RT_::CB * 2; ++i) dst.d[i] = convert<T>(part[i]);
+}
+
+}  // namespace hk

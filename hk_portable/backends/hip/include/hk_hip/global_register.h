@@ -1,0 +1,139 @@
+// hk_hip/global_register.h -- global <-> registers: converting loads and stores of tiles and vectors, f32
+// atomics; one writer per element.
+namespace hk {
+
+// ============================================================================ global <-> registers
+// Pad elements of a tile (rows >= R, cols >= C) read like elements outside the tensor.
+template<class T, int R, int C, class U, int RANK, class... I>
+HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+  using D = rt<T, R, C>;
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate2(g, ix, R, C);
+  const T f = convert<T>(fill);
+  detail::by_mode(sp, [&](auto mode, int ln) {
+#pragma unroll
+    for (int s = 0; s < D::RBW; ++s)
+#pragma unroll
+      for (int cb = 0; cb < D::CB; ++cb)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int r = 16 * detail::blk<D::RB>(s) + detail::row_in_blk(k, ln), c = 16 * cb + detail::col_in_blk(ln);
+          const bool pad = (R % 16 != 0 && r >= R) || (C % 16 != 0 && c >= C);
+          const T v = detail::read_mode(mode, g.ptr, sp, pad ? 0 : r, pad ? 0 : c, f);
+          dst.data[(s * D::CB + cb) * 4 + k] = pad ? f : v;
+        }
+  });
+}
+
+template<class T, int N, class U, int RANK, class... I>
+HK_DEV void load(rv<T, N, ROW>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+  using D = rv<T, N, ROW>;
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate1(g, ix, N);
+  const T f = convert<T>(fill);
+  detail::by_mode(sp, [&](auto mode, int ln) {
+#pragma unroll
+    for (int s = 0; s < D::RBW; ++s)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int n = 16 * detail::blk<D::RB>(s) + detail::row_in_blk(k, ln);
+        const bool pad = N % 16 != 0 && n >= N;
+        const T v = detail::read_mode(mode, g.ptr, sp, 0, pad ? 0 : n, f);
+        dst.data[s * 4 + k] = pad ? f : v;
+      }
+  });
+}
+
+template<class T, int N, class U, int RANK, class... I>
+HK_DEV void load(rv<T, N, COL>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+  using D = rv<T, N, COL>;
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate1(g, ix, N);
+  const T f = convert<T>(fill);
+  detail::by_mode(sp, [&](auto mode, int ln) {
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb) {
+      const int n = 16 * cb + detail::col_in_blk(ln);
+      const bool pad = N % 16 != 0 && n >= N;
+      const T v = detail::read_mode(mode, g.ptr, sp, 0, pad ? 0 : n, f);
+      dst.data[cb] = pad ? f : v;
+    }
+  });
+}
+
+namespace detail {
+// One writer per element: owner slots of rt rows; one lane per row value of ROW vectors; wave 0's
+// first 16 lanes for COL vectors. fn(r, c, value) with r, c inside the tile's R x C.
+template<class T, int R, int C, class Fn> HK_DEV void each_owned(const rt<T, R, C>& x, Fn fn, int ln = lane()) {
+  using D = rt<T, R, C>;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+    if (!owner<D::RB>(s)) continue;
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int r = 16 * blk<D::RB>(s) + row_in_blk(k, ln), c = 16 * cb + col_in_blk(ln);
+        if ((R % 16 == 0 || r < R) && (C % 16 == 0 || c < C)) fn(r, c, x.data[(s * D::CB + cb) * 4 + k]);
+      }
+  }
+}
+template<class T, int N, class Fn> HK_DEV void each_owned(const rv<T, N, ROW>& x, Fn fn, int ln = lane()) {
+  using D = rv<T, N, ROW>;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+    if (!owner<D::RB>(s)) continue;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int n = 16 * blk<D::RB>(s) + row_in_blk(k, ln);
+      if (col_in_blk(ln) == k && (N % 16 == 0 || n < N)) fn(0, n, x.data[s * 4 + k]);
+    }
+  }
+}
+template<class T, int N, class Fn> HK_DEV void each_owned(const rv<T, N, COL>& x, Fn fn, int ln = lane()) {
+  using D = rv<T, N, COL>;
+  if (wave() != 0) return;
+#pragma unroll
+  for (int cb = 0; cb < D::CB; ++cb) {
+    const int n = 16 * cb + col_in_blk(ln);
+    if (ln < 16 && (N % 16 == 0 || n < N)) fn(0, n, x.data[cb]);
+  }
+}
+template<class T, int R, int C, class U, int RANK>
+HK_DEV span locate(const rt<T, R, C>&, const gl<U, RANK>& g, const int* ix) { return locate2(g, ix, R, C); }
+template<class T, int N, class AX, class U, int RANK>
+HK_DEV span locate(const rv<T, N, AX>&, const gl<U, RANK>& g, const int* ix) { return locate1(g, ix, N); }
+
+HK_DEV void gatomic_add(float* p, float v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+
+// writes fn's elements that fall inside the tensor; no predicate per element when the tile is whole
+template<class X, class U, class W> HK_DEV void write_owned(const X& x, const span& sp, W write) {
+  if (sp.empty) return;
+  if (sp.full) each_owned(x, [&](int r, int c, typename X::dtype v) { write(at(sp, r, c), v); });
+  else each_owned(x, [&](int r, int c, typename X::dtype v) { if (inside(sp, r, c)) write(at(sp, r, c), v); },
+                  opaque_lane());
+}
+}  // namespace detail
+
+// registers -> global, converting to the tensor dtype; elements outside the tensor are dropped
+template<class U, int RANK, class X, class... I> HK_DEV void store(const gl<U, RANK>& g0, const X& x, I... idx) {
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate(x, g, ix);
+  detail::write_owned<X, U>(x, sp, [&](long long off, typename X::dtype v) {
+    detail::gstore(g.ptr + off, convert<U>(v));
+  });
+}
+
+// each element added once per block (replicas and duplicate lanes never add)
+template<int RANK, class X, class... I> HK_DEV void atomic_add(const gl<float, RANK>& g0, const X& x, I... idx) {
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate(x, g, ix);
+  detail::write_owned<X, float>(x, sp, [&](long long off, float v) { detail::gatomic_add(g.ptr + off, v); });
+}
+
+}  // namespace hk

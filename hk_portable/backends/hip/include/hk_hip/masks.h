@@ -1,0 +1,54 @@
+// hk_hip/masks.h -- mask tiles: causal, bounds and dropout (Philox from hk_core/philox.h).
+namespace hk {
+
+// ============================================================================================ masks
+namespace detail {
+template<int R, int C, class Fn> HK_DEV void each_pos(rt<bool, R, C>& dst, Fn fn) {
+  using D = rt<bool, R, C>;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s)
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        dst.data[(s * D::CB + cb) * 4 + k] = put(fn(16 * blk<D::RB>(s) + row_in_blk(k), 16 * cb + col_in_blk()));
+}
+}  // namespace detail
+
+template<int R, int C> HK_DEV void causal_mask(rt<bool, R, C>& dst, int ro, int co) {
+  ro = detail::uni(ro);
+  co = detail::uni(co);
+  detail::each_pos(dst, [&](int r, int c) { return (long long)ro + r >= (long long)co + c; });
+}
+template<int R, int C> HK_DEV void bounds_mask(rt<bool, R, C>& dst, int ro, int co, int nr, int nc) {
+  ro = detail::uni(ro);
+  co = detail::uni(co);
+  nr = detail::uni(nr);
+  nc = detail::uni(nc);
+  detail::each_pos(dst, [&](int r, int c) {
+    const long long rr = (long long)ro + r, cc = (long long)co + c;
+    return rr >= 0 && rr < nr && cc >= 0 && cc < nc;
+  });
+}
+// keep iff (philox(g)[0] >> 8) >= floor(p * 2^24), g = offset + (ro + r) * stride + (co + c) mod 2^64
+template<int R, int C>
+HK_DEV void dropout_mask(rt<bool, R, C>& dst, float p, int seed_lo, int seed_hi, int off_lo, int off_hi, int ro,
+                         int co, int stride) {
+  // scalars through uni(): the hoisted Philox key schedule alone would take 20 scalar registers
+  seed_lo = detail::uni(seed_lo);
+  seed_hi = detail::uni(seed_hi);
+  ro = detail::uni(ro);
+  co = detail::uni(co);
+  stride = detail::uni(stride);
+  off_lo = detail::uni(off_lo);
+  off_hi = detail::uni(off_hi);
+  const float thr = dropout_threshold(p);
+  const unsigned long long off = (unsigned long long)(unsigned)off_lo | ((unsigned long long)(unsigned)off_hi << 32);
+  detail::each_pos(dst, [&](int r, int c) {
+    const unsigned long long g = off + (unsigned long long)(((long long)ro + r) * (long long)stride) +
+                                 (unsigned long long)((long long)co + c);
+    return dropout_keep(g, (unsigned)seed_lo, (unsigned)seed_hi, thr);
+  });
+}
+
+}  // namespace hk

@@ -1,0 +1,152 @@
+// hk_hip/mma.h -- matrix multiply-accumulate: operand fragments from LDS or registers, MFMA
+// 16x16x16 (16x16x32 on gfx950) with f32 accumulation.
+namespace hk {
+
+namespace detail {
+// An operand fragment of a 16 x KS step: lane l holds element (m0 + l%16, kbase + KV*(l/16) + s),
+// s < KV, of a matrix viewed as [m][k] -- A as op(a), B as op(b) transposed. KC: the shared tile
+// stores [m][k] (k contiguous: one vector read) rather than [k][m] (KV scalar reads).
+// Elements outside the tile read 0, so ragged K never mixes in stale LDS.
+template<bool KC, int KV, class T, int SR, int SC> struct st_src {
+  st<T, SR, SC> s;
+  static constexpr int MM = KC ? SR : SC, KK = KC ? SC : SR;
+  HK_DEV frag<KV> get(int m0, int kbase) const {
+    const int m = m0 + col_in_blk(), k0 = kbase + KV * (lane() >> 4);
+    frag<KV> f;
+    if constexpr (KC && st<T, SR, SC>::ROWB % (2 * KV) == 0) {
+      if ((MM % 16 == 0 && KK % (4 * KV) == 0) || (m < MM && k0 + KV <= KK)) {
+        using V = typename frag_vec<KV>::type;
+        const unsigned char* at = s.p + st<T, SR, SC>::offset(m, k0);
+        return __builtin_bit_cast(frag<KV>, HK_LDS_LOAD(V, at));
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < KV; ++e) {
+      const int k = k0 + e;
+      const bool in = (MM % 16 == 0 || m < MM) && (KK % (4 * KV) == 0 || k < KK);
+      f.v[e] = in ? bits16(KC ? s.get(m, k) : s.get(k, m)) : (unsigned short)0;
+    }
+    return f;
+  }
+};
+
+// A (not transposed) straight from registers: the rt's rows are the output's rows, so each lane
+// gathers its fragment from the col layout with ds_bpermute (pairs of 16-bit values per word).
+template<int KV, class T, int M, int K> struct rt_a_src {
+  const rt<T, M, K>& x;
+  HK_DEV frag<KV> get_slot(int slot, int kbase) const {
+    using X = rt<T, M, K>;
+    const int l = lane(), ii = l & 15, reg = ii & 3;
+    constexpr int NCAND = KV == 8 ? 2 : 1;       // 16x16x32: lanes 32..63 take the next column block
+    unsigned w[NCAND][2];
+#pragma unroll
+    for (int cd = 0; cd < NCAND; ++cd) {
+      const int cb = kbase / 16 + cd;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned v = 0;
+        if (cb < X::CB)
+          v = (unsigned)bits16(x.data[(slot * X::CB + cb) * 4 + 2 * h]) |
+              ((unsigned)bits16(x.data[(slot * X::CB + cb) * 4 + 2 * h + 1]) << 16);
+        w[cd][h] = v;
+      }
+    }
+    frag<KV> f;
+#pragma unroll
+    for (int e = 0; e < KV; ++e) {
+      const int k = kbase + KV * (l >> 4) + e;
+      const int src = (k & 15) + 16 * (ii >> 2);
+      unsigned val = 0;
+#pragma unroll
+      for (int cd = 0; cd < NCAND; ++cd) {
+        const unsigned t = bperm(src, w[cd][0]), u = bperm(src, w[cd][1]);
+        const unsigned word = reg < 2 ? t : u;
+        if ((k >> 4) == kbase / 16 + cd) val = (word >> (16 * (reg & 1))) & 0xFFFF;
+      }
+      f.v[e] = (K % 16 == 0 || k < K) ? (unsigned short)val : (unsigned short)0;
+    }
+    return f;
+  }
+};
+
+// Register operands whose rows are not the wave's output rows go through LDS: owners store, barrier.
+template<class T, int R, int C> HK_DEV st<T, R, C> stage_rt(const rt<T, R, C>& x, int offset) {
+  static_assert(R * C * (int)sizeof(T) <= HK_SCRATCH_BYTES, "HK_SCRATCH_BYTES too small for an mma operand");
+  st<T, R, C> s{scratch() + offset};
+  store(s, x);
+  return s;
+}
+constexpr int align16(int n) { return (n + 15) / 16 * 16; }
+
+template<class T, int KV, int M, int N, class ASrc, class BSrc>
+HK_DEV void mma_core(rt<float, M, N>& d, const ASrc& a, const BSrc& b, int K) {
+  using D = rt<float, M, N>;
+  constexpr int KS = 4 * KV;
+  for (int kbase = 0; kbase < K; kbase += KS) {
+    frag<KV> bf[D::CB];
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb) bf[cb] = b.get(16 * cb, kbase);
+#pragma unroll
+    for (int s = 0; s < D::RBW; ++s) {
+      const frag<KV> af = a.get_slot(s, kbase);
+#pragma unroll
+      for (int cb = 0; cb < D::CB; ++cb) {
+        float* acc = &d.data[(s * D::CB + cb) * 4];
+        f32x4 c = {acc[0], acc[1], acc[2], acc[3]};
+        c = mfma_t<T, KV>::run(af, bf[cb], c);
+        acc[0] = c[0]; acc[1] = c[1]; acc[2] = c[2]; acc[3] = c[3];
+      }
+    }
+  }
+}
+
+// A from LDS: the fragment rows of slot s are its row block's
+template<class Src, int RB> struct a_rows {
+  Src src;
+  HK_DEV auto get_slot(int s, int kbase) const { return src.get(16 * blk<RB>(s), kbase); }
+};
+
+template<class T, int K> constexpr int kv_for() { return (HK_GFX950 && K % 32 == 0) ? 8 : 4; }
+}  // namespace detail
+
+// dst = acc + op(a) @ op(b) in f32; a, b: st or rt of bf16/f16 (op = transpose when TA / TB)
+template<bool TA, bool TB, class A, class B, int M, int N>
+HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M, N>& acc) {
+  using T = typename A::dtype;
+  static_assert(same<T, typename B::dtype>::value, "mma: a and b must have one dtype");
+  static_assert(same<T, bf16>::value || same<T, f16>::value, "mma: operands are bf16 or f16");
+  constexpr int K = TA ? A::rows : A::cols;
+  constexpr int KV = detail::kv_for<T, K>();
+  constexpr int RB = rt<float, M, N>::RB;
+  constexpr bool A_RT = !same<A, st<T, A::rows, A::cols>>::value;
+  constexpr bool B_RT = !same<B, st<T, B::rows, B::cols>>::value;
+  constexpr bool A_STAGE = A_RT && TA, B_STAGE = B_RT;
+  constexpr int A_BYTES = A_STAGE ? detail::align16(A::rows * A::cols * (int)sizeof(T)) : 0;
+  dst = acc;
+  if constexpr (A_STAGE || B_STAGE) {
+    static_assert(A_BYTES + (B_STAGE ? B::rows * B::cols * (int)sizeof(T) : 0) <= HK_SCRATCH_BYTES,
+                  "HK_SCRATCH_BYTES too small for the mma operands");
+    sync();                                   // earlier readers of the scratch are done
+  }
+  const auto a_st = [&]() {
+    if constexpr (A_STAGE) return detail::stage_rt(a, 0);
+    else if constexpr (!A_RT) return a;
+    else return 0;
+  }();
+  const auto b_st = [&]() {
+    if constexpr (B_STAGE) return detail::stage_rt(b, A_BYTES);
+    else return b;
+  }();
+  if constexpr (A_STAGE || B_STAGE) sync();   // staged operands visible to every wave
+  const detail::st_src<TB, KV, T, B::rows, B::cols> bsrc{b_st};
+  if constexpr (A_RT && !TA) {
+    const detail::rt_a_src<KV, T, A::rows, A::cols> asrc{a};
+    detail::mma_core<T, KV>(dst, asrc, bsrc, K);
+  } else {
+    const detail::a_rows<detail::st_src<!TA, KV, T, A::rows, A::cols>, RB> asrc{{a_st}};
+    detail::mma_core<T, KV>(dst, asrc, bsrc, K);
+  }
+  if constexpr (A_STAGE || B_STAGE) sync();   // the scratch is free again
+}
+
+}  // namespace hk

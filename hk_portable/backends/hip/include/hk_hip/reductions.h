@@ -1,0 +1,110 @@
+// hk_hip/reductions.h -- row and column reductions: DPP within a row of 16 lanes, ds_bpermute across
+// row groups, partials of the waves through scratch LDS.
+namespace hk {
+
+// ====================================================================================== reductions
+namespace detail {
+template<class F, class A> struct red;       // identity and combine, in the accumulation type A
+template<class A> struct red<op_add, A> {
+  HK_DEV static A id() { return A(0); }
+  HK_DEV static A op(A a, A b) { return op_add::apply(a, b); }
+};
+template<> struct red<op_maximum, float> {   // NaN is the identity of maxNum/minNum (all-NaN stays NaN)
+  HK_DEV static float id() { return HK_NAN; }
+  HK_DEV static float op(float a, float b) { return __builtin_fmaxf(a, b); }
+};
+template<> struct red<op_minimum, float> {
+  HK_DEV static float id() { return HK_NAN; }
+  HK_DEV static float op(float a, float b) { return __builtin_fminf(a, b); }
+};
+template<> struct red<op_maximum, int> {
+  HK_DEV static int id() { return (int)0x80000000u; }
+  HK_DEV static int op(int a, int b) { return a > b ? a : b; }
+};
+template<> struct red<op_minimum, int> {
+  HK_DEV static int id() { return 0x7FFFFFFF; }
+  HK_DEV static int op(int a, int b) { return a < b ? a : b; }
+};
+template<class A> HK_DEV unsigned to_word(A x) { return __builtin_bit_cast(unsigned, x); }
+template<class A> HK_DEV A from_word(unsigned w) { return __builtin_bit_cast(A, w); }
+
+// combine over the 16 lanes of a DPP row (commutative steps: every lane ends with the same value)
+template<class F, class A> HK_DEV A reduce16(A x) {
+  using Rd = red<F, A>;
+  x = Rd::op(x, from_word<A>(dpp<DPP_XOR1>(to_word(x))));
+  x = Rd::op(x, from_word<A>(dpp<DPP_XOR2>(to_word(x))));
+  x = Rd::op(x, from_word<A>(dpp<DPP_HALF_MIRROR>(to_word(x))));
+  x = Rd::op(x, from_word<A>(dpp<DPP_MIRROR>(to_word(x))));
+  return x;
+}
+// combine over lanes l, l^16, l^32, l^48 (the four row groups of a column)
+template<class F, class A> HK_DEV A reduce_groups(A x) {
+  using Rd = red<F, A>;
+  x = Rd::op(x, from_word<A>(bperm(lane() ^ 16, to_word(x))));
+  x = Rd::op(x, from_word<A>(bperm(lane() ^ 32, to_word(x))));
+  return x;
+}
+}  // namespace detail
+
+// ROW: over the columns of each row; COL: over the rows of each column.
+template<class F, class AX, class T, int N, class X> HK_DEV void reduce(rv<T, N, AX>& dst, const X& x) {
+  using A = typename calc_t<typename X::dtype>::type;
+  using Rd = detail::red<F, A>;
+  constexpr int R = X::rows, C = X::cols, RB = X::RB, CB = X::CB, RBW = X::RBW;
+  if constexpr (same<AX, ROW>::value) {
+#pragma unroll
+    for (int s = 0; s < RBW; ++s)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        A acc = Rd::id();
+#pragma unroll
+        for (int cb = 0; cb < CB; ++cb) {
+          const bool in = C % 16 == 0 || 16 * cb + detail::col_in_blk() < C;
+          const A v = calc(x.data[(s * CB + cb) * 4 + k]);
+          acc = in ? Rd::op(acc, v) : acc;
+        }
+        dst.data[s * 4 + k] = uncalc<T>(detail::reduce16<F>(acc));
+      }
+  } else {
+    A part[CB];
+#pragma unroll
+    for (int cb = 0; cb < CB; ++cb) {
+      A acc = Rd::id();
+#pragma unroll
+      for (int s = 0; s < RBW; ++s) {
+        const int row0 = 16 * detail::blk<RB>(s);
+        const bool own = RB == 1 || detail::owner<RB>(s);    // replicas would count rows twice
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const bool in = own && (R % 16 == 0 || row0 + detail::row_in_blk(k) < R);
+          const A v = calc(x.data[(s * CB + cb) * 4 + k]);
+          acc = in ? Rd::op(acc, v) : acc;
+        }
+      }
+      part[cb] = detail::reduce_groups<F>(acc);
+    }
+    if constexpr (RB > 1) {             // rows live in several waves: combine partials through LDS
+      static_assert(NW * CB * 16 * 4 <= HK_SCRATCH_BYTES, "HK_SCRATCH_BYTES too small for a column reduction");
+      unsigned char* sc = detail::scratch();
+      const int w = detail::wave();     // wave-level ops stay outside the lane < 16 branch
+      sync();
+      if (detail::lane() < 16)
+#pragma unroll
+        for (int cb = 0; cb < CB; ++cb)
+          HK_LDS_STORE(A, sc + ((w * CB + cb) * 16 + detail::lane()) * 4, part[cb]);
+      sync();
+#pragma unroll
+      for (int cb = 0; cb < CB; ++cb) {
+        A acc = Rd::id();
+        for (int w = 0; w < NW; ++w)    // the same order in every wave: identical results
+          acc = Rd::op(acc, HK_LDS_LOAD(A, sc + ((w * CB + cb) * 16 + detail::col_in_blk()) * 4));
+        part[cb] = acc;
+      }
+      sync();
+    }
+#pragma unroll
+    for (int cb = 0; cb < CB; ++cb) dst.data[cb] = uncalc<T>(part[cb]);
+  }
+}
+
+}  // namespace hk

@@ -1,0 +1,37 @@
+// hk_hip/shared_tiles.h -- shared tiles st<T, R, C> (row-major, XOR-swizzled 16-byte chunks), staged buffers
+// sbuf, and the scratch LDS of exchanges between waves.
+namespace hk {
+
+// Shared tiles: a view of R*C elements in LDS, row-major with XOR-swizzled 16-byte chunks.
+template<class T, int R, int C> struct st {
+  using dtype = T;
+  static constexpr int rows = R, cols = C, BYTES = R * C * (int)sizeof(T);
+  static constexpr int ROWB = C * (int)sizeof(T), NCH = ROWB / 16;
+  static constexpr bool SWZ = ROWB % 16 == 0 && NCH >= 2 && (NCH & (NCH - 1)) == 0;
+  // rows that share one pass over the banks get different chunk rotations
+  static constexpr int RP = SWZ && LDS_BANK_BYTES / ROWB > 1 ? LDS_BANK_BYTES / ROWB : 1;
+  unsigned char* p;
+  HK_DEV static int offset(int r, int c) {
+    const int b = c * (int)sizeof(T);
+    if constexpr (SWZ) return r * ROWB + ((((b >> 4) ^ (r / RP)) & (NCH - 1)) << 4) + (b & 15);
+    else return r * ROWB + b;
+  }
+  HK_DEV T get(int r, int c) const { return HK_LDS_LOAD(T, p + offset(r, c)); }
+  HK_DEV void set(int r, int c, T v) const { HK_LDS_STORE(T, p + offset(r, c), v); }
+};
+template<class T, int R, int C, int S> struct sbuf {
+  unsigned char* p;
+  HK_DEV explicit sbuf(unsigned char* q) : p(q) {}
+  HK_DEV st<T, R, C> stage(int s) const { return st<T, R, C>{p + s * (R * C * (int)sizeof(T))}; }
+};
+
+// LDS the library needs for exchanges between waves (column reductions, register operands of mma);
+// the code generator sizes HK_SCRATCH_BYTES per kernel and each use static_asserts it fits.
+namespace detail {
+HK_DEV unsigned char* scratch() {
+  __shared__ __attribute__((aligned(16))) unsigned char hk_scratch[HK_SCRATCH_BYTES];
+  return hk_scratch;
+}
+}  // namespace detail
+
+}  // namespace hk
