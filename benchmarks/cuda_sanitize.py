@@ -1,5 +1,6 @@
-"""A small workload for compute-sanitizer (memcheck, racecheck): the gemm, attention and layernorm kernels
-on aligned and ragged shapes through the cuda backend, each result checked against float64 math.
+"""A small workload for compute-sanitizer (memcheck, racecheck): every library kernel (gemm, attention
+forward with its masks and backward in both dQ forms, layernorm and rmsnorm, rotary) on aligned and ragged
+shapes through the cuda backend, each result checked against float64 math.
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/cuda_sanitize.py
 """
@@ -10,7 +11,7 @@ import sys
 
 import torch
 
-from hk_portable.kernels import attention, gemm, layernorm
+from hk_portable.kernels import attention, attention_bwd, gemm, layernorm, rotary
 
 
 def rel_err(out, ref) -> float:
@@ -51,6 +52,33 @@ def main() -> int:
         check(f"attention B{B} Hq{hq} Hkv{hkv} N{N} D{D} causal={causal} o", rel_err(o, ro), 2e-2)
         check(f"attention B{B} Hq{hq} Hkv{hkv} N{N} D{D} causal={causal} lse", rel_err(lse, rl), 1e-4)
 
+    # the serving masks: causal with N != Nkv in both alignments (bottom-right with empty rows), a window
+    for (N, Nkv, causal, window, align) in ((77, 130, True, None, "bottom_right"), (130, 60, True, None, "bottom_right"),
+                                           (100, 150, True, None, "top_left"), (90, 90, False, (17, 3), None)):
+        q = torch.randn(1, 2, N, 64, device=dev, dtype=torch.bfloat16)
+        kk, v = (torch.randn(1, 1, Nkv, 64, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        o, lse = attention.attention_fwd(q, kk, v, causal=causal, window=window, align=align, backend=be)
+        ro, rl = attention.reference(q, kk, v, causal=causal, window=window, align=align)
+        check(f"attention N{N} Nkv{Nkv} causal={causal} window={window} {align} o", rel_err(o, ro), 2e-2)
+
+    for (B, hq, hkv, N, D, causal, det) in ((1, 2, 1, 77, 64, True, False), (1, 2, 2, 100, 128, False, True),
+                                            (1, 4, 2, 64, 64, True, True)):
+        q, do = (torch.randn(B, hq, N, D, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        kk, v = (torch.randn(B, hkv, N, D, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        o, lse = attention.attention_fwd(q, kk, v, causal=causal, backend=be)
+        grads = attention_bwd.attention_bwd(q, kk, v, o, lse, do, causal=causal, deterministic=det, backend=be)
+        refs = attention_bwd.reference(q.cpu(), kk.cpu(), v.cpu(), do.cpu(), causal=causal)
+        for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
+            check(f"attention_bwd B{B} Hq{hq} Hkv{hkv} N{N} D{D} causal={causal} det={det} {name}",
+                  rel_err(g.cpu(), r), 3e-2)
+
+    for layout, shape in (("neox", (2, 37, 3, 64)), ("gptj", (1, 70, 2, 128))):
+        x = torch.randn(*shape, device=dev, dtype=torch.bfloat16)
+        cos, sin = rotary.tables(shape[1] + 5, shape[-1], device=dev)
+        y = rotary.rotary(x, cos, sin, layout=layout, offset=5, backend=be)
+        check(f"rotary {layout} {shape}", rel_err(y.cpu(), rotary.reference(x.cpu(), cos.cpu(), sin.cpu(), layout, 5)),
+              1e-2)
+
     for rows, d, p in ((64, 128, 0.0), (37, 300, 0.1)):
         x = torch.randn(rows, d, device=dev, dtype=torch.bfloat16)
         r = torch.randn(rows, d, device=dev, dtype=torch.bfloat16)
@@ -60,6 +88,9 @@ def main() -> int:
         ry, rh = layernorm.reference(x.cpu(), r.cpu(), w.cpu(), b.cpu(), p=p, seed=7)
         check(f"layernorm {rows}x{d} p={p} h", rel_err(h.cpu(), rh), 1e-2)
         check(f"layernorm {rows}x{d} p={p} y", rel_err(y.cpu(), ry), 2e-2)
+        y, h = layernorm.dropout_residual_rmsnorm(x, r, w, p=p, seed=7, backend=be)
+        ry, rh = layernorm.reference(x.cpu(), r.cpu(), w.cpu(), None, p=p, seed=7, eps=1e-6, rms=True)
+        check(f"rmsnorm {rows}x{d} p={p} y", rel_err(y.cpu(), ry), 2e-2)
 
     if dev == "cuda":
         torch.cuda.synchronize()

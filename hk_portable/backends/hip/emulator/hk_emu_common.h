@@ -12,7 +12,7 @@
 #define HK_EMU_ABI 4
 
 // ---------------------------------------------------------------------------------------------
-// ABI structures (mirrored by ctypes in emulator/__init__.py: keep field order and types)
+// ABI structures (mirrored by ctypes in emulator/runtime_abi.py: keep field order and types)
 // ---------------------------------------------------------------------------------------------
 #if defined(__clang__)
 // Wave-level entry points are convergent, as the device builtins they implement are: the host optimizer

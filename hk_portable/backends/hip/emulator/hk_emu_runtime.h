@@ -1,4 +1,4 @@
-// hk_emu_runtime.h -- the wave64 emulator's runtime. emulator/__init__.py compiles it once (per
+// hk_emu_runtime.h -- the wave64 emulator's runtime. emulator/build.py compiles it once (per
 // content hash) into libhk_emu_rt-<hash>.so; kernel modules link against it.
 //
 // Model: each OS worker thread runs whole workgroups, one at a time, on its own copy of the kernel
