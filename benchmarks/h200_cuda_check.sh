@@ -80,13 +80,13 @@ fi
 
 # phase 1 (CPU-bound compiles): warm the cache for the suite, and run the sanitizer workload plainly once
 # (a correctness check that also compiles its kernels outside the sanitizers)
-step precompile 150 "$OUT/conformance.log" python3 -m hk_portable.backends.cuda.precompile &
+step precompile 200 "$OUT/conformance.log" python3 -m hk_portable.backends.cuda.precompile &
 step warmup 150 "$OUT/sanitizer.log" python3 benchmarks/cuda_sanitize.py &
 wait
 # phase 2: independent of each other, side by side (the timing benchmark runs alone afterwards)
-step conformance 200 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
+step conformance 280 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
     --problems-only --seed 20261130 &
-step pytest 200 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
+step pytest 280 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
     tests/test_cuda_numerics.py tests/test_gpu_torch.py -k "not conformance_cases_on_cuda" &
 if command -v compute-sanitizer >/dev/null; then
     step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
