@@ -372,7 +372,7 @@ def plot(report: dict, prefix: str) -> list[str]:
                     h, label=n)
         ax.set_yticks(y, [e["name"] for e in rows], fontsize=7)
         ax.set_xlabel(rows[0]["unit"])
-        ax.set_title(f"{fam}: hk_portable {report['backend'] or ''} on {report['device']} ({report['date']})")
+        ax.set_title(f"{fam}: hk_portable ({report['backend'] or 'backend by device'}) on {report['device']} ({report['date']})")
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = f"{prefix}-{fam}.png"
