@@ -48,3 +48,19 @@ def _inline(path: Path, done: set[Path]) -> str:
 def text(top: Path) -> str:
     """The library as one header-free text."""
     return _inline(Path(top), set())
+
+
+class DeviceLibrary:
+    """A backend's device library as its codegen uses it: the header-free text for the prelude and the
+    fingerprint (every piece, the backend's emitter file and the shared emitter) for the cache key."""
+
+    def __init__(self, top: Path, emitter: Path):
+        self.top, self.emitter = Path(top), Path(emitter)
+
+    def text(self) -> str:
+        return text(self.top)
+
+    @lru_cache(maxsize=None)    # noqa: B019 - one instance per backend module, alive for the process
+    def fingerprint(self) -> str:
+        from .cstyle import source_fingerprint
+        return source_fingerprint(*pieces(self.top), self.emitter)

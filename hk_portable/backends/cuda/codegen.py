@@ -7,11 +7,10 @@ place (a transposed A, any B). `scratch_bytes` computes its size with the librar
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 from ...codegen import library, resources
-from ...codegen.cstyle import source_fingerprint, COL, ROW, CStyleEmitter, EmittedKernel, assign_vector_axes
+from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel, assign_vector_axes
 from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -21,16 +20,9 @@ HEADER = Path(__file__).with_name("include") / "hk_cuda.cuh"
 MAX_WARPS = 16
 
 
-@lru_cache(maxsize=1)
-def header_text() -> str:
-    """The device library as one header-free text (its pieces inlined in order)."""
-    return library.text(HEADER)
-
-
-@lru_cache(maxsize=1)
-def library_hash() -> str:
-    """Hash of everything that shapes the generated code (part of the compile cache key)."""
-    return source_fingerprint(*library.pieces(HEADER), Path(__file__))
+LIBRARY = library.DeviceLibrary(HEADER, Path(__file__))
+header_text = LIBRARY.text              # the device library inlined: the prelude of every kernel
+library_hash = LIBRARY.fingerprint      # part of the compile cache key
 
 
 def num_warps(program: Program, target: Target) -> int:

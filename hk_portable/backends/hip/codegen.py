@@ -12,11 +12,10 @@ Decisions made here, per program and target (a `Plan`, recorded in the Artifact)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 from ...codegen import library, resources
-from ...codegen.cstyle import source_fingerprint, CStyleEmitter, EmittedKernel
+from ...codegen.cstyle import CStyleEmitter, EmittedKernel
 from ...codegen.resources import mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -28,16 +27,9 @@ HEADER = Path(__file__).with_name("include") / "hk_hip.h"
 SCRATCH_ALIGN = 16          # hk_hip.h's granule for its scratch area (and an mma's A part)
 
 
-@lru_cache(maxsize=1)
-def header_text() -> str:
-    """The device library as one header-free text (its pieces inlined in order)."""
-    return library.text(HEADER)
-
-
-@lru_cache(maxsize=1)
-def library_hash() -> str:
-    """Hash of everything that shapes the generated code (part of the compile cache key)."""
-    return source_fingerprint(*library.pieces(HEADER), Path(__file__))
+LIBRARY = library.DeviceLibrary(HEADER, Path(__file__))
+header_text = LIBRARY.text              # the device library inlined: the prelude of every kernel
+library_hash = LIBRARY.fingerprint      # part of the compile cache key
 
 
 def _blocks(n: int) -> int:
