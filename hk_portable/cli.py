@@ -101,7 +101,7 @@ def cmd_compile(args) -> int:
     backend = _load_backend(name)
     target = backend.target(arch, emulated=emulate or None)
     try:
-        module, kernel = kernels.load(args.kernel)
+        module, kernel = _user_kernel(args.kernel) if ":" in args.kernel else kernels.load(args.kernel)
     except LookupError as e:
         raise CliError(str(e)) from None
     example_args, consts = module.example_args(device="cpu")
@@ -115,6 +115,33 @@ def cmd_compile(args) -> int:
             raise UnsupportedError(f"backend {backend.name!r} emitted {type(out).__name__} for {args.emit!r}")
     _write(out, args.output, args.emit)
     return 0
+
+
+def _user_kernel(spec: str):
+    """(module, kernel) for MODULE:KERNEL, MODULE a dotted module or a .py file that defines the kernel and
+    `example_args(device="cpu") -> (args, consts)`, as the library's kernel modules do."""
+    import importlib
+    import importlib.util
+    from .runtime.launch import Kernel
+    where, _, attr = spec.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            loader_spec = importlib.util.spec_from_file_location(f"hk_user_{abs(hash(where))}", where)
+            if loader_spec is None:
+                raise LookupError(f"{where}: not a Python file")
+            module = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except (ImportError, OSError) as e:
+        raise LookupError(f"{spec}: cannot import {where!r}: {e}") from None
+    kernel = getattr(module, attr, None)
+    if not isinstance(kernel, Kernel):
+        raise LookupError(f"{spec}: {where} has no hk.kernel named {attr!r}")
+    if not callable(getattr(module, "example_args", None)):
+        raise LookupError(f"{spec}: {where} must define example_args(device='cpu') -> (args, consts), the "
+                          "arguments the kernel is compiled for")
+    return module, kernel
 
 
 def _write(out: str | bytes, path: str | None, kind: str) -> None:
@@ -166,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_conformance)
 
     k = sub.add_parser("compile", help="show what a backend makes of a library kernel (example configuration)")
-    k.add_argument("kernel", metavar="KERNEL", help="gemm, attention_fwd or dropout_residual_layernorm")
+    k.add_argument("kernel", metavar="KERNEL", help="a library kernel (gemm, attention_fwd, attention_bwd, "
+                   "dropout_residual_layernorm, rotary) or MODULE:KERNEL for your own (a dotted module or a .py "
+                   "file that defines example_args)")
     k.add_argument("--backend", required=True, metavar="SPEC", help=SPEC_HELP)
     k.add_argument("--target", metavar="ARCH", help="target arch (default: the backend's default target)")
     k.add_argument("--emit", required=True, choices=EMIT_KINDS)

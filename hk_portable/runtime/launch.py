@@ -84,6 +84,19 @@ class Kernel(KernelDef):
         except TypeError:       # an unhashable const: the slow path reports it
             return None
 
+    def compile(self, *args, backend=None, target: str | Target | None = None, **kwargs):
+        """The Artifact this call would launch, compiled and not run: its `source`, `asm` and `resources`
+        (registers, shared memory/LDS, spills), and `backend.emit(artifact, kind)` for the other forms.
+        Tensors only give dtype and rank (meta tensors do), so any target compiles on any machine:
+        `gemm_kernel.compile(a, b, c, backend="hip:gfx950")`. Selection and checks are a call's."""
+        runtime, consts = self.bind(args, kwargs)
+        prog = self._program(runtime, consts)
+        if isinstance(backend, str):            # compiling needs no runnable target: compile-only ones too
+            selected = selection.resolve(backend, require_runnable=False)
+        else:
+            selected = selection.select(backend, [v for v in runtime if isinstance(v, torch.Tensor)])
+        return self.compile_for(prog, selected.backend, selection.target_for(selected, target))
+
     def compile_for(self, prog: Program, be: Backend, target: str | Target | None = None):
         """compile_program, memoised per kernel by (backend, target, Program)."""
         tgt = be.target(target)

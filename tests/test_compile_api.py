@@ -1,0 +1,69 @@
+"""Compile and inspect a kernel without running it: `Kernel.compile(*example_args, backend=SPEC)` for every
+backend and target (including emulated ones), and `hk compile MODULE:KERNEL` for a user's module."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hk_portable.cli import main
+from hk_portable.interface import BackendError
+from hk_portable.kernels.gemm import gemm_kernel
+
+META = dict(device="meta")
+
+
+def _gemm_args():
+    a, b = torch.empty(256, 128, dtype=torch.bfloat16, **META), torch.empty(128, 64, dtype=torch.bfloat16, **META)
+    return a, b, torch.empty(256, 64, dtype=torch.float32, **META)
+
+
+def test_reference_artifact_is_the_program():
+    art = gemm_kernel.compile(*_gemm_args(), backend="reference")
+    assert art.source == str(gemm_kernel.trace(*_gemm_args())) and "mma" in art.source
+
+
+@pytest.mark.parametrize("spec,mfma", [("hip:gfx942", "v_mfma_f32_16x16x16"), ("hip:gfx950", "v_mfma_f32_16x16x32")])
+def test_hip_artifact_has_the_isa_and_resources(spec, mfma):
+    art = gemm_kernel.compile(*_gemm_args(), backend=spec)
+    if art.asm is None:
+        pytest.skip(f"no offline AMDGPU compiler: {art.resources.get('offline')}")
+    assert mfma in art.asm
+    assert art.resources["vgpr_spill"] == 0 and art.resources["lds_bytes"] > 0
+
+
+def test_emulated_and_compile_only_targets_are_different_artifacts():
+    a = gemm_kernel.compile(*_gemm_args(), backend="hip:gfx942:emulated")
+    b = gemm_kernel.compile(*_gemm_args(), backend="hip:gfx942")
+    assert a.target == b.target == "gfx942" and a.source == b.source
+    assert a is not b                           # keyed by target.spec: the emulated one runs on the CPU
+
+
+def test_cuda_artifact_has_ptx():
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    art = gemm_kernel.compile(*_gemm_args(), backend="cuda:sm_80")
+    if art.asm is None:
+        pytest.skip("NVRTC unavailable")
+    assert "mma.sync.aligned.m16n8k16" in art.asm and art.resources["spill_stores"] == 0
+
+
+def test_meta_tensors_need_a_named_backend():
+    with pytest.raises(BackendError, match="meta"):
+        gemm_kernel.compile(*_gemm_args())
+
+
+def test_hk_compile_a_users_module(capsys):
+    assert main(["compile", "tests/data/user_kernel.py:scale_rows", "--backend", "reference", "--emit", "ir"]) == 0
+    assert "kernel @scale_rows" in capsys.readouterr().out
+    assert main(["compile", "tests/data/user_kernel.py:scale_rows", "--backend", "hip:gfx942",
+                 "--emit", "source"]) == 0
+    assert 'extern "C"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("tests/data/user_kernel.py:nope", "has no hk.kernel named 'nope'"),
+    ("tests/data/missing.py:k", "cannot import"),
+    ("hk_portable.kernels.gemm:gemm", "has no hk.kernel named 'gemm'"),
+])
+def test_hk_compile_names_what_is_wrong(spec, match, capsys):
+    assert main(["compile", spec, "--backend", "reference", "--emit", "ir"]) != 0
+    assert match in capsys.readouterr().err
