@@ -2,6 +2,8 @@
 backend and target (including emulated ones), and `hk compile MODULE:KERNEL` for a user's module."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from hk_portable.interface import BackendError
 from hk_portable.kernels.gemm import gemm_kernel
 
 META = dict(device="meta")
+USER = str(Path(__file__).parent / "data" / "user_kernel.py")
 
 
 def _gemm_args():
@@ -52,16 +55,16 @@ def test_meta_tensors_need_a_named_backend():
 
 
 def test_hk_compile_a_users_module(capsys):
-    assert main(["compile", "tests/data/user_kernel.py:scale_rows", "--backend", "reference", "--emit", "ir"]) == 0
+    assert main(["compile", f"{USER}:scale_rows", "--backend", "reference", "--emit", "ir"]) == 0
     assert "kernel @scale_rows" in capsys.readouterr().out
-    assert main(["compile", "tests/data/user_kernel.py:scale_rows", "--backend", "hip:gfx942",
+    assert main(["compile", f"{USER}:scale_rows", "--backend", "hip:gfx942",
                  "--emit", "source"]) == 0
     assert 'extern "C"' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("spec,match", [
-    ("tests/data/user_kernel.py:nope", "has no hk.kernel named 'nope'"),
-    ("tests/data/missing.py:k", "cannot import"),
+    (f"{USER}:nope", "has no hk.kernel named 'nope'"),
+    (USER.replace("user_kernel", "missing") + ":k", "cannot import"),
     ("hk_portable.kernels.gemm:gemm", "has no hk.kernel named 'gemm'"),
 ])
 def test_hk_compile_names_what_is_wrong(spec, match, capsys):
