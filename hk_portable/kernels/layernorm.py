@@ -38,18 +38,14 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
         return xt + hk.load(RT[f32, BR, BC], residual, (r, c))
 
     def sum_pass(c, total):
+        """h written out; its row sum (layernorm's mean) or sum of squares (RMSNorm's); padding is 0."""
         h = h_tile(c)
         hk.store(h_out, h.to(h_out.dtype), (r, c))
-        return total + hk.row_sum(h)
-
-    def square_pass(c, total):                      # RMSNorm: h written, sum of squares (padding is 0)
-        h = h_tile(c)
-        hk.store(h_out, h.to(h_out.dtype), (r, c))
-        return total + hk.row_sum(h * h)
+        return total + hk.row_sum(h * h if RMS else h)
 
     if RMS:
         mean = None
-        rstd = hk.rsqrt(hk.fori_loop(0, n_tiles, square_pass, hk.zeros(RV[f32, BR])) * inv_d + eps)
+        rstd = hk.rsqrt(hk.fori_loop(0, n_tiles, sum_pass, hk.zeros(RV[f32, BR])) * inv_d + eps)
     else:
         mean = hk.fori_loop(0, n_tiles, sum_pass, hk.zeros(RV[f32, BR])) * inv_d
 
