@@ -10,8 +10,8 @@
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl stevedore==5.10.0)
 #
 # STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck overhead bench
-# (bench, `hk bench` over the issue's shapes, and sweep, benchmarks/config_sweep.py, are not in the default set:
-#  STEPS="... bench sweep" adds them)
+# (bench, `hk bench` over the issue's shapes, sweep, benchmarks/config_sweep.py, gemmcfg and attncfg,
+#  benchmarks/{gemm,attention}_configs.py, are not in the default set: STEPS="... bench gemmcfg attncfg" adds them)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
@@ -87,7 +87,7 @@ wait
 step conformance 280 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
     --problems-only --seed 20261130 &
 step pytest 280 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
-    tests/test_cuda_numerics.py tests/test_gpu_torch.py -k "not conformance_cases_on_cuda" &
+    tests/test_cuda_numerics.py tests/test_gpu_torch.py tests/test_cuda_hopper.py -k "not conformance_cases_on_cuda" &
 if command -v compute-sanitizer >/dev/null; then
     step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
         python3 benchmarks/cuda_sanitize.py &
@@ -124,6 +124,8 @@ if want bench; then
 fi
 
 step sweep 560 "$OUT/sweep.log" python3 benchmarks/config_sweep.py --json "$OUT/config_sweep.json"
+step gemmcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/gemm_configs.py --json "$OUT/gemm_configs.json"
+step attncfg 300 "$OUT/gemmcfg.log" python3 benchmarks/attention_configs.py --json "$OUT/attention_configs.json"
 
 # ---------------------------------------------------------------------------------------------- summary
 echo
@@ -141,5 +143,6 @@ PY
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer" "$OUT/sanitizer.log" 2>/dev/null | head -20
 grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
 grep -A6 "launch path" "$OUT/pytest.log" 2>/dev/null
+[ -f "$OUT/gemmcfg.log" ] && grep -vE "^=== (gemmcfg|attncfg)" "$OUT/gemmcfg.log" | tail -30
 [ -f "$OUT/sweep.log" ] && grep -vE "^=== sweep" "$OUT/sweep.log" | tail -40
 [ -f "$OUT/bench.log" ] && grep -vE "^(=== bench|wrote )" "$OUT/bench.log" | tail -40

@@ -105,9 +105,14 @@ def cmd_compile(args) -> int:
     except LookupError as e:
         raise CliError(str(e)) from None
     example_args, consts = module.example_args(device="cpu")
+    if callable(getattr(module, "candidates", None)):     # what a call would run on this target
+        consts = kernel.choose_config(module.candidates(consts), *example_args, backend=target.spec)
     program = kernel.trace(*example_args, **consts)
-    if args.emit == "ir":            # the Program every backend receives: no compiling needed
-        out: str | bytes = str(program)
+    out: str | bytes
+    if args.emit == "lowered":       # the Program with the backend's schedule decisions
+        out = backend.lowered(program, target)
+    elif args.emit == "ir":          # the Program every backend receives: no compiling needed
+        out = str(program)
     else:
         artifact = compile_program(program, backend, target)
         out = backend.emit(artifact, args.emit)

@@ -42,7 +42,7 @@ def _check(results):
               if r["resources"]["spill_stores"] or r["resources"]["spill_loads"] or r["resources"]["stack_bytes"]]
     assert not spills, "local-memory spills:\n" + "\n".join(spills)
     no_mma = [f"{r['name']} [{r['arch']}]" for r in results if r["has_mma"] and not r["mma"]]
-    assert not no_mma, f"mma in the Program but no mma.sync in the PTX: {no_mma}"
+    assert not no_mma, f"mma in the Program but neither mma.sync nor wgmma in the PTX: {no_mma}"
 
 
 def test_library_kernels_compile_for_sm80_and_sm90a():
@@ -56,6 +56,9 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
             assert r["mma"], f"{name} [{arch}] has no mma.sync.aligned.m16n8k16"
             assert r["cp_async"], f"{name} [{arch}] has no cp.async (its pipeline should use it)"
             assert r["cubin"] > 0
+    # the candidate configurations: on sm_90a the first gemm candidate is TMA + wgmma, and stays free of spills
+    assert by["gemm@0", "sm_90a"]["wgmma"] and by["gemm@0", "sm_90a"]["tma"]
+    assert not by["gemm@0", "sm_80"]["wgmma"] and not by["gemm@0", "sm_80"]["tma"]
 
 
 @pytest.mark.slow          # ~550 Programs x 2 targets: minutes on a 2-core runner (it still runs by default)
@@ -128,7 +131,10 @@ def test_hk_compile_cli_emits_without_gpu(arch, emit, tmp_path):
     res = subprocess.run([sys.executable, "-m", "hk_portable.cli", "compile", "gemm", "--backend", "cuda", "--target",
                           arch, "--emit", emit], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
-    if emit == "ptx":
+    if emit == "ptx" and arch == "sm_90a":       # the configuration a call runs: TMA copies feeding wgmma
+        assert f".target {arch}" in res.stdout and "wgmma.mma_async" in res.stdout
+        assert "cp.async.bulk.tensor" in res.stdout
+    elif emit == "ptx":
         assert f".target {arch}" in res.stdout and "mma.sync.aligned.m16n8k16" in res.stdout
     else:
         assert "extern \"C\" __global__" in res.stdout and "namespace hk" in res.stdout

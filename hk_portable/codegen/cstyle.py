@@ -47,6 +47,7 @@ class EmittedKernel:
     num_threads: int
     params: list[tuple[str, object]]          # (name, IR type) in ABI order
     vector_axes: dict[int, str] = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)  # backend facts the launch needs beyond params (e.g. TMA maps)
 
 
 # ------------------------------------------------------------------------------ RV axis assignment
@@ -118,6 +119,8 @@ class CStyleEmitter:
     def prelude(self, program: Program, num_threads: int, shared_bytes: int) -> str:
         raise NotImplementedError
 
+    smem_align = SMEM_ALIGN         # where each shared buffer starts (a backend may need more)
+
     def kernel_qualifiers(self, num_threads: int) -> str:
         return "extern \"C\" __global__"
 
@@ -126,6 +129,13 @@ class CStyleEmitter:
 
     def num_threads(self, program: Program) -> int:
         return program.num_warps * self.lanes
+
+    def extra_params(self) -> list[str]:
+        """Kernel parameters after the Program's (declarations), known once the body is emitted."""
+        return []
+
+    def launch_extras(self) -> dict:
+        return {}
 
     def pipeline_template_args(self, op: Op) -> str:
         """Template arguments of `hk::pipeline<...>` (a backend may append its schedule choice)."""
@@ -138,19 +148,21 @@ class CStyleEmitter:
         self.lines: list[str] = []
         self.indent = 1
         buffers = [op.result for op in program.shared_buffers()]
-        offsets, shared = arena_layout(v.type for v in buffers)
+        offsets, shared = arena_layout((v.type for v in buffers), self.smem_align)
         self.smem_offsets: dict[Value, int] = dict(zip(buffers, offsets))
         nt = self.num_threads(program)
         params = [(prm.name, prm.type) for prm in program.params]
-        sig = ", ".join(f"{self.ctype(v.type, v)} {self.name(v)}" for v in program.body.args)
         self.line(self.smem_arena(shared))
         self.region(program.body)
+        sig = ", ".join([f"{self.ctype(v.type, v)} {self.name(v)}" for v in program.body.args]
+                        + self.extra_params())
         body = "\n".join(self.lines)
         kname = program.name
         src = (f"{self.prelude(program, nt, shared)}\n"
                f"// ---- kernel {kname}: program {program.hash[:16]}\n"
                f"{self.kernel_qualifiers(nt)} void {kname}({sig}) {{\n{body}\n}}\n")
-        return EmittedKernel(src, kname, shared, nt, params, {v.id: a for v, a in self.axes.items()})
+        return EmittedKernel(src, kname, shared, nt, params, {v.id: a for v, a in self.axes.items()},
+                             self.launch_extras())
 
     # ---- helpers
     def line(self, s: str) -> None:
@@ -360,22 +372,33 @@ class CStyleEmitter:
         n, *inits = op.operands
         lreg, creg = op.regions
         carry = self._carry_vars(op, inits)
-        uid = op.results[0].id if op.results else id(op) % 100000
+        uid = self.pipeline_uid(op)
+        self.load_lambda(f"hk_load{uid}", lreg)
+        self.compute_lambda(f"hk_compute{uid}", creg, carry)
+        self.line(f"hk::pipeline<{self.pipeline_template_args(op)}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
+
+    @staticmethod
+    def pipeline_uid(op: Op) -> int:
+        return op.results[0].id if op.results else id(op) % 100000
+
+    def load_lambda(self, name: str, lreg: Region, extra_params: str = "") -> None:
+        """`auto name = [&](int i, int s<extra>) { load region };` (no barriers inside: the schedule's)."""
         li, ls = (self.name(a) for a in lreg.args[:2])
-        self.line(f"auto hk_load{uid} = [&](int {li}, int {ls}) {{")
+        self.line(f"auto {name} = [&](int {li}, int {ls}{extra_params}) {{")
         self.indent += 1
         self.region(lreg, in_pipeline_load=True)
         self.indent -= 1
         self.line("};")
+
+    def compute_lambda(self, name: str, creg: Region, carry: list[str]) -> None:
         ci, cs = (self.name(a) for a in creg.args[:2])
-        self.line(f"auto hk_compute{uid} = [&](int {ci}, int {cs}) {{")
+        self.line(f"auto {name} = [&](int {ci}, int {cs}) {{")
         self.indent += 1
         self._bind_args(creg.args[2:], carry)
         self.region(creg)
         self._yield(creg, carry)
         self.indent -= 1
         self.line("};")
-        self.line(f"hk::pipeline<{self.pipeline_template_args(op)}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
 
 
 # one emitter rule per opcode of the table (`op_<opcode>`): importing this module fails if one is missing

@@ -22,20 +22,21 @@ def round_up(x: int, align: int) -> int:
     return -(-x // align) * align
 
 
-def arena_layout(buffers: Iterable) -> tuple[list[int], int]:
+def arena_layout(buffers: Iterable, align: int = SMEM_ALIGN) -> tuple[list[int], int]:
     """(offset of each buffer, arena bytes) for shared buffers of the given types (each has .nbytes):
-    every buffer starts at a SMEM_ALIGN-aligned offset; the total is not rounded."""
+    every buffer starts at an `align`-aligned offset (a backend may need more than SMEM_ALIGN, e.g. the
+    1024 bytes of a 128-byte swizzle atom); the total is not rounded."""
     offsets, total = [], 0
     for t in buffers:
-        total = round_up(total, SMEM_ALIGN)
+        total = round_up(total, align)
         offsets.append(total)
         total += t.nbytes
     return offsets, total
 
 
-def arena_bytes(program) -> int:
+def arena_bytes(program, align: int = SMEM_ALIGN) -> int:
     """The bytes of a Program's shared buffers, laid out as the emitter lays them out."""
-    return arena_layout(op.result.type for op in program.shared_buffers())[1]
+    return arena_layout((op.result.type for op in program.shared_buffers()), align)[1]
 
 
 def scratch_offset(arena: int) -> int:

@@ -9,7 +9,7 @@ from .errors import UnsupportedError
 from .ir import Program
 
 # what `hk compile --emit KIND` can ask a backend for
-EMIT_KINDS = ("ir", "source", "asm", "ptx", "sass", "hsaco")
+EMIT_KINDS = ("ir", "lowered", "source", "asm", "ptx", "sass", "hsaco")
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,18 @@ class Backend(abc.ABC):
     def check(self, program: Program, target: Target, options=None) -> None:
         """Raise UnsupportedError if `target` cannot take `program` (tile shapes, dtypes, memory)."""
 
+    def choose_config(self, candidates: list, target: Target) -> dict:
+        """The configuration a kernel runs at on `target` when no tuned choice is cached. `candidates`:
+        the kernel's (config, Program) pairs that `check` accepted, in the kernel's order, its portable
+        baseline last. The default is that baseline; a backend with faster schedules for some candidates
+        picks among them (cuda on sm_90a: the first whose pipelines all run on TMA and wgmma)."""
+        return candidates[-1][0]
+
+    def lowered(self, program: Program, target: Target) -> str:
+        """The Program with this backend's lowering decisions for `target` (schedules, per-op
+        instruction choices) as text: `hk compile --emit lowered`."""
+        return f"{program}\n\n// {self.name} ({target.spec}): no lowering pass; each op maps to its library call"
+
     def compiler_version(self) -> str:
         """Part of the compile cache key: whatever shapes the output besides the Program, target and
         options (compiler version, device-library fingerprint)."""
@@ -132,7 +144,7 @@ class Backend(abc.ABC):
         return True
 
     def emit(self, artifact: Artifact, kind: str) -> str | bytes:
-        """What `hk compile --emit KIND` shows, KIND in EMIT_KINDS other than "ir" (the Program's text,
+        """What `hk compile --emit KIND` shows, KIND in EMIT_KINDS other than "ir" and "lowered" (the Program's text,
         which the caller prints without compiling: every backend receives the same Program).
 
         Default: "source" and "asm" from the Artifact. A backend overrides this for its other forms

@@ -32,6 +32,9 @@ def _classify(fn) -> tuple[list[_ParamSpec], list[_ParamSpec]]:
         raise TypeError(f"kernel '{fn.__name__}': an annotation could not be resolved ({e})") from None
     for p in sig.parameters.values():
         ann = p.annotation
+        if p.name == "num_warps":
+            raise TypeError(f"kernel '{fn.__name__}': 'num_warps' is reserved (the launch option that sets the "
+                            "block size); name the parameter otherwise")
         if ann is const:
             consts.append(_ParamSpec(p.name, "const", default=p.default))
         elif ann is GL or isinstance(ann, GL):
@@ -87,6 +90,11 @@ class KernelDef:
                 consts[c.name] = c.default
             else:
                 raise ArgumentError(f"{self.name}: missing compile-time parameter '{c.name}'")
+        if "num_warps" in kwargs:                  # a launch option, not a const: the block size of this call
+            nw = kwargs.pop("num_warps")
+            if isinstance(nw, bool) or not isinstance(nw, int) or not 1 <= nw <= 32:
+                raise ArgumentError(f"{self.name}: 'num_warps' must be an int from 1 to 32, got {nw!r}")
+            consts["num_warps"] = nw
         if kwargs:
             raise ArgumentError(f"{self.name}: unknown argument(s) {sorted(kwargs)}")
         for k, v in consts.items():
@@ -135,7 +143,9 @@ class KernelDef:
         with self._lock:
             prog = self._programs.get(key)
         if prog is None:
-            prog = trace(self.fn, self.name, params, consts, self.num_warps)
+            consts = dict(consts)
+            num_warps = consts.pop("num_warps", self.num_warps)
+            prog = trace(self.fn, self.name, params, consts, num_warps)
             with self._lock:
                 self._programs[key] = prog
         return prog

@@ -78,6 +78,18 @@ def config_for(d: int) -> dict:
     return dict(D=d, BM=64, BN=32 if d > 64 else 64, STAGES=2)
 
 
+def candidates(consts: dict) -> list[dict]:
+    """Candidate configurations for a call with these consts (D, MASKED), largest first, the portable
+    baseline config_for(D) last. The backend picks per target (Backend.choose_config): cuda on sm_90a the
+    first that runs on TMA + wgmma. Masked calls keep the baseline's 64-row tiles: on the H200 they beat the
+    128-row ones at both head sizes (benchmarks/attention_configs.py, docs/perf-notes.md), until the masks
+    are applied only on the diagonal tiles."""
+    d, masked = consts["D"], consts.get("MASKED", False)
+    base = {**config_for(d), **consts}
+    wide = [] if masked else [dict(BM=128, BN=128 if d <= 64 else 64, STAGES=2, num_warps=8)]
+    return [{**base, **c} for c in wide] + [base]
+
+
 def _check(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
@@ -161,10 +173,15 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     elif tuple(lse.shape) != (B, Hq, N) or lse.dtype != torch.float32:
         raise ArgumentError(f"attention_fwd: 'lse' must be {(B, Hq, N)} float32, got {tuple(lse.shape)} {lse.dtype}")
     check_no_overlap("attention_fwd", {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
-    cfg = {**config_for(D), **config, "MASKED": mask is not None}
     shift, left, right = mask or (0, 0, 0)
+    args = (q, k, v, out, lse, scale, shift, left, right)
+    if config:
+        cfg = {**config_for(D), **config, "MASKED": mask is not None}
+    else:
+        cfg = attention_fwd_kernel.choose_config(candidates({"D": D, "MASKED": mask is not None}), *args,
+                                                 backend=backend)
     grid = (hk.cdiv(N, cfg["BM"]), Hq, B)
-    attention_fwd_kernel(q, k, v, out, lse, scale, shift, left, right, grid=grid, backend=backend, **cfg)
+    attention_fwd_kernel(*args, grid=grid, backend=backend, **cfg)
     return out, lse
 
 

@@ -27,6 +27,20 @@ def gemm_kernel(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 64, BN: hk.const
 
 
 DEFAULT_CONFIG = dict(BM=64, BN=64, BK=32, STAGES=2)
+# Candidate configurations over DEFAULT_CONFIG, largest first; {} is that portable baseline, which every
+# target takes. The backend picks per target (Backend.choose_config): cuda on sm_90a the first that runs
+# on TMA + wgmma.
+CONFIGS = (
+    dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
+    dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8),
+    {},
+)
+
+
+def candidates(consts: dict) -> list[dict]:
+    """The candidate configurations for a call with these consts (what `hk compile` and the wrapper pass
+    to choose_config)."""
+    return [{**DEFAULT_CONFIG, **consts, **c} for c in CONFIGS]
 
 
 def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16):
@@ -57,6 +71,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, o
     elif not out.is_floating_point() or out.dtype in (torch.float64,):
         raise ArgumentError(f"gemm: 'out' must be f32, bf16 or f16, got {out.dtype}")
     check_no_overlap("gemm", {"out": out}, {"a": a, "b": b})
+    if not config:
+        config = gemm_kernel.choose_config(candidates({}), a, b, out, backend=backend)
     cfg = {**DEFAULT_CONFIG, **config}
     grid = (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"]))
     gemm_kernel(a, b, out, grid=grid, backend=backend, **cfg)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..interface.backend import Backend, Target
-from ..interface.errors import ArgumentError
+from ..interface.errors import ArgumentError, UnsupportedError
 from ..interface.ir import Program
 from ..interface.kernel import KernelDef
 from ..interface.verify import verify
@@ -37,6 +37,7 @@ class Kernel(KernelDef):
         super().__init__(fn, num_warps=num_warps, name=name)
         self._artifacts: dict[tuple, Any] = {}
         self._launches: dict[tuple, tuple] = {}     # fast path: call signature -> (backend, artifact)
+        self._configs: dict[tuple, dict] = {}       # choose_config's answers
         _KERNELS.add(self)
 
     def __call__(self, *args, grid, backend=None, target: str | Target | None = None, stream=None, **kwargs):
@@ -97,6 +98,42 @@ class Kernel(KernelDef):
             selected = selection.select(backend, [v for v in runtime if isinstance(v, torch.Tensor)])
         return self.compile_for(prog, selected.backend, selection.target_for(selected, target))
 
+    def choose_config(self, candidates, *args, backend=None, target: str | Target | None = None) -> dict:
+        """The configuration (consts and num_warps) to call this kernel with on these arguments: among
+        `candidates` (dicts, the kernel's portable baseline last), those the selected backend's target
+        accepts, then the backend's choice (Backend.choose_config). Memoised per backend, target,
+        argument kinds and candidate list. `backend=` as for a call; a spec string may name a
+        compile-only target (`hk compile`)."""
+        candidates = tuple(dict(c) for c in candidates)
+        if isinstance(backend, str):
+            selected = selection.resolve(backend, require_runnable=False)
+        else:
+            selected = selection.select(backend, [a for a in args if isinstance(a, torch.Tensor)])
+        be = selected.backend
+        tgt = be.target(selection.target_for(selected, target))
+        sig = tuple((a.dtype, a.dim()) if isinstance(a, torch.Tensor) else type(a) for a in args)
+        key = (be.name, tgt.spec, sig, tuple(tuple(sorted(c.items())) for c in candidates))
+        with self._lock:
+            hit = self._configs.get(key)
+        if hit is not None:
+            return dict(hit)
+        ok = []
+        for cfg in candidates:
+            runtime, consts = self.bind(args, cfg)
+            prog = self._program(runtime, consts)
+            try:
+                verify(prog)
+                be.check(prog, tgt)
+            except UnsupportedError:
+                continue
+            ok.append((cfg, prog))
+        if not ok:
+            raise UnsupportedError(f"{self.name}: no candidate configuration fits {be.name} target {tgt.spec}")
+        choice = dict(be.choose_config(ok, tgt))
+        with self._lock:
+            self._configs[key] = choice
+        return dict(choice)
+
     def compile_for(self, prog: Program, be: Backend, target: str | Target | None = None):
         """compile_program, memoised per kernel by (backend, target, Program)."""
         tgt = be.target(target)
@@ -119,6 +156,7 @@ def _forget_choices() -> None:
         with k._lock:
             k._launches.clear()
             k._artifacts.clear()
+            k._configs.clear()
 
 
 registry._on_reset.append(_forget_choices)

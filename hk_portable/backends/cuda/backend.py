@@ -12,7 +12,7 @@ from ...codegen.abi import param_layout
 from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
-from . import archs, codegen, compiler, driver, emulator
+from . import archs, codegen, compiler, driver, emulator, schedule
 from .options import DEFAULT, CudaOptions
 
 EMIT_KINDS = ("source", "asm", "ptx", "sass")
@@ -91,6 +91,16 @@ class CudaBackend(Backend):
         return (f"nvrtc {nvrtc}; lib {codegen.library_hash()}; flags {' '.join(compiler.FLAGS)}; "
                 f"host {emulator.identity()}")
 
+    def choose_config(self, candidates, target: Target) -> dict:
+        if target.arch == "sm_90a" and not target.emulated:
+            for cfg, program in candidates:
+                if schedule.fast_path(program, target):
+                    return cfg
+        return super().choose_config(candidates, target)
+
+    def lowered(self, program, target: Target) -> str:
+        return schedule.describe(program, schedule.plan(program, target), target)
+
     def check(self, program, target: Target, options=None) -> None:
         self._options(target, options)
         codegen.check(program, target)
@@ -142,8 +152,11 @@ class CudaBackend(Backend):
     @staticmethod
     def _launch_info(emitted, shared: int) -> dict:
         fmt, size, params = param_layout(emitted.params)
-        return {"threads": emitted.num_threads, "block": (emitted.num_threads, 1, 1), "shared_bytes": shared,
+        info = {"threads": emitted.num_threads, "block": (emitted.num_threads, 1, 1), "shared_bytes": shared,
                 "params": params, "param_format": fmt, "param_size": size}
+        if emitted.extras.get("tma"):
+            info["tma"] = emitted.extras["tma"]       # tensor maps + flag after the params (tma.py)
+        return info
 
     def restore(self, artifact: Artifact, program) -> Artifact | None:
         """A cached Artifact is usable as is (the cubin or host library loads lazily at the first launch)."""

@@ -15,9 +15,16 @@ from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
 from ...interface.ir import Program, TileType
+from . import schedule, wgmma
 
 HEADER = Path(__file__).with_name("include") / "hk_cuda.cuh"
 MAX_WARPS = 16
+BUFFER_ALIGN = 1024     # shared buffers start on a 128-byte-swizzle atom: wgmma/TMA read the block layout there
+
+
+def base_slack(target: Target) -> int:
+    """Dynamic shared bytes reserved so smem_base() can round the window up to BUFFER_ALIGN (sm_90a)."""
+    return BUFFER_ALIGN if target.arch == "sm_90a" else 0
 
 
 LIBRARY = library.DeviceLibrary(HEADER, Path(__file__))
@@ -47,10 +54,60 @@ def scratch_bytes(program: Program, warps: int) -> int:
 
 class CudaEmitter(CStyleEmitter):
     lanes = 32
+    smem_align = BUFFER_ALIGN
 
     def __init__(self, target: Target, min_blocks: int | None = None):
         self.target = target
         self.min_blocks = min_blocks
+        self.plan = schedule.Plan()
+        self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
+
+    def emit(self, program: Program) -> EmittedKernel:
+        self.plan = schedule.plan(program, self.target)
+        return super().emit(program)
+
+    # ---- the schedule pass's decisions (schedule.py)
+    def extra_params(self) -> list[str]:
+        if not self.plan.uses_tma:
+            return []
+        maps = [f"const __grid_constant__ hk::tmap hk_tm{i}" for i in range(len(self.plan.tensor_maps))]
+        return maps + ["int hk_tma_ok"]
+
+    def launch_extras(self) -> dict:
+        return {"tma": [m.to_json() for m in self.plan.tensor_maps]} if self.plan.uses_tma else {}
+
+    def op_mma(self, op):
+        mode = self.plan.mma_modes.get(id(op), schedule.MMA_STANDALONE)
+        if mode == schedule.MMA_STANDALONE:
+            return super().op_mma(op)
+        a, b, c = op.operands
+        ta, tb = ("true" if op.attrs[k] else "false" for k in ("trans_a", "trans_b"))
+        self._result(op, f"hk::mma<{ta}, {tb}, {mode}>({{dst}}, {self.name(a)}, {self.name(b)}, {self.name(c)});")
+
+    def op_global_to_shared(self, op):
+        if self._tma_loads is None or id(op) not in self._tma_loads:
+            return super().op_global_to_shared(op)
+        st, gl, *idx = op.operands
+        self.line(f"hk::tma_load({self.name(st)}, hk_tm{self._tma_loads[id(op)]}, hk_bar, {self.args(idx)});")
+
+    def op_pipeline(self, op):
+        pp = self.plan.pipelines.get(id(op))
+        if pp is None or pp.schedule != "tma":
+            return super().op_pipeline(op)
+        n, *inits = op.operands
+        lreg, creg = op.regions
+        carry = self._carry_vars(op, inits)
+        uid = self.pipeline_uid(op)
+        self.load_lambda(f"hk_load{uid}", lreg)
+        self._tma_loads = pp.tma_loads
+        try:
+            self.load_lambda(f"hk_load_tma{uid}", lreg, ", hk::u64* hk_bar")
+        finally:
+            self._tma_loads = None
+        self.compute_lambda(f"hk_compute{uid}", creg, carry)
+        args = f"{op.attrs['stages']}, {pp.tx_bytes}, {'true' if pp.async_mma else 'false'}"
+        self.line(f"hk::pipeline_tma<{args}>({self.name(n)}, hk_tma_ok != 0, hk_load{uid}, hk_load_tma{uid}, "
+                  f"hk_compute{uid});")
 
     def num_threads(self, program: Program) -> int:
         return num_warps(program, self.target) * self.lanes
@@ -76,6 +133,7 @@ class CudaEmitter(CStyleEmitter):
             f"#define HK_TARGET_{arch.upper()} 1",
             "#define HK_SMEM_ARENA(name, bytes) unsigned char* name = hk::smem_base()",
             header_text(),
+            wgmma.render(program),
         ])
 
 
@@ -84,7 +142,7 @@ def emit(program: Program, target: Target, min_blocks: int | None = None) -> tup
     em = CudaEmitter(target, min_blocks)
     out = em.emit(program)
     warps = out.num_threads // em.lanes
-    return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps))
+    return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps)) + base_slack(target)
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -142,8 +200,8 @@ def _check_mma(op, target: Target) -> None:
 
 
 def _check_resources(program: Program, target: Target) -> None:
-    shared = resources.arena_bytes(program)
-    total = resources.shared_bytes(shared, scratch_bytes(program, num_warps(program, target)))
+    shared = resources.arena_bytes(program, BUFFER_ALIGN)
+    total = resources.shared_bytes(shared, scratch_bytes(program, num_warps(program, target))) + base_slack(target)
     if total > target.max_shared_bytes:
         raise UnsupportedError(
             f"cuda ({target.arch}): kernel '{program.name}' needs {total} bytes of shared memory "

@@ -13,7 +13,7 @@ import threading
 
 from ...codegen.abi import make_packer
 from ...interface.errors import ArgumentError
-from . import archs, emulator
+from . import archs, emulator, tma
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -168,17 +168,30 @@ class LaunchPlan(_Packing):
         if self.shared > DEFAULT_DYNAMIC_SMEM:
             driver.funcSetAttribute(self.func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
         self._init_packing(launch)
+        self.params = launch["params"]
+        self.maps = tma.TensorMaps(launch["tma"], self.size) if launch.get("tma") else None
+        if self.maps is not None:
+            self.size = self.maps.size                      # the maps and their flag follow the params
         self.tls = threading.local()                       # one parameter buffer per launching thread
         self.launch_kernel = driver.launchKernel
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     def _buffer(self):
-        """(buffer, address of its `extra` array): cuLaunchKernel copies the parameters at the call."""
+        """(buffer, kernelParams address, `extra` address, keep-alives): cuLaunchKernel copies the
+        parameters at the call. One packed buffer either way; a kernel with tensor maps (64-byte-aligned
+        parameters) gets a kernelParams array of pointers into it, which the driver takes where the
+        `extra` buffer form fails (H200, 2026-12-01: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
         buf = ctypes.create_string_buffer(max(self.size, 1))
+        if self.maps is not None:
+            base = ctypes.addressof(buf)
+            offsets = [p["offset"] for p in self.params] + self.maps.offsets()
+            ptrs = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
+            slot = self.tls.slot = (buf, ctypes.addressof(ptrs), 0, ptrs)
+            return slot
         size = ctypes.c_size_t(self.size)
         extra = (ctypes.c_void_p * 5)(CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buf),
                                       CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), CU_LAUNCH_PARAM_END)
-        slot = self.tls.slot = (buf, ctypes.addressof(extra), size, extra)
+        slot = self.tls.slot = (buf, 0, ctypes.addressof(extra), (size, extra))
         return slot
 
     def wrong_device(self, name: str, a, kernel_name: str) -> ArgumentError:
@@ -211,8 +224,10 @@ class LaunchPlan(_Packing):
         except AttributeError:
             slot = self._buffer()
         self._pack(args, slot[0], kernel_name)
+        if self.maps is not None:
+            self.maps.fill(args, slot[0])
         gx, gy, gz = grid
-        self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, 0, slot[1])
+        self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
 
     def unload(self) -> None:
         try:

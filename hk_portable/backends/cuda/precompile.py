@@ -43,13 +43,18 @@ class Capture(Backend):
 
 
 def library_programs() -> dict:
-    """name -> Program of every library kernel's example configuration."""
+    """name -> Program of every library kernel's example configuration, plus `name@i` for each other
+    candidate configuration a kernel module offers (`candidates(consts)`: what a target's choice may
+    launch; the last is the baseline)."""
     from ... import kernels
     out = {}
     for name in sorted(kernels.KERNELS):
         module, kern = kernels.load(name)
         args, consts = module.example_args()
         out[name] = kern.trace(*args, **consts)
+        offered = module.candidates(consts) if callable(getattr(module, "candidates", None)) else []
+        for i, cfg in enumerate(offered[:-1]):
+            out[f"{name}@{i}"] = kern.trace(*args, **cfg)
     return out
 
 
@@ -84,7 +89,8 @@ def _compile(job):
     except Exception as e:  # noqa: BLE001 - reported with the kernel's name
         return {"name": name, "arch": arch, "error": f"{type(e).__name__}: {str(e)[:3000]}"}
     return {"name": name, "arch": arch, "error": None, "resources": art.resources, "seconds": time.perf_counter() - t0,
-            "mma": "mma.sync.aligned.m16n8k16" in (art.asm or ""),
+            "mma": "mma.sync.aligned.m16n8k16" in (art.asm or "") or "wgmma.mma_async" in (art.asm or ""),
+            "wgmma": "wgmma.mma_async" in (art.asm or ""), "tma": "cp.async.bulk.tensor" in (art.asm or ""),
             "cp_async": "cp.async.cg.shared.global" in (art.asm or ""),
             "pipeline": "pipeline" in program.opcodes(), "has_mma": "mma" in program.opcodes(),
             "cubin": len(art.binary or b"")}

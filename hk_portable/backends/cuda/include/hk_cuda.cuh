@@ -15,9 +15,14 @@
 //               The same layout is the A-operand fragment of a bf16/f16 tile (two column blocks per k16).
 //   rv<T,N,ROW> the rows a lane holds in rt<_,N,_>: two per slot (g, g+8).
 //   rv<T,N,COL> the columns a lane holds in rt<_,_,N>: two per column block; replicated in all warps.
-//   st<T,R,C>   row-major, 16-byte chunks XOR-swizzled inside each 128-byte line (row bytes <= 128:
-//               line index; wider power-of-two rows: row index), so ldmatrix and cp.async are free
-//               of bank conflicts and the swizzle never leaves the R*C*sizeof(T) footprint.
+//   st<T,R,C>   rows of whole 128-byte lines: column blocks of R x 128 bytes with the 128-byte swizzle
+//               (the SWIZZLE_128B layout of wgmma and TMA); other rows: row-major, 16-byte chunks
+//               XOR-swizzled inside each 128-byte line. ldmatrix and cp.async are free of bank conflicts
+//               and the swizzle never leaves the R*C*sizeof(T) footprint. Shared buffers are 1024-aligned.
+//   mma         mma.sync m16n8k16 from fragments; on sm_90a, when both operands are shared tiles in the
+//               swizzled block layout and the warps form whole warpgroups over 64-row slices of the
+//               accumulator, wgmma m64nNk16 from shared-memory descriptors (wgmma.cuh). The rt layout
+//               above is the wgmma accumulator layout, so nothing moves between the two.
 //
 // Schedules: hk::pipeline<S> runs the sm_80 cp.async ring (pipeline_cp_async). A Hopper schedule
 // (TMA producer warp + wgmma consumers, mbarriers) slots in as another specialisation of
@@ -48,8 +53,10 @@
 #include "hk_cuda/shared_register.cuh"
 #include "hk_cuda/elementwise.cuh"
 #include "hk_cuda/reductions.cuh"
+#include "hk_cuda/wgmma.cuh"
 #include "hk_cuda/mma.cuh"
 #include "hk_cuda/masks.cuh"
 // schedules
 #include "hk_cuda/pipelines.cuh"
+#include "hk_cuda/tma.cuh"
 #endif  // HK_DEVICE_COMPILE

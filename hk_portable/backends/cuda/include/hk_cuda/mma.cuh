@@ -1,5 +1,5 @@
 // hk_cuda/mma.cuh -- matrix multiply-accumulate: fragments from shared or register operands,
-// mma.sync m16n8k16 with f32 accumulation.
+// mma.sync m16n8k16 with f32 accumulation (wgmma on sm_90a where the operands allow: wgmma.cuh).
 namespace hk {
 
 // ============================================================================================= mma
@@ -81,7 +81,9 @@ HK_DEV void mma_core(rt<float, M, N>& dst, const AOp& a, const BOp& b, int K) {
 }
 
 // dst = acc + op(a) op(b): f32 accumulation with mma.sync m16n8k16 (bf16 or f16 operands)
-template <bool TA, bool TB, int M, int N, class AOp, class BOp>
+// MODE (schedule.py): 0 standalone; 1 staged (operands are stages a pipeline has published); 2 staged and
+// asynchronous (a wgmma is left in flight for the pipeline to retire). mma.sync ignores it.
+template <bool TA, bool TB, int MODE = 0, int M, int N, class AOp, class BOp>
 HK_DEV void mma(rt<float, M, N>& dst, const AOp& a, const BOp& b, const rt<float, M, N>& acc) {
     typedef operand<AOp> OA;
     typedef operand<BOp> OB;
@@ -108,6 +110,12 @@ HK_DEV void mma(rt<float, M, N>& dst, const AOp& a, const BOp& b, const rt<float
         sync();
         mma_core<TA, TB, T>(dst, a, bs, K);
     } else {
+#ifdef HK_WGMMA
+        if constexpr (wgmma_fits<TA, TB, M, N, AOp, BOp>::value) {
+            mma_wgmma<TA, TB, K, MODE>(dst, a, b);
+            return;
+        }
+#endif
         mma_core<TA, TB, T>(dst, a, b, K);
     }
 }

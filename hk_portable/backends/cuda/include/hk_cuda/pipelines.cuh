@@ -1,22 +1,38 @@
-// hk_cuda/pipelines.cuh -- schedules: hk::pipeline<S> (the sm_80 cp.async ring).
+// hk_cuda/pipelines.cuh -- schedules: hk::pipeline<S> (the cp.async ring; sm_90a's TMA schedule: tma.cuh).
 namespace hk {
 
 // ======================================================================================== pipeline
 namespace detail {
+// After a stage's copies landed: make them visible to every thread (and, on sm_90a, to the async proxy
+// that wgmma reads shared memory through: staged mma ops take no barrier of their own).
+HK_DEV void publish() {
+#ifdef HK_WGMMA
+    fence_proxy_async();
+#endif
+    sync();
+}
+// After compute(i): an async wgmma chain (schedule.py's MMA_ASYNC) must retire before the next load
+// overwrites the stage it reads; this ring refills a stage one step after computing on it.
+HK_DEV void retire() {
+#ifdef HK_WGMMA
+    wgmma_wait<0>();
+#endif
+}
 // sm_80+: a ring of S shared stages filled by cp.async, S-1 loads in flight ahead of the compute.
 // The barrier at the top of each step both publishes stage i and retires compute(i-1), whose stage
 // the next load overwrites.
 template <int S> struct pipeline_cp_async {
     template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
-        sync();                                             // earlier readers of the stage buffers
+        publish();                                          // earlier readers of the stages; earlier writes
         if constexpr (S == 1) {
             for (int i = 0; i < n; ++i) {
                 if (i) sync();
                 load(i, 0);
                 async_commit();
                 async_wait<0>();
-                sync();
+                publish();
                 compute(i, 0);
+                retire();
             }
         } else {
 #pragma unroll
@@ -26,11 +42,12 @@ template <int S> struct pipeline_cp_async {
             }
             for (int i = 0; i < n; ++i) {
                 async_wait<S - 2>();
-                sync();
+                publish();
                 const int nx = i + S - 1;
                 if (nx < n) load(nx, nx % S);
                 async_commit();
                 compute(i, i % S);
+                retire();
             }
         }
         async_wait<0>();

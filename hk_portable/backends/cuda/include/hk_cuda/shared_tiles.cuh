@@ -1,5 +1,5 @@
-// hk_cuda/shared_tiles.cuh -- shared tiles st<T, R, C> (row-major, 16-byte chunks XOR-swizzled), staged
-// buffers sbuf, and the library's scratch area past the kernel's shared buffers.
+// hk_cuda/shared_tiles.cuh -- shared tiles st<T, R, C> (128-byte column blocks or row-major, 16-byte
+// chunks XOR-swizzled), staged buffers sbuf, and the library's scratch area past the kernel's buffers.
 namespace hk {
 
 HK_HD constexpr bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -8,12 +8,19 @@ template <class T, int R, int C> struct st {
     typedef T dtype;
     static constexpr int ROWS = R, COLS = C;
     static constexpr int ROWB = C * (int)sizeof(T), BYTES = R * ROWB;
-    // 1: XOR the 16-byte chunk with the 128-byte line index; 2: with the row (rows wider than 128 B)
+    // BLOCKED (rows of whole 128-byte lines, R % 8 == 0): ROWB/128 column blocks of R x 128 bytes, each with
+    // the 128-byte swizzle (16-byte chunk ^= row % 8). That is the canonical SWIZZLE_128B layout that wgmma
+    // descriptors and TMA read and write (the tile base 1024-aligned), and ldmatrix/cp.async stay free of
+    // bank conflicts. Otherwise: row-major, the chunk XORed with the 128-byte line index (SWZ 1) or, for
+    // wider power-of-two rows, with the row (SWZ 2).
+    static constexpr bool BLOCKED = ROWB % 128 == 0 && R % 8 == 0;
     static constexpr int SWZ = (is_pow2(ROWB) && ROWB >= 16 && BYTES % 128 == 0) ? (ROWB <= 128 ? 1 : 2) : 0;
     static constexpr bool CHUNKED = ROWB % 16 == 0;      // rows made of whole 16-byte chunks
     unsigned char* ptr;
     static HK_DEV int offset(int r, int c) {
-        int o = r * ROWB + c * (int)sizeof(T);
+        const int b = c * (int)sizeof(T);
+        if constexpr (BLOCKED) return ((b >> 7) * R + r) * 128 + ((b & 127) ^ ((r & 7) << 4));
+        int o = r * ROWB + b;
         if (SWZ == 1) o ^= ((o >> 7) & 7) << 4;
         if (SWZ == 2) o ^= (r & 7) << 4;
         return o;

@@ -1,0 +1,69 @@
+"""Attention forward tile configurations on this GPU: each checked against float64 on ragged masked shapes,
+then timed against SDPA (cuDNN) at B4 H16 N4096 with hk bench's two timing methods. Seeds the candidate
+order in kernels/attention.py (CONFIGS) and checks what each lowers to on sm_90a.
+
+    python benchmarks/attention_configs.py --json attention_configs.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+CONFIGS = [dict(BM=64, BN=32, STAGES=2, num_warps=4), dict(BM=64, BN=64, STAGES=2, num_warps=4),
+           dict(BM=128, BN=64, STAGES=2, num_warps=8), dict(BM=128, BN=128, STAGES=2, num_warps=8),
+           dict(BM=128, BN=64, STAGES=3, num_warps=8)]
+
+
+def check(cfg, d) -> float:
+    from hk_portable.kernels import attention
+    worst = 0.0
+    for (B, hq, hkv, n, nkv, causal, align) in ((1, 2, 1, 77, 77, True, None), (2, 4, 2, 130, 200, True, "bottom_right"),
+                                               (1, 2, 2, 300, 300, False, None)):
+        q = torch.randn(B, hq, n, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, hkv, nkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out = torch.full_like(q, float("nan"))
+        attention.attention_fwd(q, k, v, causal=causal, align=align, out=out, backend="cuda", **cfg)
+        ref, _ = attention.reference(q, k, v, causal=causal, align=align)
+        worst = max(worst, float((out.double() - ref).abs().max() / ref.abs().max()))
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="attention_configs.json")
+    ap.add_argument("--budget", type=float, default=0.5)
+    args = ap.parse_args()
+    from hk_portable.bench import time_fn
+    from hk_portable.kernels import attention
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows, t0 = [], time.time()
+    B, H, N = 4, 16, 4096
+    for d in (64, 128):
+        qs = [[torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)] for _ in range(2)]
+        for causal in (False, True):
+            fl = 4.0 * B * H * N * N * d / (2 if causal else 1)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                tb = time_fn(lambda i: torch.nn.functional.scaled_dot_product_attention(*qs[i], is_causal=causal),
+                             2, "cuda", args.budget)
+            for cfg in CONFIGS:
+                row = dict(cfg, D=d, causal=causal, sdpa_tflops=round(fl / tb.ms / 1e9, 1))
+                try:
+                    row["max_rel_err"] = check(cfg, d)
+                    out = torch.empty_like(qs[0][0])
+                    t = time_fn(lambda i: attention.attention_fwd(*qs[i], causal=causal, out=out, backend="cuda", **cfg),
+                                2, "cuda", args.budget)
+                    row.update(tflops=round(fl / t.ms / 1e9, 1), ratio=round(tb.ms / t.ms, 3), agree=bool(t.agree and tb.agree))
+                except Exception as e:  # noqa: BLE001 - a refused config is a result
+                    row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                rows.append(row)
+                print(row, flush=True)
+    with open(args.json, "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
+                   "seconds": round(time.time() - t0, 1), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

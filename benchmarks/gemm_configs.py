@@ -1,0 +1,88 @@
+"""GEMM tile configurations on this GPU: each checked against float64 on ragged shapes, then timed against
+cuBLAS (torch.matmul) at the benchmark sizes with hk bench's two timing methods. A measurement that seeds
+the cuda backend's per-target defaults and checks the schedule a config lowers to (wgmma on sm_90a).
+
+    python benchmarks/gemm_configs.py --json gemm_configs.json [--sizes 4096,8192]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+CONFIGS = [  # (BM, BN, BK, STAGES, warps); on sm_90a the 64-wide-K ones lower to TMA + wgmma
+    (64, 64, 32, 2, 4),
+    (128, 256, 64, 4, 8),
+    (128, 256, 64, 3, 8),
+    (256, 128, 64, 4, 8),
+    (128, 128, 64, 5, 8),
+    (128, 128, 64, 4, 4),
+    (64, 256, 64, 4, 4),
+    (128, 192, 64, 4, 8),
+]
+CHECK_SHAPES = [(300, 520, 256), (129, 257, 200), (1000, 1000, 1000)]
+
+
+def _cfg(c):
+    bm, bn, bk, s, w = c
+    return dict(BM=bm, BN=bn, BK=bk, STAGES=s, num_warps=w)
+
+
+def check(cfg, dtype) -> float:
+    from hk_portable.kernels.gemm import gemm
+    worst = 0.0
+    for M, N, K in CHECK_SHAPES:
+        a = torch.randn(M, K, device="cuda", dtype=dtype)
+        b = torch.randn(K, N, device="cuda", dtype=dtype)
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+        gemm(a, b, out, backend="cuda", **cfg)
+        ref = a.double() @ b.double()
+        err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+        worst = max(worst, err if err == err else float("inf"))
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="gemm_configs.json")
+    ap.add_argument("--sizes", default="4096,8192")
+    ap.add_argument("--budget", type=float, default=0.5)
+    args = ap.parse_args()
+    from hk_portable.bench import time_fn
+    from hk_portable.kernels.gemm import gemm
+    rows, t0 = [], time.time()
+    for c in CONFIGS:
+        cfg = _cfg(c)
+        row = dict(cfg)
+        try:
+            tc = time.time()
+            row["max_rel_err_bf16"] = check(cfg, torch.bfloat16)
+            row["max_rel_err_f16"] = check(cfg, torch.float16)
+            row["check_s"] = round(time.time() - tc, 1)
+        except Exception as e:  # noqa: BLE001 - a refused config is a result
+            row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            rows.append(row)
+            print(row, flush=True)
+            continue
+        for n in map(int, args.sizes.split(",")):
+            a = [torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+            b = [torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+            out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+            t = time_fn(lambda i: gemm(a[i], b[i], out, backend="cuda", **cfg), 2, "cuda", args.budget)
+            tb = time_fn(lambda i: torch.matmul(a[i], b[i], out=out), 2, "cuda", args.budget)
+            fl = 2.0 * n ** 3
+            row[f"tflops_{n}"] = round(fl / t.ms / 1e9, 1)
+            row[f"cublas_{n}"] = round(fl / tb.ms / 1e9, 1)
+            row[f"ratio_{n}"] = round(tb.ms / t.ms, 3)
+            row[f"agree_{n}"] = bool(t.agree and tb.agree)
+        rows.append(row)
+        print(row, flush=True)
+    with open(args.json, "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
+                   "seconds": round(time.time() - t0, 1), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+// hk_cuda/tma.cuh -- Hopper (sm_90a) bulk tensor copies: tensor maps passed as kernel parameters,
+// mbarriers with transaction counts, and the TMA pipeline schedule (schedule.py decides which pipelines
+// take it; the cp.async ring in pipelines.cuh stays the fallback compiled into the same kernel).
+namespace hk {
+
+#ifdef HK_TARGET_SM_90A
+// CUtensorMap: 128 opaque bytes, 64-byte aligned, encoded on the host (tma.py) and passed by value as a
+// __grid_constant__ kernel parameter, so its generic address is valid for cp.async.bulk.tensor.
+struct alignas(64) tmap { unsigned long long opaque[16]; };
+
+HK_DEV void mbar_init(u64* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+HK_DEV void mbar_inval(u64* bar) {
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// makes the initialised barriers visible to the async proxy (the TMA unit) before first use
+HK_DEV void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// one arrival that also expects `bytes` of transactions in this phase
+HK_DEV void mbar_expect_tx(u64* bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+HK_DEV bool mbar_try_wait(u64* bar, int parity) {
+    u32 done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    return done != 0;
+}
+HK_DEV void mbar_wait(u64* bar, int parity) {
+    while (!mbar_try_wait(bar, parity)) {}
+}
+
+// One box (coordinates innermost first, in elements) into shared memory, completing on `bar`.
+template <int RANK> HK_DEV void tma_box(void* dst, const tmap& tm, u64* bar, const int (&c)[RANK]) {
+    const u32 d = smem_addr(dst), b = smem_addr(bar);
+    const unsigned long long m = reinterpret_cast<unsigned long long>(&tm);
+    if constexpr (RANK == 2)
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                     ::"r"(d), "l"(m), "r"(c[0]), "r"(c[1]), "r"(b) : "memory");
+    else if constexpr (RANK == 3)
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+                     ::"r"(d), "l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(b) : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                     ::"r"(d), "l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(b) : "memory");
+}
+
+// GL -> ST by TMA (one thread): the tile at tile index idx... (the indices of hk::load), one box per
+// 128-byte column block of the st layout. Out-of-bounds elements, leading indices included, read 0:
+// the tensor map's bounds do what origin's row_ok/col_ok do for cp.async.
+template <class T, int R, int C, class... I>
+HK_DEV void tma_load(const st<T, R, C>& dst, const tmap& tm, u64* bar, I... idx) {
+    static_assert(st<T, R, C>::BLOCKED && sizeof(T) == 2, "TMA loads fill 16-bit tiles of the block layout");
+    constexpr int RANK = sizeof...(I), BLOCK_COLS = 128 / (int)sizeof(T);
+    const int ix[RANK] = {idx...};
+    int c[RANK];
+#pragma unroll
+    for (int d = 0; d < RANK - 2; ++d) c[RANK - 1 - d] = ix[d];   // leading dims, outermost last
+    c[1] = ix[RANK - 2] * R;
+#pragma unroll
+    for (int j = 0; j < C / BLOCK_COLS; ++j) {
+        c[0] = ix[RANK - 1] * C + j * BLOCK_COLS;
+        tma_box<RANK>(dst.ptr + j * R * 128, tm, bar, c);
+    }
+}
+
+namespace detail {
+// S stages, each with a full-barrier that thread 0 arms with the stage's byte count before issuing its
+// copies; everyone waits on the barrier's phase. After compute(i) (and, for an async mma chain, once
+// wgmma group i-1 has retired) one block barrier frees stage (i-1) % S, which thread 0 refills with
+// step i + S - 1: S-1 stages in flight, one wgmma group in flight, one barrier per step.
+template <int S, int TX, bool ASYNC> struct pipeline_tma {
+    static_assert(S >= 2, "the TMA schedule prefetches S - 1 stages (schedule.py gives it 2 or more)");
+    template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
+        __shared__ u64 full[S];
+        fence_proxy_async();                       // generic writes before the pipeline, then publish
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
+            fence_mbar_init();
+        }
+        sync();
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int p = 0; p < S - 1; ++p)
+                if (p < n) { mbar_expect_tx(&full[p], TX); load(p, p, &full[p]); }
+        }
+        for (int i = 0; i < n; ++i) {
+            const int s = i % S;
+            mbar_wait(&full[s], (i / S) & 1);
+            compute(i, s);
+            if constexpr (ASYNC) wgmma_wait<1>();
+            sync();                                // every warpgroup is done with stage (i - 1) % S
+            const int nx = i + S - 1;
+            if (threadIdx.x == 0 && nx < n) {
+                const int t = nx % S;
+                mbar_expect_tx(&full[t], TX);
+                load(nx, t, &full[t]);
+            }
+        }
+        wgmma_wait<0>();
+        sync();                                    // later code may reuse the buffers
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int s = 0; s < S; ++s) mbar_inval(&full[s]);
+        }
+    }
+};
+}  // namespace detail
+
+// Run on TMA when the launch encoded every tensor map (use_tma), else on the cp.async ring.
+template <int S, int TX, bool ASYNC, class L, class LT, class C>
+HK_DEV void pipeline_tma(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {
+    if (use_tma) detail::pipeline_tma<S, TX, ASYNC>::run(n, load_tma, compute);
+    else pipeline<S>(n, load, compute);
+}
+#endif  // HK_TARGET_SM_90A
+
+}  // namespace hk

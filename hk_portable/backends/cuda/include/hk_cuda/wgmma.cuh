@@ -1,0 +1,115 @@
+// hk_cuda/wgmma.cuh -- Hopper (sm_90a) warpgroup mma from shared memory: matrix descriptors of the st
+// block layout (SWIZZLE_128B), the fences and the group wait. The instruction itself, one per
+// accumulator width N and dtype, is rendered by the cuda codegen for the widths a kernel uses
+// (backends/cuda/wgmma.py: `wgmma_op<T, N>::run<TRANS_A, TRANS_B>(d, desc_a, desc_b)`).
+namespace hk {
+
+#ifdef HK_TARGET_SM_90A
+#define HK_WGMMA 1
+typedef unsigned long long u64;
+
+template <class T, int N> struct wgmma_op;     // rendered per (dtype, N) by the codegen: A from shared
+template <class T, int N> struct wgmma_op_rs;  // A from registers
+
+HK_DEV void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+HK_DEV void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> HK_DEV void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// orders this thread's generic-proxy shared writes (cp.async, st.shared) before async-proxy reads (wgmma)
+HK_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// A matrix descriptor (PTX ISA, "matrix descriptor format"): start address, leading and stride byte
+// offsets (all >> 4) and the swizzle mode (1: 128B). The start may sit inside a swizzle atom (a k-step
+// 32 bytes into a 128-byte line); the tile base is 1024-aligned, so the base-offset field stays 0.
+HK_DEV u64 gmma_desc(const unsigned char* p, int lbo, int sbo) {
+    return (u64)((smem_addr(p) & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+}
+// K-major operand (tile rows: M or N; columns: K): rows from row0, k-step kk (16 elements = 32 bytes).
+// 8-row groups are 1024 bytes apart (SBO); the leading offset is unused with this swizzle.
+template <class T, int R, int C> HK_DEV u64 desc_k_major(const st<T, R, C>& s, int row0, int kk) {
+    const int kb = kk * 16 * (int)sizeof(T);
+    return gmma_desc(s.ptr + ((kb >> 7) * R + row0) * 128 + (kb & 127), 16, 1024);
+}
+// MN-major operand (tile rows: K; columns: M or N): columns from col0, k-step kk (16 rows of 128 bytes).
+// 64-element column blocks are R*128 bytes apart (LBO), 8-row groups of K 1024 bytes (SBO).
+template <class T, int R, int C> HK_DEV u64 desc_mn_major(const st<T, R, C>& s, int col0, int kk) {
+    return gmma_desc(s.ptr + (((col0 * (int)sizeof(T)) >> 7) * R + kk * 16) * 128, R * 128, 1024);
+}
+
+// Whether mma(dst, a, b) runs as wgmma: shared operands in the block layout, whole warpgroups, each
+// accumulator slot a 64-row slice held by the four warps of one warpgroup (rt's layout gives that when
+// M % 64 == 0), N a wgmma width, and an MN-major B spanning whole 64-column blocks.
+template <bool TA, bool TB, int M, int N, class AOp, class BOp> struct wgmma_fits {
+    static constexpr bool value = false;
+};
+template <bool TA, bool TB, int M, int N, class T, int AR, int AC, int BR, int BC>
+struct wgmma_fits<TA, TB, M, N, st<T, AR, AC>, st<T, BR, BC>> {
+    static constexpr bool value = NUM_WARPS % 4 == 0 && M % 64 == 0 && N % 8 == 0 && N <= 256 &&
+                                  st<T, AR, AC>::BLOCKED && st<T, BR, BC>::BLOCKED;
+};
+
+// Register A (not transposed): the rt's fragments are mma.sync's A layout per warp, which is what wgmma
+// takes from registers; B a shared tile in the block layout.
+template <bool TA, bool TB, int M, int N, class T, int AR, int AC, int BR, int BC>
+struct wgmma_fits<TA, TB, M, N, rt<T, AR, AC>, st<T, BR, BC>> {
+    static constexpr bool value = !TA && NUM_WARPS % 4 == 0 && M % 64 == 0 && N % 8 == 0 && N <= 256 &&
+                                  st<T, BR, BC>::BLOCKED;
+};
+
+// dst += op(a) op(b) for K/16 k-steps: each warpgroup issues one m64nNk16 per k-step and slot.
+// MODE 0: the operands may have just been written by any thread (generic proxy): fence and barrier first.
+// MODE 1/2: a pipeline published them. MODE 2 leaves the group in flight (the pipeline retires it).
+template <bool TA, bool TB, int K, int MODE, class T, int M, int N, int AR, int AC, int BR, int BC>
+HK_DEV void mma_wgmma(rt<float, M, N>& dst, const st<T, AR, AC>& a, const st<T, BR, BC>& b) {
+    typedef rt<float, M, N> ACC;
+    if constexpr (MODE == 0) {
+        fence_proxy_async();
+        sync();
+    }
+    wgmma_fence();                                       // the accumulator registers were just written
+#pragma unroll
+    for (int k = 0; k < ACC::SLOTS; ++k) {
+        if (!ACC::L::valid(k)) continue;                 // uniform per warpgroup (M % 64 == 0)
+        const int row0 = (ACC::L::block(k) >> 2) * 64;
+        float* d = &dst.d[ACC::idx(k, 0, 0)];
+#pragma unroll
+        for (int kk = 0; kk < K / 16; ++kk) {
+            const u64 da = TA ? desc_mn_major(a, row0, kk) : desc_k_major(a, row0, kk);
+            const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
+            wgmma_op<T, N>::template run<TA ? 1 : 0, TB ? 0 : 1>(d, da, db);
+        }
+    }
+    wgmma_commit();
+    if constexpr (MODE != 2) wgmma_wait<0>();
+}
+#endif  // HK_TARGET_SM_90A
+
+}  // namespace hk
+
+namespace hk {
+#ifdef HK_TARGET_SM_90A
+// The register-A form (TA is false: wgmma_fits). a_frag_rt (mma.cuh) is found at instantiation (ADL).
+template <bool TA, bool TB, int K, int MODE, class T, int M, int N, int AR, int AC, int BR, int BC>
+HK_DEV void mma_wgmma(rt<float, M, N>& dst, const rt<T, AR, AC>& a, const st<T, BR, BC>& b) {
+    typedef rt<float, M, N> ACC;
+    if constexpr (MODE == 0) {
+        fence_proxy_async();
+        sync();
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < ACC::SLOTS; ++k) {
+        if (!ACC::L::valid(k)) continue;
+        float* d = &dst.d[ACC::idx(k, 0, 0)];
+#pragma unroll
+        for (int kk = 0; kk < K / 16; ++kk) {
+            u32 af[4];
+            a_frag_rt(af, a, k, kk);
+            const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
+            wgmma_op_rs<T, N>::template run<TB ? 0 : 1>(d, af, db);
+        }
+    }
+    wgmma_commit();
+    if constexpr (MODE != 2) wgmma_wait<0>();
+}
+#endif  // HK_TARGET_SM_90A
+}  // namespace hk

@@ -1,0 +1,235 @@
+"""The cuda backend's schedule pass: which pipeline runs on which schedule, and how each mma is issued.
+
+The kernel only says *what* a pipeline does (a load region filling shared stages, a compute region
+consuming them); this pass decides *how* on each target, from the Program alone:
+
+  * ``cp_async``: the ring every target runs (sm_80 and the fallback on sm_90a): all threads issue
+    16-byte cp.async copies, S-1 stages ahead, one block barrier per step.
+  * ``tma`` (sm_90a, two stages or more): every load of the pipeline is a whole-tile global -> shared
+    copy into a tile of the 128-byte-swizzled block layout, so one thread issues TMA copies (cp.async.bulk.tensor) that complete
+    on an mbarrier per stage; nobody else spends an instruction on loads. The host encodes one tensor map
+    per (tensor, box) (tma.py). A launch whose tensors TMA cannot describe (an unaligned base or stride,
+    a non-unit inner stride) runs the cp.async ring compiled into the same kernel.
+
+and for each mma inside a pipeline's compute whose shared operands the pipeline has published (MMA_STAGED:
+its stages, and buffers written only before it) the mma needs no barrier of its own; when the
+compute region is a pure accumulator chain (the mma's result is only the carry of the next step), the
+wgmma is left in flight (MMA_ASYNC) and the pipeline waits for it one step later, overlapping the
+tensor cores with the next stage's wait. Everything else is MMA_STANDALONE.
+
+`plan(program, target)` returns the decisions; `describe(plan)` prints them (`hk compile --emit lowered`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...interface.backend import Target
+from ...interface.ir import GlobalType, Op, Program, TileType, Value
+
+MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
+TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
+TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
+
+
+@dataclass(frozen=True)
+class TmaLoad:
+    """One tensor map: kernel parameter `param` (index in Program order) read in boxes of
+    box_rows x box_cols elements (box_cols * itemsize == 128 bytes)."""
+    param: int
+    rank: int
+    dtype: str
+    box_rows: int
+    box_cols: int
+
+    def to_json(self) -> dict:
+        return {"param": self.param, "rank": self.rank, "dtype": self.dtype, "box_rows": self.box_rows,
+                "box_cols": self.box_cols}
+
+
+@dataclass
+class PipelinePlan:
+    schedule: str                                   # "cp_async" or "tma"
+    tma_loads: dict[int, int] = field(default_factory=dict)   # global_to_shared op id -> tensor map index
+    tx_bytes: int = 0                               # bytes one stage's TMA copies deliver
+    async_mma: bool = False
+
+
+@dataclass
+class Plan:
+    pipelines: dict[int, PipelinePlan] = field(default_factory=dict)      # pipeline op id -> plan
+    mma_modes: dict[int, int] = field(default_factory=dict)               # mma op id -> MMA_*
+    tensor_maps: list[TmaLoad] = field(default_factory=list)
+
+    @property
+    def uses_tma(self) -> bool:
+        return bool(self.tensor_maps)
+
+
+def plan(program: Program, target: Target) -> Plan:
+    out = Plan()
+    if target.arch != "sm_90a":
+        return out
+    producers = {r.id: op for op in program.body.walk() for r in op.results}
+    params = {v.id: i for i, v in enumerate(program.body.args)}
+    for op in program.body.walk():
+        if op.opcode == "pipeline":
+            out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
+    return out
+
+
+def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> PipelinePlan:
+    lreg, creg = op.regions
+    staged = _staged_buffers(lreg, producers)
+    written = _written_buffers(op, producers) - staged
+    pp = PipelinePlan("cp_async")
+    for mma in (o for o in creg.walk() if o.opcode == "mma"):
+        if all(_published(v, producers, staged, written) for v in mma.operands[:2]):
+            out.mma_modes[id(mma)] = MMA_STAGED
+    if _is_accumulator_chain(creg, producers):
+        (mma,) = [o for o in creg.ops if o.opcode == "mma"]
+        if out.mma_modes.get(id(mma)) == MMA_STAGED:
+            out.mma_modes[id(mma)] = MMA_ASYNC
+            pp.async_mma = True
+    # one stage has nothing to prefetch: its copy would be waited on right after issue (the ring does that)
+    loads = _tma_loads(lreg, producers, params) if op.attrs["stages"] >= 2 else None
+    if loads is not None:
+        pp.schedule = "tma"
+        for g2s, spec in loads:
+            if spec not in out.tensor_maps:
+                out.tensor_maps.append(spec)
+            pp.tma_loads[id(g2s)] = out.tensor_maps.index(spec)
+            t = g2s.operands[0].type
+            pp.tx_bytes += t.rows * t.cols * t.dtype.itemsize
+    return pp
+
+
+def _stage_buffer(v: Value, producers: dict) -> int | None:
+    """The alloc_shared op id whose stage `v` is, if it is one."""
+    op = producers.get(v.id)
+    if op is None or op.opcode != "shared_stage":
+        return None
+    buf = producers.get(op.operands[0].id)
+    return id(buf) if buf is not None else None
+
+
+def _buffer(v: Value, producers: dict) -> int | None:
+    """The alloc_shared op id behind a shared tile value (a stage of it, or the buffer itself)."""
+    op = producers.get(v.id)
+    if op is not None and op.opcode == "alloc_shared":
+        return id(op)
+    return _stage_buffer(v, producers)
+
+
+def _written_buffers(pipe: Op, producers: dict) -> set[int]:
+    """Buffers some op inside the pipeline writes (loads into stages, register stores)."""
+    return {b for o in pipe.regions[0].walk() if o.opcode in ("global_to_shared", "register_to_shared")
+            for b in [_buffer(o.operands[0], producers)] if b is not None} | \
+           {b for o in pipe.regions[1].walk() if o.opcode in ("global_to_shared", "register_to_shared")
+            for b in [_buffer(o.operands[0], producers)] if b is not None}
+
+
+def _published(v: Value, producers: dict, staged: set[int], written: set[int]) -> bool:
+    """Whether the pipeline has made operand `v` visible to wgmma by the time compute reads it: a register
+    tile, a stage its loads fill (published each step), or a buffer written only before the pipeline
+    (published by the pipeline's first barrier)."""
+    if isinstance(v.type, TileType) and v.type.space == "rt":
+        return True
+    b = _buffer(v, producers)
+    return b is not None and (b in staged or b not in written)
+
+
+def _staged_buffers(lreg, producers: dict) -> set[int]:
+    """Buffers the load region fills (global_to_shared destinations)."""
+    out = set()
+    for o in lreg.walk():
+        if o.opcode == "global_to_shared":
+            b = _stage_buffer(o.operands[0], producers)
+            if b is not None:
+                out.add(b)
+    return out
+
+
+def _is_accumulator_chain(creg, producers: dict) -> bool:
+    """The compute region is stage views + one mma whose accumulator is the carry and whose result is
+    the only yield, so nothing reads the accumulator before the next step's mma."""
+    kinds = [o.opcode for o in creg.ops]
+    if kinds.count("mma") != 1 or any(k not in ("mma", "shared_stage") for k in kinds):
+        return False
+    (mma,) = [o for o in creg.ops if o.opcode == "mma"]
+    carry = creg.args[2:]
+    return (len(carry) == 1 and mma.operands[2] is carry[0] and list(creg.yields) == [mma.result])
+
+
+def _tma_loads(lreg, producers: dict, params: dict) -> list[tuple[Op, TmaLoad]] | None:
+    """The TMA form of every load in the region, or None when one of them has none."""
+    loads = []
+    for o in lreg.walk():
+        if o.opcode in ("global_to_shared",):
+            spec = _tma_spec(o, producers, params)
+            if spec is None:
+                return None
+            loads.append((o, spec))
+        elif o.opcode not in ("shared_stage", "scalar_const", "scalar_binary", "scalar_cast", "block_idx",
+                              "num_blocks", "global_dim"):
+            return None                 # anything else in the load region keeps the all-threads ring
+    return loads or None
+
+
+def _tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
+    st, gl = o.operands[:2]
+    t = st.type
+    item = t.dtype.itemsize
+    if (o.attrs.get("fill", 0.0) != 0.0 or _stage_buffer(st, producers) is None or gl.id not in params
+            or not isinstance(gl.type, GlobalType) or gl.type.rank < 2 or item != 2
+            or (t.cols * item) % TMA_SWIZZLE_BYTES or t.rows % 8 or t.rows > TMA_MAX_BOX):
+        return None
+    return TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, t.rows, TMA_SWIZZLE_BYTES // item)
+
+
+def blocked(t) -> bool:
+    """Whether shared tile type `t` gets the library's 128-byte-swizzled block layout (st::BLOCKED)."""
+    return (t.cols * t.dtype.itemsize) % TMA_SWIZZLE_BYTES == 0 and t.rows % 8 == 0
+
+
+def wgmma_eligible(op: Op, num_warps: int) -> bool:
+    """Whether the library runs this mma as wgmma on sm_90a: the mirror of `wgmma_fits` in
+    hk_cuda/wgmma.cuh (tests/test_cuda_hopper.py checks the two agree on compiled PTX). A from shared or
+    (not transposed) from registers; B from shared."""
+    a, b, acc = (v.type for v in op.operands)
+    a_ok = blocked(a) if a.space == "st" else (a.space == "rt" and not op.attrs["trans_a"])
+    return (a_ok and b.space == "st" and blocked(b) and a.dtype.name in ("bf16", "f16") and num_warps % 4 == 0
+            and acc.rows % 64 == 0 and acc.cols % 8 == 0 and acc.cols <= 256)
+
+
+def fast_path(program: Program, target: Target) -> bool:
+    """Whether every pipeline of the Program runs on TMA and every mma in them on wgmma (sm_90a): what
+    the backend's configuration choice looks for among a kernel's candidates."""
+    p = plan(program, target)
+    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
+    if not pipes or any(p.pipelines[id(op)].schedule != "tma" for op in pipes):
+        return False
+    return all(wgmma_eligible(m, program.num_warps) for op in pipes for m in op.regions[1].walk()
+               if m.opcode == "mma")
+
+
+def describe(program: Program, p: Plan, target: Target) -> str:
+    """The plan as text, after the Program (`hk compile --emit lowered`)."""
+    lines = [str(program), "", f"// schedule (cuda backend, {target.spec})"]
+    hopper = target.arch == "sm_90a"
+    names = {id(op): f"%{op.results[0].id}" if op.results else op.opcode for op in program.body.walk()}
+    mode = {MMA_STANDALONE: "standalone (barrier + fence, waits)", MMA_STAGED: "staged (no barrier, waits)",
+            MMA_ASYNC: "async (left in flight; the pipeline waits a step later)"}
+    for op in program.body.walk():
+        if op.opcode == "pipeline":
+            pp = p.pipelines.get(id(op), PipelinePlan("cp_async"))
+            extra = f", {len(pp.tma_loads)} tile loads/stage ({pp.tx_bytes} bytes)" if pp.schedule == "tma" else ""
+            lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
+        elif op.opcode == "mma" and not (hopper and wgmma_eligible(op, program.num_warps)):
+            lines.append(f"mma {names[id(op)]}: mma.sync m16n8k16 (ldmatrix fragments)")
+        elif op.opcode == "mma":
+            lines.append(f"mma {names[id(op)]}: wgmma m64n{op.results[0].type.cols}k16, "
+                         f"{mode[p.mma_modes.get(id(op), MMA_STANDALONE)]}")
+    for i, tm in enumerate(p.tensor_maps):
+        lines.append(f"tensor map {i}: param {tm.param} (rank {tm.rank}, {tm.dtype}), box {tm.box_rows}x{tm.box_cols}, "
+                     "SWIZZLE_128B, zero fill out of bounds")
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""Tensor maps for the TMA schedule (sm_90a), encoded on the host at launch.
+
+A kernel whose pipelines schedule.py put on TMA takes, after its Program parameters, one
+`const __grid_constant__ hk::tmap` per TmaLoad (128 bytes, 64-byte aligned) and an `int` flag: 1 when
+every map was encoded, 0 when a tensor cannot be described (the kernel then runs its cp.async ring, so
+any strided view still works, only slower). TMA's rules (CUDA driver API, cuTensorMapEncodeTiled):
+a 16-byte-aligned base, a unit innermost stride, every other stride a multiple of 16 bytes (< 2^40),
+each dimension < 2^32. Out-of-bounds box elements read as zero (OOB fill NONE), as the library's loads
+do. Encodings are cached per (tensor address, shape, strides, map), so a repeat launch costs a dict hit.
+"""
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from functools import lru_cache
+
+from ...codegen.resources import round_up
+
+TMAP_BYTES, TMAP_ALIGN = 128, 64
+DTYPE = {"f16": 6, "bf16": 9}              # CUtensorMapDataType
+INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_NONE = 0, 3, 3, 0
+ELEMENT_BYTES = {"f16": 2, "bf16": 2}
+CACHE_ENTRIES = 256
+
+
+def layout(param_size: int, n_maps: int) -> tuple[int, int, int]:
+    """(offset of the first map, offset of the flag, total parameter bytes) after `param_size` bytes of
+    Program parameters, as the CUDA ABI lays out the extra parameters."""
+    first = round_up(param_size, TMAP_ALIGN)
+    flag = first + TMAP_BYTES * n_maps
+    return first, flag, flag + 4
+
+
+def describe(tensor, spec: dict) -> tuple | None:
+    """(dims, strides in bytes, box) innermost first for cuTensorMapEncodeTiled, or None when TMA cannot
+    describe this tensor (the kernel then takes its cp.async path)."""
+    esize = ELEMENT_BYTES[spec["dtype"]]
+    shape, stride = list(tensor.shape), list(tensor.stride())
+    if tensor.dim() != spec["rank"] or stride[-1] != 1 or tensor.data_ptr() % 16:
+        return None
+    dims = shape[::-1]
+    strides = [s * esize for s in stride[::-1][1:]]
+    if any(d >= 2 ** 32 or d <= 0 for d in dims) or any(s % 16 or s <= 0 or s >= 2 ** 40 for s in strides):
+        return None
+    box = [spec["box_cols"], spec["box_rows"]] + [1] * (spec["rank"] - 2)
+    return dims, strides, box
+
+
+@lru_cache(maxsize=None)
+def _encoder():
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuTensorMapEncodeTiled
+    u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def encode(tensor, spec: dict) -> bytes | None:
+    """The 128-byte tensor map of `tensor` for `spec` (a TmaLoad as JSON), or None if TMA cannot read it."""
+    d = describe(tensor, spec)
+    if d is None:
+        return None
+    dims, strides, box = d
+    rank = len(dims)
+    out = (ctypes.c_uint8 * TMAP_BYTES)()
+    rc = _encoder()(ctypes.addressof(out), DTYPE[spec["dtype"]], rank, tensor.data_ptr(),
+                    (ctypes.c_uint64 * rank)(*dims), (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
+                    (ctypes.c_uint32 * rank)(*box), (ctypes.c_uint32 * rank)(*([1] * rank)),
+                    INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_NONE)
+    return bytes(out) if rc == 0 else None
+
+
+class TensorMaps:
+    """The tensor-map part of one kernel's parameter buffer: fills the maps and the flag for a launch."""
+
+    def __init__(self, specs: list[dict], param_size: int):
+        self.specs = specs
+        self.first, self.flag, self.size = layout(param_size, len(specs))
+        self.cache: OrderedDict = OrderedDict()
+
+    def _map(self, tensor, i: int) -> bytes | None:
+        key = (i, tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        hit = self.cache.get(key)
+        if hit is None and key not in self.cache:
+            hit = self.cache[key] = encode(tensor, self.specs[i])
+            if len(self.cache) > CACHE_ENTRIES:
+                self.cache.popitem(last=False)
+        return hit
+
+    def offsets(self) -> list[int]:
+        """Where each map, then the flag, sits in the parameter buffer."""
+        return [self.first + i * TMAP_BYTES for i in range(len(self.specs))] + [self.flag]
+
+    def fill(self, args, buf) -> None:
+        """Writes every map and the flag into `buf` (a ctypes buffer of at least self.size bytes)."""
+        ok = 1
+        base = ctypes.addressof(buf)
+        for i, spec in enumerate(self.specs):
+            m = self._map(args[spec["param"]], i)
+            if m is None:
+                ok = 0
+                break
+            ctypes.memmove(base + self.first + i * TMAP_BYTES, m, TMAP_BYTES)
+        ctypes.c_int.from_address(base + self.flag).value = ok

@@ -1,0 +1,235 @@
+"""sm_90a schedules of the cuda backend: the 128-byte-swizzled block layout, wgmma from shared-memory
+descriptors, TMA pipelines with host-encoded tensor maps, and the per-target configuration choice.
+
+Offline tests (NVRTC, no GPU) check what the compiler emits; GPU tests (skipped without one, run by
+`pytest -m gpu` on an H200) check the results against float64 on ragged shapes, the cp.async fallback
+for tensors TMA cannot describe, and CUDA graph replay."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import hk_portable as hk
+from hk_portable.backends.cuda import schedule, tma
+from hk_portable.interface import GL, RT, ST, f32
+from hk_portable.kernels import attention
+from hk_portable.kernels.gemm import candidates as gemm_candidates
+from hk_portable.kernels.gemm import gemm, gemm_kernel
+
+CANDIDATES = gemm_candidates({})
+
+pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="cupy (with NVRTC) is not installed")
+
+
+def _meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _gemm_artifact(arch: str, **cfg):
+    cfg = cfg or gemm_kernel.choose_config(CANDIDATES, _meta(256, 256), _meta(256, 256), _meta(256, 256),
+                                           backend=f"cuda:{arch}")
+    return gemm_kernel.compile(_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=torch.float32),
+                               backend=f"cuda:{arch}", **cfg), cfg
+
+
+# ------------------------------------------------------------------------------------- offline
+def test_sm90a_gemm_runs_on_tma_and_wgmma_and_sm80_keeps_the_ring():
+    art, cfg = _gemm_artifact("sm_90a")
+    assert cfg == CANDIDATES[0], "on sm_90a the backend picks the first candidate that runs on TMA + wgmma"
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in art.asm
+    assert "cp.async.bulk.tensor.2d" in art.asm and "mbarrier.try_wait.parity" in art.asm
+    assert [m["param"] for m in art.launch["tma"]] == [0, 1]
+    r = art.resources
+    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0
+    art80, cfg80 = _gemm_artifact("sm_80")
+    assert cfg80 == CANDIDATES[-1], "sm_80 keeps the portable baseline"
+    assert "wgmma" not in art80.asm and "cp.async.bulk" not in art80.asm and "tma" not in art80.launch
+
+
+def test_hk_compile_shows_wgmma_and_tma_for_sm90a(capsys):
+    from hk_portable import cli
+    assert cli.main(["compile", "gemm", "--backend", "cuda", "--target", "sm_90a", "--emit", "ptx"]) == 0
+    ptx = capsys.readouterr().out
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    assert cli.main(["compile", "gemm", "--backend", "cuda", "--target", "sm_90a", "--emit", "lowered"]) == 0
+    lowered = capsys.readouterr().out
+    assert "pipeline %" in lowered and ": tma," in lowered and "wgmma m64n256k16, async" in lowered
+    assert "tensor map 1: param 1 (rank 2, bf16), box 64x64, SWIZZLE_128B" in lowered
+
+
+def test_no_wgmma_serialisation_in_the_async_chain():
+    """ptxas serialises wgmma (and says so) when accumulator registers are touched while in flight."""
+    from hk_portable.backends.cuda import compiler
+    art, _ = _gemm_artifact("sm_90a")
+    log = compiler.compile_source(art.source, art.kernel_name, "sm_90a").log
+    assert "wgmma" not in log.lower(), log
+
+
+@hk.kernel(num_warps=4)
+def _mma_probe(a: GL[2], b: GL[2], c: GL[2], *, M: hk.const = 64, N: hk.const = 64, K: hk.const = 64,
+               TB: hk.const = False):
+    a_s = hk.shared(ST[a.dtype, M, K])
+    b_s = hk.shared(ST[b.dtype, N, K] if TB else ST[b.dtype, K, N])
+    hk.load(a_s, a, (0, 0))
+    hk.load(b_s, b, (0, 0))
+    acc = hk.mma(a_s, b_s, hk.zeros(RT[f32, M, N]), trans_b=TB)
+    hk.store(c, acc, (0, 0))
+
+
+@hk.kernel(num_warps=4)
+def _mma_probe_rs(a: GL[2], b: GL[2], c: GL[2], *, M: hk.const = 64, N: hk.const = 64, K: hk.const = 64,
+                  TB: hk.const = False):
+    b_s = hk.shared(ST[b.dtype, N, K] if TB else ST[b.dtype, K, N])
+    hk.load(b_s, b, (0, 0))
+    a_r = hk.load(RT[a.dtype, M, K], a, (0, 0))
+    hk.store(c, hk.mma(a_r, b_s, hk.zeros(RT[f32, M, N]), trans_b=TB), (0, 0))
+
+
+@pytest.mark.parametrize("M,N,K,TB,warps,reg_a", [
+    (64, 64, 64, False, 4, False), (64, 64, 64, True, 4, False), (128, 128, 64, False, 8, False),
+    (64, 32, 64, False, 4, False), (64, 32, 64, True, 4, False), (64, 64, 32, False, 4, False),
+    (32, 64, 64, False, 4, False), (64, 64, 64, False, 2, False), (64, 24, 64, True, 4, False),
+    (64, 64, 64, False, 4, True), (128, 128, 32, True, 8, True), (64, 32, 64, False, 4, True),
+    (32, 64, 64, False, 4, True)])
+def test_python_wgmma_rule_matches_the_library(M, N, K, TB, warps, reg_a):
+    """schedule.wgmma_eligible mirrors wgmma_fits in hk_cuda/wgmma.cuh: the PTX decides."""
+    b = _meta(N, K) if TB else _meta(K, N)
+    args = (_meta(M, K), b, _meta(M, N, dtype=torch.float32))
+    kern = _mma_probe_rs if reg_a else _mma_probe
+    prog = kern.trace(*args, M=M, N=N, K=K, TB=TB, num_warps=warps)
+    (op,) = [o for o in prog.body.walk() if o.opcode == "mma"]
+    art = kern.compile(*args, backend="cuda:sm_90a", M=M, N=N, K=K, TB=TB, num_warps=warps)
+    assert ("wgmma.mma_async" in art.asm) == schedule.wgmma_eligible(op, warps)
+
+
+def test_tensor_map_params_follow_the_program_params_in_the_ptx_entry():
+    art, _ = _gemm_artifact("sm_90a")
+    entry = re.search(r"\.entry\s+\w+\((.*?)\)", art.asm, re.S).group(1)
+    params = re.findall(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+\w+(?:\[(\d+)\])?", entry)
+    n = len(art.launch["params"])
+    maps, flag = params[n:n + 2], params[n + 2]
+    assert maps == [("64", "b8", "128")] * 2 and flag[1] in ("u32", "s32", "b32")
+    first, flag_off, total = tma.layout(art.launch["param_size"], 2)
+    assert first % 64 == 0 and flag_off == first + 256 and total == flag_off + 4
+
+
+def test_tma_describes_only_what_the_hardware_can_read():
+    spec = {"param": 0, "rank": 2, "dtype": "bf16", "box_rows": 128, "box_cols": 64}
+    x = torch.empty(300, 256, dtype=torch.bfloat16)
+    dims, strides, box = tma.describe(x, spec)
+    assert dims == [256, 300] and strides == [512] and box == [64, 128]
+    assert tma.describe(x.t(), spec) is None                       # inner stride 256
+    assert tma.describe(torch.empty(300, 257, dtype=torch.bfloat16)[:, :256], spec) is None   # 514-byte rows
+    assert tma.describe(torch.empty(300 * 256 + 1, dtype=torch.bfloat16)[1:].view(300, 256), spec) is None
+    spec4 = dict(spec, rank=4)
+    y = torch.empty(2, 3, 200, 64, dtype=torch.bfloat16)
+    assert tma.describe(y, spec4) == ([64, 200, 3, 2], [128, 200 * 128, 3 * 200 * 128], [64, 128, 1, 1])
+
+
+def test_configuration_choice_is_per_target_and_memoised():
+    args = (_meta(256, 256), _meta(256, 256), _meta(256, 256))
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_90a") == CANDIDATES[0]
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_80") == CANDIDATES[-1]
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx942") == CANDIDATES[-1]
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="reference") == CANDIDATES[-1]
+    f16 = (_meta(256, 256, dtype=torch.float16),) * 2 + (args[2],)
+    assert gemm_kernel.choose_config(CANDIDATES, *f16, backend="cuda:sm_90a") == CANDIDATES[0]
+    assert gemm_kernel._configs, "answers are memoised"
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_runs_both_products_on_wgmma_on_sm90a(d):
+    """QKᵀ from shared Q and K stages; PV with P from registers (wgmma's register-A form); K/V on TMA."""
+    q = _meta(2, 4, 256, d)
+    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
+    cands = attention.candidates({"D": d, "MASKED": False})
+    cfg = attention.attention_fwd_kernel.choose_config(cands, *args, backend="cuda:sm_90a")
+    assert cfg == cands[0] and cfg["num_warps"] == 8 and cfg["BM"] == 128
+    assert attention.attention_fwd_kernel.choose_config(cands, *args, backend="cuda:sm_80") == cands[-1]
+    art = attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg)
+    assert art.asm.count("wgmma.mma_async") >= 2 and "mma.sync" not in art.asm
+    assert re.search(r"wgmma\.mma_async\S* \{[^}]*\}, \{%r", art.asm), "PV takes A from registers"
+    assert "cp.async.bulk.tensor.4d" in art.asm
+    r = art.resources
+    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0
+    lowered = hk.get_backend("cuda").lowered(attention.attention_fwd_kernel.trace(*args, **cfg),
+                                             hk.get_backend("cuda").target("sm_90a"))
+    assert lowered.count(", staged (no barrier, waits)") == 2
+
+
+# ----------------------------------------------------------------------------------------- GPU
+@pytest.fixture(scope="module")
+def hopper():
+    be = hk.get_backend("cuda")
+    st = be.status()
+    if not st.available:
+        pytest.skip(f"cuda backend unusable here: {st.reason}")
+    if be.default_target().arch != "sm_90a":
+        pytest.skip(f"needs an sm_90a GPU, this one is {be.default_target().arch}")
+    return be
+
+
+def _rel_err(out, a, b):
+    ref = a.double() @ b.double()
+    return float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(256, 512, 256), (300, 520, 200), (129, 257, 64), (1, 1000, 1000), (1000, 3, 72),
+                                   (4000, 4000, 4000)])
+@pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16)])
+def test_gemm_on_tma_and_wgmma_matches_float64(hopper, M, N, K, dtype, out_dtype):
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    b = torch.randn(K, N, device="cuda", dtype=dtype)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+    gemm(a, b, out, backend="cuda")
+    tol = 1e-5 if out_dtype == torch.float32 else 8e-3
+    assert _rel_err(out, a, b) < tol
+
+
+@pytest.mark.gpu
+def test_gemm_falls_back_to_the_ring_for_tensors_tma_cannot_read(hopper):
+    base = torch.randn(300, 257, device="cuda", dtype=torch.bfloat16)
+    a = base[:, :256]                                   # 514-byte rows: no tensor map
+    b = torch.randn(256, 130, device="cuda", dtype=torch.bfloat16)
+    assert tma.describe(a, {"rank": 2, "dtype": "bf16", "box_rows": 128, "box_cols": 64}) is None
+    out = torch.full((300, 130), float("nan"), device="cuda")
+    gemm(a, b, out, backend="cuda")
+    assert _rel_err(out, a, b) < 1e-5
+    bt = torch.randn(130, 256, device="cuda", dtype=torch.bfloat16).t()      # column-major B
+    gemm(a.contiguous(), bt, out, backend="cuda")
+    assert _rel_err(out, a, bt) < 1e-5
+
+
+@pytest.mark.gpu
+def test_tma_gemm_replays_in_a_cuda_graph(hopper):
+    a = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((512, 512), float("nan"), device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        gemm(a, b, out, backend="cuda")
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gemm(a, b, out, backend="cuda")
+    for _ in range(2):
+        a.copy_(torch.randn_like(a))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert _rel_err(out, a, b) < 1e-5
+
+
+def test_single_stage_pipelines_keep_the_ring():
+    """A one-stage TMA pipeline would wait on a copy nobody issued yet (it hung on the H200)."""
+    from hk_portable.backends.cuda.backend import CudaBackend
+    be = hk.get_backend("cuda")
+    args = (_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=torch.float32))
+    prog = gemm_kernel.trace(*args, BM=128, BN=128, BK=64, STAGES=1, num_warps=8)
+    p = schedule.plan(prog, be.target("sm_90a"))
+    assert [pp.schedule for pp in p.pipelines.values()] == ["cp_async"] and not p.uses_tma
+    assert isinstance(be, CudaBackend)
