@@ -309,9 +309,9 @@ def rmsnorm_cases() -> list[Case]:
 
 
 # ==================================================================================== norm backward
-# (rms, rows, d_model, p, bias, dh_in): the p = 0 path; ragged rows (33 = a block of 32 and one row) with a
-# d_model that is not a multiple of the column tile, dropout and an upstream dh; 1100 rows (35 row blocks:
-# the dweight/dbias reduction loops twice); a row of 8192. RMSNorm likewise.
+# (rms, rows, d_model, p, bias, dh_in): the p = 0 path; ragged rows (33: part of a block) with a d_model that
+# is not a multiple of the column tile, dropout and an upstream dh; 1100 rows (18 blocks of 64 rows: the
+# dweight/dbias reduction takes two tiles of 16 partial rows); a row of 8192. RMSNorm likewise.
 NORM_BWD_CONFIGS = ((False, 7, 256, 0.0, True, False), (False, 33, 1000, 0.1, True, True),
                     (False, 1100, 96, 0.25, False, True), (False, 4, 8192, 0.5, True, False),
                     (True, 7, 256, 0.0, False, False), (True, 33, 1000, 0.1, True, True),

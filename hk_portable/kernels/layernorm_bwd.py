@@ -26,7 +26,7 @@ from .layernorm import _words
 @hk.kernel(num_warps=4)
 def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: GL[2], dres: GL[2],
                          dw_part: GL[2], db_part: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
-                         offset_lo: int, offset_hi: int, *, BR: hk.const = 32, BC: hk.const = 128,
+                         offset_lo: int, offset_hi: int, *, BR: hk.const = 64, BC: hk.const = 64,
                          DROPOUT: hk.const = True, RMS: hk.const = False, BIAS: hk.const = True,
                          DH_IN: hk.const = True):
     r = hk.block_idx(0)
@@ -92,7 +92,7 @@ def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: G
 
 
 @hk.kernel(num_warps=4)
-def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 32, BC: hk.const = 128):
+def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 16, BC: hk.const = 128):
     """out[c] = Σ_rows part[:, c] in f32, rows in a fixed order (then rounded once to out's dtype)."""
     c = hk.block_idx(0)
     n_row_tiles = hk.cdiv(part.shape[0], BR)
@@ -101,8 +101,10 @@ def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 32, BC: hk
     hk.store(out, total, (c,))
 
 
-DEFAULT_CONFIG = dict(BR=32, BC=128)
-REDUCE_CONFIG = dict(BR=32, BC=128)
+# Column tiles of 64: with 128 the column vectors (w, the dweight/dbias sums) and the row tiles spilled on sm_80
+# and sm_90a (255 registers and up to 300 bytes of stack at BR = 16..32); 64 x 64 needs ~170-220, no spills.
+DEFAULT_CONFIG = dict(BR=64, BC=64)
+REDUCE_CONFIG = dict(BR=16, BC=128)
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
 
