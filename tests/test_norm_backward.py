@@ -1,6 +1,6 @@
 """Normalisation backward (kernels/layernorm_bwd.py): gradients of the library's forward (h from
 dropout_residual_layernorm / _rmsnorm) against float64 torch autograd of the same math (layernorm.reference,
-whose dropout mask is the interface's Philox definition), judged by the tolerance table's norm_bwd bounds;
+whose dropout mask is the interface's Philox definition), judged by the tolerance table's layernorm_bwd bounds;
 LayerNorm and RMSNorm, bias or not, p = 0 and p > 0, bf16/f16/f32, ragged rows and d_model not a power of two;
 outputs poisoned with NaN; bitwise-equal reruns; argument errors that name the argument; the emulated gfx942."""
 from __future__ import annotations
@@ -66,8 +66,8 @@ def _check(rms, x, r, w, b, dy, dh, p, h, got):
     at_h, keep = norm_bwd_math(h, dy, dh, w, b is not None, rms, p, SEED, OFFSET, EPS)
     dt = DTYPE_NAME[x.dtype]
     d = x.shape[1]
-    bounds = {"dx": ("norm_bwd.dh", dt, d), "dresidual": ("norm_bwd.dh", dt, d),
-              "dweight": ("norm_bwd.dweight", "f32", x.shape[0] + d), "dbias": ("norm_bwd.dbias", "f32", x.shape[0])}
+    bounds = {"dx": ("layernorm_bwd.dh", dt, d), "dresidual": ("layernorm_bwd.dh", dt, d),
+              "dweight": ("layernorm_bwd.dweight", "f32", x.shape[0] + d), "dbias": ("layernorm_bwd.dbias", "f32", x.shape[0])}
     for name, out in zip(NAMES, got):
         if out is None:
             assert b is None and name == "dbias"

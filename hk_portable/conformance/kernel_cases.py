@@ -321,7 +321,7 @@ NORM_BWD_CONFIGS = ((False, 7, 256, 0.0, True, False), (False, 33, 1000, 0.1, Tr
 def norm_bwd_math(h, dy, dh_in, weight, with_bias: bool, rms: bool, p: float, seed: int, offset: int, eps: float):
     """float64 autograd of y = x̂ w (+ b) at the given h, then dh (+ dh_in) through the Philox keep mask:
     {name: (gradient, magnitude)} for dx, dresidual, dweight, dbias, and the keep mask. Magnitudes as in the
-    tolerance table's norm_bwd entries."""
+    tolerance table's layernorm_bwd entries."""
     from hk_portable.interface.numerics import dropout_keep
     rows, d = h.shape
     hd, wd = f64(h).requires_grad_(), f64(weight).requires_grad_()
@@ -368,8 +368,8 @@ def _norm_bwd_case(dtype: str, config, weight_dtype: str = "f32") -> Case:
                eps=LN_EPS, dx=t["dx"], dresidual=t["dresidual"], dweight=t["dweight"], dbias=t.get("dbias"),
                backend=be)
         terms = {"dx": d, "dresidual": d, "dweight": rows + d, "dbias": rows}
-        bounds = {"dx": ("norm_bwd.dh", dtype), "dresidual": ("norm_bwd.dh", dtype),
-                  "dweight": ("norm_bwd.dweight", weight_dtype), "dbias": ("norm_bwd.dbias", weight_dtype)}
+        bounds = {"dx": ("layernorm_bwd.dh", dtype), "dresidual": ("layernorm_bwd.dh", dtype),
+                  "dweight": ("layernorm_bwd.dweight", weight_dtype), "dbias": ("layernorm_bwd.dbias", weight_dtype)}
         checks = [Check(name, name, value, bound_for(*bounds[name]), scale=mag, k=terms[name])
                   for name, (value, mag) in grads.items()]
         if p > 0:   # dropped elements get exactly 0: the Philox mask regenerated bit for bit
