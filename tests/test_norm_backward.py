@@ -170,3 +170,13 @@ def test_on_emulated_gfx942(config):
     reference = _forward_and_backward(rms, x, r, w, b, dy, dh, p, backend="reference")[1]
     for a, c in zip(got, reference):
         assert a is None and c is None or (a.double() - c.double()).abs().max() <= 2.0 ** -7 * c.abs().max()
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_no_rows_give_zero_parameter_gradients(rms):
+    h = torch.empty(0, 96, dtype=torch.bfloat16)
+    w, b = torch.ones(96), torch.ones(96)
+    bwd = layernorm_bwd.dropout_residual_rmsnorm_bwd if rms else layernorm_bwd.dropout_residual_layernorm_bwd
+    dx, dres, dw, db = bwd(h, h, w, b, p=0.1, dweight=torch.full((96,), float("nan")),
+                           dbias=torch.full((96,), float("nan")))
+    assert dx.shape == dres.shape == (0, 96) and not dw.any() and not db.any()

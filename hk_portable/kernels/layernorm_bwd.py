@@ -183,6 +183,7 @@ def _backward(fn, rms, dy, h, weight, bias, dh, p, seed, offset, eps, outs, back
     db_part = torch.empty_like(dw_part) if bias is not None else dw_part
     if n_blocks == 0:                          # no rows: the parameters' gradients are sums of nothing
         dw_part.zero_()
+        db_part.zero_()
     else:
         layernorm_bwd_kernel(h, dy, dy if dh is None else dh, weight, dx, dres, dw_part, db_part, float(p),
                              float(eps), s_lo, s_hi, o_lo, o_hi, grid=(n_blocks,), backend=backend, **cfg)
