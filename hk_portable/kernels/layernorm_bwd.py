@@ -50,7 +50,7 @@ def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: G
             ht = h_tile(c)
             return sum_sq + hk.row_sum(ht * ht), sum_gh + hk.row_sum(g_tile(c) * ht)
 
-        sum_sq, sum_gc = hk.fori_loop(0, n_tiles, sums_pass, (zero, zero))
+        sum_sq, sum_gc = hk.fori_loop(0, n_tiles, sums_pass, (zero, zero))   # RMSNorm's centred h is h
         rstd = hk.rsqrt(sum_sq * inv_d + eps)
     else:
         mean = hk.fori_loop(0, n_tiles, lambda c, total: total + hk.row_sum(h_tile(c)), zero) * inv_d
