@@ -13,11 +13,11 @@ Each op has a fake implementation (shapes, dtypes and strides of what the wrappe
 so torch.compile traces through it without a graph break.
 
 Autograd: gemm differentiates through two hk gemms, rotary through the inverse rotation, attention through
-the attention_bwd kernels (all hk kernels). HK_TORCH_BACKWARD_FALLBACK: the two normalisations have no
-backward kernel yet; their backward is, for now, plain float32 torch math on the saved tensors
-(`_norm_backward_fallback`). It is correct and differentiable end to end but is not an hk kernel; it is to
-be replaced by the backward kernel when it lands. Saved tensors are minimal: attention keeps q, k, v, o,
-lse; the norms keep h and the weight (the dropout mask is regenerated from its seed, never stored).
+the attention_bwd kernels and the two normalisations through the layernorm_bwd kernels: all hk kernels (the
+attention and norm backwards are ops of their own, hk::attention_backward and hk::norm_backward, so that
+autograd graphs stay traceable by torch.compile). Saved tensors are
+minimal: attention keeps q, k, v, o, lse; the norms keep h and the weight (the statistics are recomputed
+from h, the dropout mask regenerated from its seed, never stored).
 """
 from __future__ import annotations
 
@@ -30,11 +30,8 @@ from .kernels import attention as _attention
 from .kernels import attention_bwd as _attention_bwd
 from .kernels import gemm as _gemm
 from .kernels import layernorm as _layernorm
+from .kernels import layernorm_bwd as _layernorm_bwd
 from .kernels import rotary as _rotary
-
-# Marks the temporary backward paths (plain torch math, not hk kernels); tests and docs refer to it.
-HK_TORCH_BACKWARD_FALLBACK = ("dropout_residual_layernorm", "rms_norm")
-
 
 # ------------------------------------------------------------------------------------------------ gemm
 @torch.library.custom_op("hk::gemm", mutates_args=())
@@ -186,44 +183,45 @@ def _norm_fake(x, residual, weight, bias=None, p=0.0, seed=0, offset=0, eps=1e-5
 
 def _norm_setup(rms: bool):
     def setup(ctx, inputs, output):
-        x, residual, weight, bias, p, seed, offset, eps, _ = inputs
+        x, residual, weight, bias, p, seed, offset, eps, backend = inputs
         ctx.save_for_backward(output[1], weight)           # h and w: enough to recompute the statistics
-        ctx.args = (rms, bias is not None, p, seed, offset, eps, x.dtype, residual.dtype,
-                    None if bias is None else bias.dtype)
+        ctx.args = (rms, p, seed, offset, eps, x.dtype, residual.dtype, None if bias is None else bias.dtype,
+                    backend)
     return setup
+
+
+@torch.library.custom_op("hk::norm_backward", mutates_args=())
+def norm_backward(dy: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, dh: torch.Tensor | None, rms: bool,
+                  p: float, seed: int, offset: int, eps: float, x_dtype: torch.dtype, residual_dtype: torch.dtype,
+                  bias_dtype: torch.dtype | None = None,
+                  backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx, dresidual, dweight, dbias) of hk::dropout_residual_layernorm (rms=False) or hk::rms_norm through the
+    layernorm_bwd kernels. bias_dtype: None without a bias; dbias is then [0] (an op returns tensors, not None).
+    Only the bias's presence and dtype enter the backward, not its values."""
+    bias = None if bias_dtype is None else torch.empty(h.shape[1], dtype=bias_dtype, device=h.device)
+    fn = _layernorm_bwd.dropout_residual_rmsnorm_bwd if rms else _layernorm_bwd.dropout_residual_layernorm_bwd
+    dx = torch.empty(h.shape, dtype=x_dtype, device=h.device)
+    dres = torch.empty(h.shape, dtype=residual_dtype, device=h.device)
+    dx, dres, dw, db = fn(dy, h, weight, bias, dh=dh, p=p, seed=seed, offset=offset, eps=eps, dx=dx,
+                          dresidual=dres, backend=backend)
+    return dx, dres, dw, h.new_empty((0,), dtype=weight.dtype) if db is None else db
+
+
+@norm_backward.register_fake
+def _(dy, h, weight, dh, rms, p, seed, offset, eps, x_dtype, residual_dtype, bias_dtype=None, backend=None):
+    db = h.new_empty((0,), dtype=weight.dtype) if bias_dtype is None else h.new_empty((h.shape[1],), dtype=bias_dtype)
+    return (h.new_empty(h.shape, dtype=x_dtype), h.new_empty(h.shape, dtype=residual_dtype),
+            h.new_empty((h.shape[1],), dtype=weight.dtype), db)
 
 
 def _norm_backward(ctx, grad_y, grad_h):
     h, weight = ctx.saved_tensors
-    dx, dres, dw, db = _norm_backward_fallback(h, weight, grad_y, grad_h, *ctx.args)
-    return dx, dres, dw, db, None, None, None, None, None
-
-
-def _norm_backward_fallback(h, weight, grad_y, grad_h, rms, has_bias, p, seed, offset, eps, x_dtype, res_dtype,
-                            bias_dtype):
-    """HK_TORCH_BACKWARD_FALLBACK: the normalisation's backward in plain float32 torch math from the saved h
-    (statistics recomputed, dropout mask regenerated from the seed). Temporary, until backward kernels land."""
-    hf = h.float()
-    gy = torch.zeros_like(hf) if grad_y is None else grad_y.float()
-    centred = hf if rms else hf - hf.mean(-1, keepdim=True)
-    rstd = torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps)
-    normed = centred * rstd
-    gn = gy * weight.float()
-    dh = gn - normed * (gn * normed).mean(-1, keepdim=True)
-    if not rms:
-        dh = dh - gn.mean(-1, keepdim=True)
-    dh = dh * rstd
-    if grad_h is not None:
-        dh = dh + grad_h.float()
-    dx = dh
-    if p > 0:
-        rows, d = h.shape
-        index = offset + torch.arange(rows, device=h.device).view(-1, 1) * d + torch.arange(d, device=h.device)
-        from .interface.numerics import dropout_keep
-        dx = torch.where(dropout_keep(p, seed, index), dh / (1.0 - p), 0.0)
-    dw = (gy * normed).sum(0).to(weight.dtype)
-    db = gy.sum(0).to(bias_dtype) if has_bias else None
-    return dx.to(x_dtype), dh.to(res_dtype), dw, db
+    rms, p, seed, offset, eps, x_dtype, res_dtype, bias_dtype, backend = ctx.args
+    dy = torch.zeros_like(h) if grad_y is None else grad_y.contiguous()
+    dh = None if grad_h is None else grad_h.contiguous()
+    dx, dres, dw, db = norm_backward(dy, h, weight, dh, rms, p, seed, offset, eps, x_dtype, res_dtype, bias_dtype,
+                                     backend)
+    return dx, dres, dw, None if bias_dtype is None else db, None, None, None, None, None
 
 
 for _op, _rms in ((dropout_residual_layernorm, False), (rms_norm, True)):

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cl
 
 KERNEL_CASES = ("kernel/gemm/bf16-f32/17x33x65", "kernel/gemm/f16-f16/100x70x130",
                 "kernel/attention_fwd/bf16/B1_Hq2_Hkv1_N77_D64_causal",
-                "kernel/dropout_residual_layernorm/bf16/33x1000_p0.1")
+                "kernel/dropout_residual_layernorm/bf16/33x1000_p0.1",
+                "kernel/layernorm_bwd/bf16/ln_33x1000_p0.1_bias_dh")
 
 
 @functools.cache

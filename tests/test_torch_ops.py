@@ -32,6 +32,12 @@ def _opcheck_cases():
         "rotary_gptj_offset": (torch.ops.hk.rotary.default, (_leaf(2, 20, 3, 64), cos, sin, "gptj", 2)),
         "layernorm_dropout": (torch.ops.hk.dropout_residual_layernorm.default, (x, r, w, b, 0.1, 7, 3)),
         "rms_norm": (torch.ops.hk.rms_norm.default, (x, r, w, None, 0.0)),
+        "norm_backward_layernorm_dropout": (torch.ops.hk.norm_backward.default,
+                                            (_leaf(10, 96).detach(), _leaf(10, 96, dtype=bf16).detach(),
+                                             w.detach(), _leaf(10, 96).detach(), False, 0.1, 7, 3, 1e-5, torch.float32, bf16, torch.float32)),
+        "norm_backward_rms_no_dh": (torch.ops.hk.norm_backward.default,
+                                    (_leaf(10, 96).detach(), _leaf(10, 96).detach(), w.detach(), None, True, 0.0,
+                                     0, 0, 1e-6, torch.float32, torch.float32)),
         "attention_backward_causal_gqa": (torch.ops.hk.attention_backward.default,
                                           (*(t.detach() for t in (q, k, v)), *_attention_outputs(q, k, v),
                                            _leaf(1, 4, 20, 64, dtype=bf16).detach(), None, True)),
@@ -125,13 +131,20 @@ def test_norm_backward_keeps_no_dropout_mask():
     assert [tuple(t.shape) for t in saved] == [(8, 64), (64,)] and not any(t.dtype == torch.bool for t in saved)
 
 
-def test_backward_fallbacks_are_marked():
-    """HK_TORCH_BACKWARD_FALLBACK: the norms differentiate through plain float32 torch math until their
-    backward kernel exists; this test names them so that replacing one updates the list. Attention's
-    backward is the attention_bwd kernels."""
-    assert torch_ops.HK_TORCH_BACKWARD_FALLBACK == ("dropout_residual_layernorm", "rms_norm")
-    assert "HK_TORCH_BACKWARD_FALLBACK" in torch_ops._norm_backward_fallback.__doc__
-    assert not hasattr(torch_ops, "_attention_backward_fallback")
+@pytest.mark.parametrize("rms", [False, True])
+def test_norm_backward_runs_the_backward_kernel(rms, monkeypatch):
+    """Every backward is hk kernels: the norms' runs layernorm_bwd's kernel and its reduction, no torch math."""
+    from hk_portable.kernels import layernorm_bwd
+    launched = []
+    for name in ("layernorm_bwd_kernel", "norm_bwd_reduce_kernel"):
+        kernel = getattr(layernorm_bwd, name)
+        monkeypatch.setattr(layernorm_bwd, name,
+                            lambda *a, _k=kernel, _n=name, **kw: launched.append(_n) or _k(*a, **kw))
+    x, r, w, b = _leaf(8, 64), _leaf(8, 64), _leaf(64), _leaf(64)
+    op = torch.ops.hk.rms_norm if rms else torch.ops.hk.dropout_residual_layernorm
+    op(x, r, w, b, 0.25, 3, 0, 1e-6)[0].sum().backward()
+    assert launched == ["layernorm_bwd_kernel", "norm_bwd_reduce_kernel", "norm_bwd_reduce_kernel"]
+    assert not hasattr(torch_ops, "HK_TORCH_BACKWARD_FALLBACK") and not hasattr(torch_ops, "_norm_backward_fallback")
 
 
 def test_ops_follow_the_runtime_selection():

@@ -308,6 +308,85 @@ def rmsnorm_cases() -> list[Case]:
         [_rmsnorm_case("f32", RMSNORM_CONFIGS[1])]
 
 
+# ==================================================================================== norm backward
+# (rms, rows, d_model, p, bias, dh_in): the p = 0 path; ragged rows (33: part of a block) with a d_model that
+# is not a multiple of the column tile, dropout and an upstream dh; 1100 rows (18 blocks of 64 rows: the
+# dweight/dbias reduction takes two tiles of 16 partial rows); a row of 8192. RMSNorm likewise.
+NORM_BWD_CONFIGS = ((False, 7, 256, 0.0, True, False), (False, 33, 1000, 0.1, True, True),
+                    (False, 1100, 96, 0.25, False, True), (False, 4, 8192, 0.5, True, False),
+                    (True, 7, 256, 0.0, False, False), (True, 33, 1000, 0.1, True, True),
+                    (True, 5, 8192, 0.25, False, True))
+
+
+def norm_bwd_math(h, dy, dh_in, weight, with_bias: bool, rms: bool, p: float, seed: int, offset: int, eps: float):
+    """float64 autograd of y = x̂ w (+ b) at the given h, then dh (+ dh_in) through the Philox keep mask:
+    {name: (gradient, magnitude)} for dx, dresidual, dweight, dbias, and the keep mask. Magnitudes as in the
+    tolerance table's layernorm_bwd entries."""
+    from hk_portable.interface.numerics import dropout_keep
+    rows, d = h.shape
+    hd, wd = f64(h).requires_grad_(), f64(weight).requires_grad_()
+    bd = torch.zeros(d, dtype=torch.float64, requires_grad=True)
+    centred = hd if rms else hd - hd.mean(-1, keepdim=True)
+    rstd = 1.0 / torch.sqrt((centred * centred).mean(-1, keepdim=True) + eps)
+    xhat = centred * rstd
+    (xhat * wd + bd).backward(f64(dy))
+    dh = hd.grad + (f64(dh_in) if dh_in is not None else 0.0)
+    index = offset + torch.arange(rows).view(-1, 1) * d + torch.arange(d).view(1, -1)
+    keep = dropout_keep(p, seed, index)
+    rstd, xhat, ady = rstd.detach(), xhat.detach(), f64(dy).abs()
+    g = ady * f64(weight).abs()
+    shift = torch.zeros_like(rstd) if rms else rstd * f64(h).abs().mean(-1, keepdim=True)   # rstd mean|h|
+    dh_scale = rstd * (g + g.mean(-1, keepdim=True) * (1 + shift) + (xhat.abs() + shift) * (g * xhat.abs()).mean(
+        -1, keepdim=True)) + (f64(dh_in).abs() if dh_in is not None else 0.0)
+    out = {"dx": (torch.where(keep, dh / (1.0 - p), 0.0), torch.where(keep, dh_scale / (1.0 - p), 0.0)),
+           "dresidual": (dh, dh_scale),
+           "dweight": (wd.grad, (ady * (xhat.abs() + shift)).sum(0))}
+    if with_bias:
+        out["dbias"] = (bd.grad, ady.sum(0))
+    return out, keep
+
+
+def _norm_bwd_case(dtype: str, config, weight_dtype: str = "f32") -> Case:
+    rms, rows, d, p, with_bias, with_dh = config
+    tdt = TORCH[dtype]
+
+    def make(gen):
+        h, dy = (rand_float(gen, (rows, d), dtype, 0.05, 3.0) for _ in range(2))
+        dh_in = rand_float(gen, (rows, d), dtype, 0.05, 3.0) if with_dh else None
+        weight = rand_float(gen, (d,), weight_dtype, 0.5, 1.5)
+        bias = rand_float(gen, (d,), weight_dtype, 0.05, 0.5) if with_bias else None
+        grads, keep = norm_bwd_math(h, dy, dh_in, weight, with_bias, rms, p, LN_SEED, LN_OFFSET, LN_EPS)
+        fn = _wrapper("layernorm_bwd", "dropout_residual_rmsnorm_bwd" if rms else "dropout_residual_layernorm_bwd")
+        inputs = {"h": h, "dy": dy, "weight": weight, **({"dh": dh_in} if with_dh else {}),
+                  **({"bias": bias} if with_bias else {})}
+        outputs = {"dx": poisoned((rows, d), tdt), "dresidual": poisoned((rows, d), tdt),
+                   "dweight": poisoned((d,), weight_dtype), **({"dbias": poisoned((d,), weight_dtype)} if with_bias
+                                                               else {})}
+
+        def launch(t, be):
+            fn(t["dy"], t["h"], t["weight"], t.get("bias"), dh=t.get("dh"), p=p, seed=LN_SEED, offset=LN_OFFSET,
+               eps=LN_EPS, dx=t["dx"], dresidual=t["dresidual"], dweight=t["dweight"], dbias=t.get("dbias"),
+               backend=be)
+        terms = {"dx": d, "dresidual": d, "dweight": rows + d, "dbias": rows}
+        bounds = {"dx": ("layernorm_bwd.dh", dtype), "dresidual": ("layernorm_bwd.dh", dtype),
+                  "dweight": ("layernorm_bwd.dweight", weight_dtype), "dbias": ("layernorm_bwd.dbias", weight_dtype)}
+        checks = [Check(name, name, value, bound_for(*bounds[name]), scale=mag, k=terms[name])
+                  for name, (value, mag) in grads.items()]
+        if p > 0:   # dropped elements get exactly 0: the Philox mask regenerated bit for bit
+            checks.append(Check("dx = 0 where dropped (the Philox mask)", "dx", torch.zeros(rows, d, dtype=tdt),
+                                bound_for("dropout_mask", "*"), select=~keep))
+        return Setup(inputs, outputs, launch, checks)
+    variant = (f"{dtype}/{'rms' if rms else 'ln'}_{rows}x{d}_p{p:g}{'_bias' if with_bias else ''}"
+               f"{'_dh' if with_dh else ''}" + (f"_w{weight_dtype}" if weight_dtype != "f32" else ""))
+    return _kernel_case("layernorm_bwd", variant, make, "layernorm_bwd")
+
+
+def norm_bwd_cases() -> list[Case]:
+    out = [_norm_bwd_case(dt, c) for dt in ("bf16", "f16") for c in NORM_BWD_CONFIGS]
+    return out + [_norm_bwd_case("f32", c) for c in (NORM_BWD_CONFIGS[1], NORM_BWD_CONFIGS[5])] + \
+        [_norm_bwd_case("bf16", NORM_BWD_CONFIGS[1], "bf16")]
+
+
 # ============================================================================================ rotary
 # (B, N, H, D, layout, heads_first, inverse, offset): both pair layouts, both axis orders, the backward
 # (inverse rotation), a position offset into the tables, a ragged N.
@@ -355,4 +434,4 @@ def rotary_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     return (gemm_cases() + attention_cases() + attention_bwd_cases() + layernorm_cases() + rmsnorm_cases()
-            + rotary_cases())
+            + norm_bwd_cases() + rotary_cases())

@@ -146,6 +146,20 @@ TABLE: dict[tuple[str, str], Bound] = {
         "scales h as stored (1 ulp) by an f32 root mean square over d_model, then rounds y once: relative to "
         "rstd*|w|*|h| (1 + the sum's terms) + |b| + |y|", rel=2 * EPS[dt], abs=TINY[dt], per_term=2 * U32)
        for dt in ("bf16", "f16", "f32")},
+    # normalisation backward: f32 row sums over d_model (statistics, Σg, Σg·x̂), rsqrt's approximation (rstd enters
+    # dh up to three times), then one rounding of the output
+    **{("layernorm_bwd.dh", dt): bounded(
+        "dh = rstd (g - mean g - x̂ mean(g x̂)) + dh_in with f32 row sums over d_model and an approximate rsqrt, "
+        "then dx, dresidual rounded once: relative to rstd (|g| + mean|g| (1 + rstd mean|h|) + (|x̂| + rstd "
+        "mean|h|) mean|g x̂|) + |dh_in| (the mean's error moves x̂ by up to rstd mean|h| times the sum's bound)",
+        rel=EPS[dt] + 2.0 ** -18, abs=TINY[dt], per_term=2 * U32) for dt in ("bf16", "f16", "f32")},
+    **{("layernorm_bwd.dweight", dt): bounded(
+        "Σ_rows dy x̂ summed in f32 per block then over blocks, x̂ from f32 statistics over d_model: relative to "
+        "Σ_rows |dy| (|x̂| + rstd mean|h|), rounded once", rel=EPS[dt] + 2.0 ** -18, abs=TINY[dt], per_term=2 * U32)
+       for dt in ("bf16", "f16", "f32")},
+    **{("layernorm_bwd.dbias", dt): bounded(
+        "Σ_rows dy summed in f32 per block then over blocks, rounded once: relative to Σ_rows |dy|",
+        rel=EPS[dt], abs=TINY[dt], per_term=2 * U32) for dt in ("bf16", "f16", "f32")},
     **{("rotary", dt): bounded(
         "x1*cos - x2*sin in f32 (three roundings; contraction allowed), then one rounding to the output: "
         "relative to |x1*cos| + |x2*sin|", rel=EPS[dt] + 4 * U32, abs=TINY[dt]) for dt in ("bf16", "f16", "f32")},

@@ -23,7 +23,8 @@ KERNEL_CASES = ("kernel/gemm/bf16-f32/17x33x65", "kernel/gemm/f16-f16/100x70x130
                 "kernel/attention_fwd/bf16/B1_Hq2_Hkv2_N150_Nkv70_D64_causal_bottom_right",
                 "kernel/attention_fwd/f16/B1_Hq4_Hkv2_N130_D128_full_win33-7",
                 "kernel/rotary/bf16/gptj/BNHD_2x37x3x64_off3", "kernel/rotary/f16/neox/BHND_1x2x70x128_off0_inverse",
-                "kernel/dropout_residual_rmsnorm/bf16/33x1000_p0.1")
+                "kernel/dropout_residual_rmsnorm/bf16/33x1000_p0.1",
+                "kernel/layernorm_bwd/bf16/ln_33x1000_p0.1_bias_dh", "kernel/layernorm_bwd/f16/rms_33x1000_p0.1_bias_dh")
 
 
 @functools.cache
