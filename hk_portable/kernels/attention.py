@@ -37,36 +37,50 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
     hk.load(q_s, q, (b, h, m, 0))
     scale_log2 = scale * LOG2E                       # softmax in base 2: exp2 is the hardware op
 
-    first, n_blocks = 0, hk.cdiv(n_kv, BN)
-    if MASKED:                                       # only the key blocks some row of this block can see
+    # Key blocks [first, last) hold every key some row of this block may see. Inside them, [full_lo, full_hi)
+    # are blocks every row sees whole (no mask, no bounds check): only the edge blocks pay for masks.
+    first, last = 0, hk.cdiv(n_kv, BN)
+    full_lo, full_hi = 0, n_kv // BN
+    if MASKED:
         first = hk.max((m * BM + shift - left) // BN, 0)
-        n_blocks = hk.max(hk.min(n_blocks, hk.cdiv((m + 1) * BM + shift + right, BN)) - first, 0)
+        last = hk.max(hk.min(last, hk.cdiv((m + 1) * BM + shift + right, BN)), first)
+        # whole for every row i of the block: j*BN >= i + shift - left and (j+1)*BN - 1 <= i + shift + right
+        full_lo = hk.min(hk.max(hk.cdiv((m + 1) * BM - 1 + shift - left, BN), first), last)
+        full_hi = hk.max(hk.min(hk.min((m * BM + shift + right + 1) // BN, n_kv // BN), last), full_lo)
 
-    def load(i, s):
-        hk.load(k_s[s], k, (b, h_kv, first + i, 0))
-        hk.load(v_s[s], v, (b, h_kv, first + i, 0))
+    def blocks(lo, hi, edge, carry):
+        """The online softmax over key blocks [lo, hi); `edge` blocks apply the masks."""
+        def load(i, s):
+            hk.load(k_s[s], k, (b, h_kv, lo + i, 0))
+            hk.load(v_s[s], v, (b, h_kv, lo + i, 0))
 
-    def compute(i, s, acc, row_m, row_l):
-        j = first + i
-        scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
-        keep = hk.bounds_mask(scores, 0, j * BN, BM, n_kv)          # key columns past the end
-        if MASKED:
-            keep = keep & hk.causal_mask(scores, m * BM + shift + right, j * BN)        # j <= i + shift + right
-            keep = keep & ~hk.causal_mask(scores, m * BM + shift - left - 1, j * BN)   # j >= i + shift - left
-        scores = hk.where(keep, scores, float("-inf"))
-        new_m = hk.maximum(row_m, hk.row_max(scores))
-        if MASKED:                                   # a row with no visible key yet: subtract 0, not -inf
-            new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m)
-        else:                                        # finite: key 0 is always visible
-            new_m_safe = new_m
-        p = hk.exp2(scores - new_m_safe[:, None])
-        alpha = hk.exp2(row_m - new_m_safe)                         # rescale of the old partial sums
-        new_l = row_l * alpha + hk.row_sum(p)
-        acc = hk.mma(p.to(v.dtype), v_s[s], acc * alpha[:, None])
-        return acc, new_m, new_l
+        def compute(i, s, acc, row_m, row_l):
+            j = lo + i
+            scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
+            if edge:
+                keep = hk.bounds_mask(scores, 0, j * BN, BM, n_kv)           # key columns past the end
+                if MASKED:
+                    keep = keep & hk.causal_mask(scores, m * BM + shift + right, j * BN)       # j <= i + shift + right
+                    keep = keep & ~hk.causal_mask(scores, m * BM + shift - left - 1, j * BN)  # j >= i + shift - left
+                scores = hk.where(keep, scores, float("-inf"))
+            new_m = hk.maximum(row_m, hk.row_max(scores))
+            if edge and MASKED:                      # a row with no visible key yet: subtract 0, not -inf
+                new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m)
+            else:                                    # finite: every row sees a key of this block
+                new_m_safe = new_m
+            p = hk.exp2(scores - new_m_safe[:, None])
+            alpha = hk.exp2(row_m - new_m_safe)                         # rescale of the old partial sums
+            new_l = row_l * alpha + hk.row_sum(p)
+            acc = hk.mma(p.to(v.dtype), v_s[s], acc * alpha[:, None])
+            return acc, new_m, new_l
 
-    init = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
-    acc, row_m, row_l = hk.pipeline(n_blocks, load, compute, carry=init, stages=STAGES)
+        return hk.pipeline(hi - lo, load, compute, carry=carry, stages=STAGES)
+
+    carry = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
+    if MASKED:
+        carry = blocks(first, full_lo, True, carry)
+    carry = blocks(full_lo, full_hi, False, carry)
+    acc, row_m, row_l = blocks(full_hi, last, True, carry)
     if MASKED:                                       # a row that saw no key: o = 0, lse = -inf
         row_l = hk.where(row_l == 0.0, 1.0, row_l)     # acc is 0 there; row_m stays -inf
     hk.store(o, (acc / row_l[:, None]).to(o.dtype), (b, h, m, 0))
