@@ -189,13 +189,16 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     check_no_overlap("attention_fwd", {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
     shift, left, right = mask or (0, 0, 0)
     args = (q, k, v, out, lse, scale, shift, left, right)
+    def launch(cfg):
+        attention_fwd_kernel(*args, grid=(hk.cdiv(N, cfg["BM"]), Hq, B), backend=backend, **cfg)
+
     if config:
         cfg = {**config_for(D), **config, "MASKED": mask is not None}
-    else:
+    else:                   # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
         cfg = attention_fwd_kernel.choose_config(candidates({"D": D, "MASKED": mask is not None}), *args,
-                                                 backend=backend)
-    grid = (hk.cdiv(N, cfg["BM"]), Hq, B)
-    attention_fwd_kernel(*args, grid=grid, backend=backend, **cfg)
+                                                 backend=backend, launch=launch,
+                                                 bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]))
+    launch(cfg)
     return out, lse
 
 

@@ -71,9 +71,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, o
     elif not out.is_floating_point() or out.dtype in (torch.float64,):
         raise ArgumentError(f"gemm: 'out' must be f32, bf16 or f16, got {out.dtype}")
     check_no_overlap("gemm", {"out": out}, {"a": a, "b": b})
-    if not config:
-        config = gemm_kernel.choose_config(candidates({}), a, b, out, backend=backend)
-    cfg = {**DEFAULT_CONFIG, **config}
-    grid = (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"]))
-    gemm_kernel(a, b, out, grid=grid, backend=backend, **cfg)
+    def launch(cfg):
+        gemm_kernel(a, b, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
+
+    if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
+        config = gemm_kernel.choose_config(candidates({}), a, b, out, backend=backend, launch=launch,
+                                           bucket=hk.shape_bucket(M, N, a.shape[1]))
+    launch({**DEFAULT_CONFIG, **config})
     return out

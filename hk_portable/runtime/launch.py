@@ -17,7 +17,7 @@ from ..interface.errors import ArgumentError, UnsupportedError
 from ..interface.ir import Program
 from ..interface.kernel import KernelDef
 from ..interface.verify import verify
-from . import cache, registry, selection
+from . import cache, registry, selection, tuning
 
 
 def compile_program(program: Program, backend: Backend, target: str | Target | None = None):
@@ -98,12 +98,14 @@ class Kernel(KernelDef):
             selected = selection.select(backend, [v for v in runtime if isinstance(v, torch.Tensor)])
         return self.compile_for(prog, selected.backend, selection.target_for(selected, target))
 
-    def choose_config(self, candidates, *args, backend=None, target: str | Target | None = None) -> dict:
+    def choose_config(self, candidates, *args, backend=None, target: str | Target | None = None, launch=None,
+                      bucket: tuple | None = None, tune: bool | None = None) -> dict:
         """The configuration (consts and num_warps) to call this kernel with on these arguments: among
         `candidates` (dicts, the kernel's portable baseline last), those the selected backend's target
-        accepts, then the backend's choice (Backend.choose_config). Memoised per backend, target,
-        argument kinds and candidate list. `backend=` as for a call; a spec string may name a
-        compile-only target (`hk compile`)."""
+        accepts; then a tuned winner for the shape `bucket` (runtime/tuning.py: looked up, or timed through
+        `launch(config)` when tuning is on and the target runs), else the backend's choice
+        (Backend.choose_config). Memoised per backend, target, argument kinds, bucket and candidates.
+        `backend=` as for a call; a spec string may name a compile-only target (`hk compile`)."""
         candidates = tuple(dict(c) for c in candidates)
         if isinstance(backend, str):
             selected = selection.resolve(backend, require_runnable=False)
@@ -112,7 +114,7 @@ class Kernel(KernelDef):
         be = selected.backend
         tgt = be.target(selection.target_for(selected, target))
         sig = tuple((a.dtype, a.dim()) if isinstance(a, torch.Tensor) else type(a) for a in args)
-        key = (be.name, tgt.spec, sig, tuple(tuple(sorted(c.items())) for c in candidates))
+        key = (be.name, tgt.spec, sig, bucket, tuple(tuple(sorted(c.items())) for c in candidates))
         with self._lock:
             hit = self._configs.get(key)
         if hit is not None:
@@ -129,10 +131,22 @@ class Kernel(KernelDef):
             ok.append((cfg, prog))
         if not ok:
             raise UnsupportedError(f"{self.name}: no candidate configuration fits {be.name} target {tgt.spec}")
-        choice = dict(be.choose_config(ok, tgt))
+        choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune) or dict(be.choose_config(ok, tgt))
         with self._lock:
             self._configs[key] = choice
         return dict(choice)
+
+    def _tuned(self, ok, args, be, tgt, sig, bucket, launch, tune) -> dict | None:
+        """A stored winner for this bucket, or one timed now (tuning on, a runnable target, a launcher)."""
+        if bucket is None or len(ok) < 2:
+            return None
+        choices = [c for c, _ in ok]
+        k = tuning.key(self.name, be.name, tgt.spec, sig, bucket, choices)
+        hit = tuning.lookup(k, choices)
+        if hit is None and launch is not None and tuning.enabled(tune) and tgt.has("run") and not tgt.compile_only:
+            device = "cuda" if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args) else "cpu"
+            hit = tuning.tune(k, choices, launch, device)
+        return hit
 
     def compile_for(self, prog: Program, be: Backend, target: str | Target | None = None):
         """compile_program, memoised per kernel by (backend, target, Program)."""
