@@ -3,7 +3,7 @@ descriptors, TMA pipelines with host-encoded tensor maps, and the per-target con
 
 Offline tests (NVRTC, no GPU) check what the compiler emits; GPU tests (skipped without one, run by
 `pytest -m gpu` on an H200) check the results against float64 on ragged shapes, the cp.async fallback
-for tensors TMA cannot describe, and CUDA graph replay."""
+for tensors TMA cannot describe and the autotuner (CUDA-graph replay of the TMA gemm: test_cuda_gpu.py)."""
 from __future__ import annotations
 
 import re
@@ -204,27 +204,6 @@ def test_gemm_falls_back_to_the_ring_for_tensors_tma_cannot_read(hopper):
     bt = torch.randn(130, 256, device="cuda", dtype=torch.bfloat16).t()      # column-major B
     gemm(a.contiguous(), bt, out, backend="cuda")
     assert _rel_err(out, a, bt) < 1e-5
-
-
-@pytest.mark.gpu
-def test_tma_gemm_replays_in_a_cuda_graph(hopper):
-    a = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
-    out = torch.full((512, 512), float("nan"), device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        gemm(a, b, out, backend="cuda")
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        gemm(a, b, out, backend="cuda")
-    for _ in range(2):
-        a.copy_(torch.randn_like(a))
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        assert _rel_err(out, a, b) < 1e-5
 
 
 def test_single_stage_pipelines_keep_the_ring():

@@ -55,61 +55,45 @@ struct wgmma_fits<TA, TB, M, N, rt<T, AR, AC>, st<T, BR, BC>> {
                                   st<T, BR, BC>::BLOCKED;
 };
 
+// One k-step of slot k: A from a descriptor (shared) or from the rt's fragments (registers; TA is false
+// there, wgmma_fits). a_frag_rt (mma.cuh) is found at instantiation (ADL).
+template <bool TA, bool TB, int N, class T, int AR, int AC, int BR, int BC>
+HK_DEV void wgmma_step(float* d, const st<T, AR, AC>& a, const st<T, BR, BC>& b, int k, int row0, int kk) {
+    const u64 da = TA ? desc_mn_major(a, row0, kk) : desc_k_major(a, row0, kk);
+    const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
+    wgmma_op<T, N>::template run<TA ? 1 : 0, TB ? 0 : 1>(d, da, db);
+}
+template <bool TA, bool TB, int N, class T, int AR, int AC, int BR, int BC>
+HK_DEV void wgmma_step(float* d, const rt<T, AR, AC>& a, const st<T, BR, BC>& b, int k, int row0, int kk) {
+    u32 af[4];
+    a_frag_rt(af, a, k, kk);
+    const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
+    wgmma_op_rs<T, N>::template run<TB ? 0 : 1>(d, af, db);
+}
+
 // dst += op(a) op(b) for K/16 k-steps: each warpgroup issues one m64nNk16 per k-step and slot.
-// MODE 0: the operands may have just been written by any thread (generic proxy): fence and barrier first.
-// MODE 1/2: a pipeline published them. MODE 2 leaves the group in flight (the pipeline retires it).
-template <bool TA, bool TB, int K, int MODE, class T, int M, int N, int AR, int AC, int BR, int BC>
-HK_DEV void mma_wgmma(rt<float, M, N>& dst, const st<T, AR, AC>& a, const st<T, BR, BC>& b) {
+// MODE 0: shared operands may have just been written by any thread (generic proxy): fence and barrier
+// first. MODE 1/2: a pipeline published them. MODE 2 leaves the group in flight (the pipeline retires it).
+template <bool TA, bool TB, int K, int MODE, int M, int N, class AOp, class BOp>
+HK_DEV void mma_wgmma(rt<float, M, N>& dst, const AOp& a, const BOp& b) {
     typedef rt<float, M, N> ACC;
+    typedef typename BOp::dtype T;
     if constexpr (MODE == 0) {
         fence_proxy_async();
         sync();
     }
-    wgmma_fence();                                       // the accumulator registers were just written
+    wgmma_fence();                                       // the accumulator (and A) registers were just written
 #pragma unroll
     for (int k = 0; k < ACC::SLOTS; ++k) {
         if (!ACC::L::valid(k)) continue;                 // uniform per warpgroup (M % 64 == 0)
         const int row0 = (ACC::L::block(k) >> 2) * 64;
         float* d = &dst.d[ACC::idx(k, 0, 0)];
 #pragma unroll
-        for (int kk = 0; kk < K / 16; ++kk) {
-            const u64 da = TA ? desc_mn_major(a, row0, kk) : desc_k_major(a, row0, kk);
-            const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
-            wgmma_op<T, N>::template run<TA ? 1 : 0, TB ? 0 : 1>(d, da, db);
-        }
+        for (int kk = 0; kk < K / 16; ++kk) wgmma_step<TA, TB, N>(d, a, b, k, row0, kk);
     }
     wgmma_commit();
     if constexpr (MODE != 2) wgmma_wait<0>();
 }
 #endif  // HK_TARGET_SM_90A
 
-}  // namespace hk
-
-namespace hk {
-#ifdef HK_TARGET_SM_90A
-// The register-A form (TA is false: wgmma_fits). a_frag_rt (mma.cuh) is found at instantiation (ADL).
-template <bool TA, bool TB, int K, int MODE, class T, int M, int N, int AR, int AC, int BR, int BC>
-HK_DEV void mma_wgmma(rt<float, M, N>& dst, const rt<T, AR, AC>& a, const st<T, BR, BC>& b) {
-    typedef rt<float, M, N> ACC;
-    if constexpr (MODE == 0) {
-        fence_proxy_async();
-        sync();
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < ACC::SLOTS; ++k) {
-        if (!ACC::L::valid(k)) continue;
-        float* d = &dst.d[ACC::idx(k, 0, 0)];
-#pragma unroll
-        for (int kk = 0; kk < K / 16; ++kk) {
-            u32 af[4];
-            a_frag_rt(af, a, k, kk);
-            const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
-            wgmma_op_rs<T, N>::template run<TB ? 0 : 1>(d, af, db);
-        }
-    }
-    wgmma_commit();
-    if constexpr (MODE != 2) wgmma_wait<0>();
-}
-#endif  // HK_TARGET_SM_90A
 }  // namespace hk

@@ -12,6 +12,7 @@ struct pingpong {};        // 8 waves: two groups of 4 staggered by a barrier (H
 
 namespace detail {
 template<int S, class L, class Cm> HK_DEV void pipeline_db(int n, L& load, Cm& compute) {
+  sync();                                     // earlier readers of the stages (e.g. a previous pipeline's)
   if constexpr (S == 1) {
     for (int i = 0; i < n; ++i) {
       sync();                                 // compute(i-1) is done with the only stage
@@ -30,6 +31,7 @@ template<int S, class L, class Cm> HK_DEV void pipeline_db(int n, L& load, Cm& c
       compute(i, i % S);
     }
   }
+  sync();                                     // later code (another pipeline) may refill the stages
 }
 
 // Group 1 (waves 4-7) runs one barrier behind group 0, so between two barriers one group loads
