@@ -146,7 +146,7 @@ class CStyleEmitter:
         self.line(self.smem_arena(shared))
         self.region(program.body)
         body = "\n".join(self.lines)
-        kname = program.name
+        kname = program.symbol                  # never the raw name: see interface/names.py
         src = (f"{self.prelude(program, nt, shared)}\n"
                f"// ---- kernel {kname}: program {program.hash[:16]}\n"
                f"{self.kernel_qualifiers(nt)} void {kname}({sig}) {{\n{body}\n}}\n")

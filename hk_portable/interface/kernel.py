@@ -52,7 +52,9 @@ class KernelDef:
 
     def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None):
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = fn.__name__ if name is None else name
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"hk.kernel: name must be a non-empty str, got {self.name!r}")
         self.num_warps = num_warps
         self.runtime_params, self.const_params = _classify(fn)
         self._programs: dict[tuple, Program] = {}
