@@ -103,8 +103,9 @@ def compile_asm(source: str, arch: str, name: str = "kernel", flags: tuple[str, 
     with tempfile.TemporaryDirectory(prefix="hk-hip-") as d:
         src, out = Path(d) / "kernel.hip", Path(d) / "kernel.s"     # `name` is for messages only
         src.write_text(source)
+        # -fuse-cuid=none: no random __hip_cuid_* symbol, so the same source gives the same bytes
         _run(cc + ["-x", "hip", f"--offload-arch={arch}", "-nogpulib", "-nogpuinc", "--cuda-device-only",
-                   *flags, "-S", str(src), "-o", str(out)], f"compiling {name} for {arch}", d)
+                   "-fuse-cuid=none", *flags, "-S", str(src), "-o", str(out)], f"compiling {name} for {arch}", d)
         return out.read_text()
 
 

@@ -24,12 +24,21 @@ HEADERS = ("hk_emu.h", "hk_emu_common.h", "hk_emu_runtime.h")
 lock = threading.RLock()   # guards every cache of the emulator and each launch's ctypes state
 
 
+_private_root: Path | None = None
+
+
 def cache_root() -> Path:
-    try:
-        from ....runtime.cache import cache_dir
-        root = cache_dir() / "hip-emulator"
-    except Exception:  # pragma: no cover - the package's cache module is the normal path
-        root = Path(tempfile.gettempdir()) / "hk_portable-hip-emulator"
+    """Under the hk cache dir; when that is unusable (unsafe: see runtime/cache.py), a private temporary
+    directory of this process, never a shared, guessable path (the shared objects here are loaded)."""
+    global _private_root
+    from ....runtime.cache import cache_dir
+    base = cache_dir()
+    if base is None:
+        with lock:
+            if _private_root is None:
+                _private_root = Path(tempfile.mkdtemp(prefix="hk-hip-emulator-"))
+            return _private_root
+    root = base / "hip-emulator"
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     return root
 
