@@ -59,6 +59,7 @@ class KernelDef:
         self.runtime_params, self.const_params = _classify(fn)
         self._programs: dict[tuple, Program] = {}
         self._lock = threading.Lock()
+        self._gates: dict[tuple, threading.Lock] = {}     # key -> lock held while its value is made
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -134,13 +135,25 @@ class KernelDef:
     def _program(self, runtime, consts) -> Program:
         params = self._param_types(runtime)
         key = (tuple((n, str(t)) for n, t in params), tuple(sorted(consts.items(), key=lambda kv: kv[0])))
+        return self._once(self._programs, key, lambda: trace(self.fn, self.name, params, consts, self.num_warps))
+
+    def _once(self, table: dict, key, make):
+        """table[key], made by make() once even when threads race to it first (the others wait for it);
+        different keys are made concurrently. A make() that raises is retried by the next caller."""
         with self._lock:
-            prog = self._programs.get(key)
-        if prog is None:
-            prog = trace(self.fn, self.name, params, consts, self.num_warps)
+            value = table.get(key)
+            if value is not None:
+                return value
+            gate = self._gates.setdefault((id(table), key), threading.Lock())
+        with gate:
             with self._lock:
-                self._programs[key] = prog
-        return prog
+                value = table.get(key)
+            if value is None:
+                value = make()
+                with self._lock:
+                    table[key] = value
+                    self._gates.pop((id(table), key), None)
+        return value
 
 
 def check_no_overlap(name: str, outputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:
