@@ -144,3 +144,15 @@ def test_cli_emit_source_shows_the_safe_symbol(tmp_path, capsys):
 def test_a_name_must_be_a_nonempty_string(bad):
     with pytest.raises(TypeError, match="name"):
         hk.kernel(_scale, name=bad)
+
+
+@pytest.mark.gpu
+def test_a_hostile_name_runs_on_the_gpu():
+    """The driver looks the kernel up by its mangled symbol (cuda moduleGetFunction, hip hipModuleGetFunction)."""
+    from hk_portable.runtime import registry
+    spec = next((s for s in ("cuda", "hip") if registry.load(s).status().available), None)
+    if spec is None:
+        pytest.skip("no usable GPU backend")
+    x, y = _args("cuda")
+    _kernel(INJECTION)(x, y, grid=(2, 2), backend=spec)
+    torch.testing.assert_close(y, x.double().mul(2).float(), rtol=0, atol=0)
