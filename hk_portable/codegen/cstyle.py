@@ -157,7 +157,7 @@ class CStyleEmitter:
         sig = ", ".join([f"{self.ctype(v.type, v)} {self.name(v)}" for v in program.body.args]
                         + self.extra_params())
         body = "\n".join(self.lines)
-        kname = program.name
+        kname = program.symbol                  # never the raw name: see interface/names.py
         src = (f"{self.prelude(program, nt, shared)}\n"
                f"// ---- kernel {kname}: program {program.hash[:16]}\n"
                f"{self.kernel_qualifiers(nt)} void {kname}({sig}) {{\n{body}\n}}\n")

@@ -11,10 +11,12 @@ in errors, and `hk compile --emit ir` shows it.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from .dtypes import DType
+from .names import c_symbol, is_identifier
 
 
 # ---------------------------------------------------------------------------------------------- types
@@ -149,6 +151,11 @@ class Program:
         return self._text
 
     @property
+    def symbol(self) -> str:
+        """The kernel's name as generated code spells it (a safe C identifier; see names.c_symbol)."""
+        return c_symbol(self.name)
+
+    @property
     def hash(self) -> str:
         return hashlib.sha256(str(self).encode()).hexdigest()
 
@@ -195,7 +202,8 @@ def _print_region(region: Region, indent: int, out: list[str]) -> None:
 def print_program(p: Program) -> str:
     params = ", ".join(f"{a!r} {prm.name}: {prm.type}" for prm, a in zip(p.params, p.body.args))
     consts = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in sorted(p.consts.items()))
-    out = [f"kernel @{p.name}({params}) consts{{{consts}}} warps={p.num_warps} {{"]
+    name = p.name if is_identifier(p.name) else json.dumps(p.name)    # one line, distinct names distinct
+    out = [f"kernel @{name}({params}) consts{{{consts}}} warps={p.num_warps} {{"]
     _print_region(p.body, 1, out)
     out.append("}")
     return "\n".join(out) + "\n"

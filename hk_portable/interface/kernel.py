@@ -55,11 +55,14 @@ class KernelDef:
 
     def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None):
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = fn.__name__ if name is None else name
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"hk.kernel: name must be a non-empty str, got {self.name!r}")
         self.num_warps = num_warps
         self.runtime_params, self.const_params = _classify(fn)
         self._programs: dict[tuple, Program] = {}
         self._lock = threading.Lock()
+        self._gates: dict[tuple, threading.Lock] = {}     # key -> lock held while its value is made
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -140,15 +143,30 @@ class KernelDef:
     def _program(self, runtime, consts) -> Program:
         params = self._param_types(runtime)
         key = (tuple((n, str(t)) for n, t in params), tuple(sorted(consts.items(), key=lambda kv: kv[0])))
+
+        def make():                                  # num_warps: a launch option carried with the consts
+
+            c = dict(consts)
+            return trace(self.fn, self.name, params, c, c.pop("num_warps", self.num_warps))
+        return self._once(self._programs, key, make)
+
+    def _once(self, table: dict, key, make):
+        """table[key], made by make() once even when threads race to it first (the others wait for it);
+        different keys are made concurrently. A make() that raises is retried by the next caller."""
         with self._lock:
-            prog = self._programs.get(key)
-        if prog is None:
-            consts = dict(consts)
-            num_warps = consts.pop("num_warps", self.num_warps)
-            prog = trace(self.fn, self.name, params, consts, num_warps)
+            value = table.get(key)
+            if value is not None:
+                return value
+            gate = self._gates.setdefault((id(table), key), threading.Lock())
+        with gate:
             with self._lock:
-                self._programs[key] = prog
-        return prog
+                value = table.get(key)
+            if value is None:
+                value = make()
+                with self._lock:
+                    table[key] = value
+                    self._gates.pop((id(table), key), None)
+        return value
 
 
 def check_no_overlap(name: str, outputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:

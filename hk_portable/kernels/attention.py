@@ -166,6 +166,19 @@ def _window(window) -> tuple[int | None, int | None]:
     return out[0], out[1]
 
 
+def scale_value(scale, d: int, fn: str = "attention_fwd") -> float:
+    """The softmax scale: 1/sqrt(D) for None, else a finite real number (NaN or inf would poison every row)."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    try:
+        value = float(scale)
+    except (TypeError, ValueError, RuntimeError):
+        value = math.nan
+    if isinstance(scale, bool) or not math.isfinite(value):
+        raise ArgumentError(f"{fn}: 'scale' must be a finite number or None, got {scale!r}")
+    return value
+
+
 def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | None = None,
                   scale: float | None = None, out=None, lse=None, backend=None, **config):
     """o = softmax(q kᵀ · scale [+ mask]) v per (batch, head), with GQA; returns (o, lse).
@@ -176,7 +189,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     _check(q, k, v)
     mask = band(q.shape[2], k.shape[2], causal, window, align)
     B, Hq, N, D = q.shape
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = scale_value(scale, D)
     if out is None:
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype:

@@ -23,7 +23,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import LOG2E, _check as _check_fwd, band as _band_fwd
+from .attention import LOG2E, _check as _check_fwd, band as _band_fwd, scale_value
 
 INF = float("inf")
 
@@ -205,7 +205,7 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     _check_like("do", do, q.shape, q.dtype)
     _check_like("lse", lse, (B, Hq, N), torch.float32)
     mask = _named(_band_fwd, N, k.shape[2], causal, window, align)
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = scale_value(scale, D, "attention_bwd")
     outs = _outputs(q, k, v, dq, dk, dv)
     check_no_overlap("attention_bwd", outs, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do})
     shift, left, right = mask or (0, 0, 0)

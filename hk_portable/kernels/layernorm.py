@@ -8,6 +8,8 @@ comes from Philox4x32-10 with counter index offset + row * d_model + col, so eve
 same elements bit for bit."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 import hk_portable as hk
@@ -91,6 +93,8 @@ def _check(fn, x, residual, weight, bias, p, eps):
         raise ArgumentError(f"{fn}: 'residual' must have the shape of 'x' {tuple(x.shape)}, "
                             f"got {tuple(residual.shape)}")
     d = x.shape[1]
+    if d == 0:
+        raise ArgumentError(f"{fn}: 'x' has no features (shape {tuple(x.shape)}); a norm over 0 values is undefined")
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None and name == "bias":
             continue
@@ -101,8 +105,8 @@ def _check(fn, x, residual, weight, bias, p, eps):
             raise ArgumentError(f"{fn}: '{name}' must be bf16, f16 or f32, got {t.dtype}")
     if not 0.0 <= p < 1.0:
         raise ArgumentError(f"{fn}: 'p' must be in [0, 1), got {p}")
-    if not eps > 0:
-        raise ArgumentError(f"{fn}: 'eps' must be > 0, got {eps}")
+    if not 0 < eps < math.inf:
+        raise ArgumentError(f"{fn}: 'eps' must be finite and > 0, got {eps}")
 
 
 def dropout_residual_layernorm(x, residual, weight, bias, *, p: float = 0.0, seed: int = 0, offset: int = 0,

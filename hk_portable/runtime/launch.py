@@ -149,16 +149,9 @@ class Kernel(KernelDef):
         return hit
 
     def compile_for(self, prog: Program, be: Backend, target: str | Target | None = None):
-        """compile_program, memoised per kernel by (backend, target, Program)."""
+        """compile_program, memoised per kernel by (backend, target, Program); racing first calls compile once."""
         tgt = be.target(target)
-        key = (be.name, tgt.spec, prog.hash)
-        with self._lock:
-            art = self._artifacts.get(key)
-        if art is None:
-            art = compile_program(prog, be, tgt)
-            with self._lock:
-                self._artifacts[key] = art
-        return art
+        return self._once(self._artifacts, (be.name, tgt.spec, prog.hash), lambda: compile_program(prog, be, tgt))
 
 
 _KERNELS: weakref.WeakSet[Kernel] = weakref.WeakSet()

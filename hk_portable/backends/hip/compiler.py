@@ -101,10 +101,11 @@ def compile_asm(source: str, arch: str, name: str = "kernel", flags: tuple[str, 
     _check_arch(arch)
     cc = _require()
     with tempfile.TemporaryDirectory(prefix="hk-hip-") as d:
-        src, out = Path(d) / f"{name}.hip", Path(d) / f"{name}.s"
+        src, out = Path(d) / "kernel.hip", Path(d) / "kernel.s"     # `name` is for messages only
         src.write_text(source)
+        # -fuse-cuid=none: no random __hip_cuid_* symbol, so the same source gives the same bytes
         _run(cc + ["-x", "hip", f"--offload-arch={arch}", "-nogpulib", "-nogpuinc", "--cuda-device-only",
-                   *flags, "-S", str(src), "-o", str(out)], f"compiling {name} for {arch}", d)
+                   "-fuse-cuid=none", *flags, "-S", str(src), "-o", str(out)], f"compiling {name} for {arch}", d)
         return out.read_text()
 
 
@@ -115,7 +116,7 @@ def assemble(asm: str, arch: str, name: str = "kernel") -> bytes:
     _check_arch(arch)
     cc = _require()
     with tempfile.TemporaryDirectory(prefix="hk-hip-") as d:
-        s, o, so = Path(d) / f"{name}.s", Path(d) / f"{name}.o", Path(d) / f"{name}.hsaco"
+        s, o, so = Path(d) / "kernel.s", Path(d) / "kernel.o", Path(d) / "kernel.hsaco"
         s.write_text(asm)
         _run(cc + ["--target=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-c", str(s), "-o", str(o)],
              f"assembling {name} for {arch}", d)
@@ -136,7 +137,7 @@ def _lld(cc: list[str]) -> list[str]:
 def hiprtc_compile(source: str, arch: str, name: str, flags: tuple[str, ...] = DEVICE_FLAGS) -> bytes:
     """A code object for `arch` from the generated source, through hiprtc (needs ROCm)."""
     hiprtc = hipapi.hiprtc()
-    prog = hipapi.ok(hiprtc.hiprtcCreateProgram(source.encode(), f"{name}.hip".encode(), 0, [], []),
+    prog = hipapi.ok(hiprtc.hiprtcCreateProgram(source.encode(), b"kernel.hip", 0, [], []),
                      "hiprtcCreateProgram")
     try:
         opts = [f"--offload-arch={arch}".encode()] + [f.encode() for f in flags]

@@ -21,6 +21,7 @@ import torch
 from ...codegen import abi
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
 from ...interface.ir import GlobalType, Param
+from ...interface.names import c_symbol
 from . import compiler, hipapi
 from .archs import NAMES as SUPPORTED
 from .hipapi import HipError
@@ -176,7 +177,7 @@ def launch_emulated(artifact, program, args, grid, threads: int, fp_contract: st
     emu, why = emulator_module()
     if emu is None:
         raise BackendError(f"cannot run {artifact.kernel_name} on CPU tensors: {why}")
-    mod = emu.load(artifact.source, artifact.target, name=f"{artifact.kernel_name}.hip", fp_contract=fp_contract)
+    mod = emu.load(artifact.source, artifact.target, name=f"{c_symbol(artifact.kernel_name)}.hip", fp_contract=fp_contract)
     # a generated kernel that loops forever must fail the case, not hang the suite (or CI)
     timeout = None if os.environ.get("HK_EMU_TIMEOUT_S") else EMULATED_LAUNCH_TIMEOUT_S
     mod.launch(artifact.kernel_name, grid=grid, block=(threads, 1, 1),

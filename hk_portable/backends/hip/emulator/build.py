@@ -24,14 +24,25 @@ HEADERS = ("hk_emu.h", "hk_emu_common.h", "hk_emu_runtime.h")
 lock = threading.RLock()   # guards every cache of the emulator and each launch's ctypes state
 
 
+_root: Path | None = None
+
+
 def cache_root() -> Path:
-    try:
-        from ....runtime.cache import cache_dir
-        root = cache_dir() / "hip-emulator"
-    except Exception:  # pragma: no cover - the package's cache module is the normal path
-        root = Path(tempfile.gettempdir()) / "hk_portable-hip-emulator"
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return root
+    """Under the hk cache dir; when that is unusable (unsafe: see runtime/cache.py), a private temporary
+    directory of this process, never a shared, guessable path (the shared objects here are loaded).
+    Chosen once per process: a module links against the runtime library of the root it is built in, and
+    two runtime copies in one process (after HK_CACHE_DIR changed) would not share their state."""
+    global _root
+    with lock:
+        if _root is None:
+            from ....runtime.cache import cache_dir
+            base = cache_dir()
+            if base is None:
+                _root = Path(tempfile.mkdtemp(prefix="hk-hip-emulator-"))
+            else:
+                _root = base / "hip-emulator"
+                _root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return _root
 
 
 _headers_snapshot: dict[str, bytes] = {}
