@@ -87,7 +87,8 @@ wait
 step conformance 280 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
     --problems-only --seed 20261130 &
 step pytest 280 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
-    tests/test_cuda_numerics.py tests/test_gpu_torch.py tests/test_cuda_hopper.py -k "not conformance_cases_on_cuda" &
+    tests/test_cuda_numerics.py tests/test_gpu_torch.py tests/test_cuda_hopper.py \
+    tests/hardening/test_hostile_names.py::test_a_hostile_name_runs_on_the_gpu -k "not conformance_cases_on_cuda" &
 if command -v compute-sanitizer >/dev/null; then
     step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
         python3 benchmarks/cuda_sanitize.py &
