@@ -3,26 +3,31 @@
 No AMD GPU exists here, so AMD speed is judged from the assembly the pinned clang emits. For one kernel
 this module
 
-  * finds its loops: every backward branch (`s_branch`/`s_cbranch_*` to an earlier label) closes a loop
-    whose body is the text from that label to the last branch back to it; loops inside another loop's
-    range are nested (depth 1 = outermost). The main loop is the one with the most MFMA (ties: the
-    deeper, then the shorter one) -- the steady-state loop of a tiled kernel;
+  * builds the control-flow graph (blocks start at labels, at LLVM's `; %bb.N:` lines and after
+    branches) and finds its natural loops: a back edge is a branch to a block that dominates its source,
+    and the loop is its header plus every block reaching the back edge without passing the header. A
+    branch backward in the layout is not enough: LLVM rotates loops, placing blocks before the header
+    and jumping back to them from the latch. Loops nest by containment (depth 1 = outermost); the main
+    loop has the most MFMA (ties: the deeper, then the smaller one);
   * counts each loop's instructions by class (MFMA by variant, VALU, transcendental, SALU, SMEM, LDS
-    reads/writes/other with bytes, global/buffer/flat loads, stores and atomics, LDS-DMA loads,
-    s_waitcnt and how many wait for vmcnt(0) / lgkmcnt(0), s_barrier, s_setprio, sched barriers);
+    reads / writes / other with bytes, global/buffer/flat loads, stores and atomics, LDS-DMA loads,
+    s_waitcnt and how many wait for vmcnt(0) / lgkmcnt(0), s_barrier, s_setprio, sched barriers) twice:
+    `all_paths`, every instruction of the loop once, and `one_trip`, the blocks of one steady-state
+    iteration (see one_trip);
   * reports resource use (from the metadata compiler.py parses) and waves per SIMD;
   * computes the issue-rate bound: MFMA clocks / max(MFMA clocks, VALU clocks, LDS clocks), the
     fraction of MFMA peak the loop could reach if nothing but instruction issue limited it.
 
 Assumptions (the figures are a static model, not a measurement -- no AMD hardware measured them):
-  * counts are static: each instruction in the loop's text counts once, whichever branches skip it
-    (execz-guarded edge code included), so they bound one iteration's issue from above;
+  * `all_paths` counts edge-tile code a full tile skips, so it bounds one iteration's issue from above;
+    `one_trip` is chosen by a rule (every MFMA, the most 16-byte loads, the least other work), not by
+    knowing which branches the data takes;
   * clocks are per wave per iteration on one SIMD. MFMA and VALU of one SIMD are separate pipes
     (they may overlap), so the slowest pipe bounds the loop. The LDS serves the CU's 4 SIMDs: a
     wave's share is a quarter of the CU's bytes/clock, every SIMD running the same loop;
   * LDS cost is dword-granular: a lane access of fewer than 4 bytes costs a bank cycle like 4 bytes;
     LDS-DMA loads (buffer_load ... lds, global_load_lds_*) count as LDS writes of their bytes;
-    all 64 lanes active;
+    all 64 lanes active; bank conflicts are not modelled;
   * dependency stalls, waits for memory, instruction-cache and SALU issue are not modelled.
 """
 from __future__ import annotations
@@ -48,7 +53,7 @@ MFMA_CYCLES = {
                (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
                (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
                (16, 16, 8, "xf32"): 16, (32, 32, 4, "xf32"): 32,
-               (16, 16, 4, "f64"): 32},          # LLVM D83782: 8 passes on gfx940
+               (16, 16, 4, "f64"): 32},          # 8 passes on gfx940 (llvm-project PR #83782)
     "gfx950": {(16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
                (16, 16, 32, "f16"): 16, (32, 32, 16, "f16"): 32,
                (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
@@ -58,7 +63,7 @@ MFMA_CYCLES = {
                (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
                (16, 16, 4, "f64"): 64},
 }
-# VALU: a SIMD is 16 lanes wide, so a wave64 instruction issues over 4 cycles (CDNA3 ISA guide ch. 1;
+# VALU: a SIMD is 16 lanes wide, so a wave64 instruction issues over 4 cycles (CDNA3 white paper;
 # MI300X: 304 CUs * 4 SIMDs * 16 lanes * 2 flop * 2.1 GHz = 81.7 TFLOP/s f32 vector). Transcendentals
 # and the 32-bit integer multiplies run at quarter rate (LLVM SISchedule.td: WriteTrans32 and
 # WriteQuarterRate32 take 4x Write32Bit).
@@ -71,9 +76,10 @@ QUARTER_RATE = re.compile(r"^v_(mul_lo_u32|mul_lo_i32|mul_hi_u32|mul_hi_i32|mad_
 # 64 banks too).
 LDS_BYTES_PER_CLOCK = {"gfx942": 128, "gfx950": 256}
 # Waves per SIMD: gfx90a and later have one 512-entry register file per lane per SIMD shared by VGPRs
-# and AGPRs, allocated in blocks of 8, and at most 8 waves per SIMD (CDNA3 ISA guide ch. 3 "Kernel
-# state"; LLVM AMDGPUBaseInfo: getVGPRAllocGranule = 8, getMaxWavesPerEU = 8 for gfx90a+). LDS per
-# CU: 64 KiB gfx942, 160 KiB gfx950 (archs.py).
+# and AGPRs (a wave holds at most 512: 256 VGPRs + 256 AGPRs, CDNA3/CDNA4 ISA guides), allocated in
+# blocks of 8, at most 8 waves per SIMD (LLVM AMDGPUBaseInfo: getVGPRAllocGranule = 8 and
+# getMaxWavesPerEU = 8 for gfx90a+; LLVM's `; Occupancy:` agrees, see the tests). LDS per CU: 64 KiB
+# gfx942, 160 KiB gfx950 (archs.py).
 VGPRS_PER_SIMD_LANE = 512
 VGPR_GRANULE = 8
 MAX_WAVES_PER_SIMD = 8
