@@ -2,7 +2,8 @@
 
     hk backends [--json]
     hk conformance --backend SPEC [--target T] [--emulate] [--json FILE] [-k PATTERN] [--seed N]
-    hk compile KERNEL --backend SPEC [--target T] --emit ir|source|asm|ptx|sass|hsaco [-o FILE]
+    hk compile KERNEL --backend SPEC [--target T] --emit ir|source|asm|ptx|sass|hsaco [-o FILE] [--arg N=V]
+    hk analyze KERNEL --backend SPEC [--target T] [--arg N=V] [--json]
     hk --version
 
 SPEC names a backend as everywhere else: NAME, NAME:ARCH or NAME:ARCH:emulated (hip:gfx950:emulated);
@@ -23,6 +24,7 @@ from .interface.backend import EMIT_KINDS
 from .interface.errors import HKError
 
 EXIT_FAILED, EXIT_ERROR = 1, 2
+ARG_HELP = "an argument of the kernel module's example_args (e.g. D=128), repeatable"
 SPEC_HELP = "NAME, NAME:ARCH or NAME:ARCH:emulated (e.g. reference, cuda:sm_80, hip:gfx950:emulated)"
 
 
@@ -94,8 +96,26 @@ def _progress(console, total: int):
 
 # ------------------------------------------------------------------------------------------- compile
 def cmd_compile(args) -> int:
-    from . import kernels
     from .interface.errors import UnsupportedError
+    backend, target, program, artifact = _compile(args, lower=args.emit not in ("ir", "lowered"))
+    out: str | bytes
+    if args.emit == "ir":           # the Program every backend receives, no compiling needed
+        out = str(program)
+    elif args.emit == "lowered":    # the Program with the backend's schedule decisions for the target
+        out = backend.lowered(program, target)
+    else:
+        out = backend.emit(artifact, args.emit)
+        if not isinstance(out, (str, bytes)):
+            raise UnsupportedError(f"backend {backend.name!r} emitted {type(out).__name__} for {args.emit!r}")
+    _write(out, args.output, args.emit)
+    return 0
+
+
+def _compile(args, lower: bool = True):
+    """(backend, target, Program, Artifact or None) for `hk compile` and `hk analyze`: KERNEL traced with its
+    module's example_args (overridden by --arg NAME=VALUE) at the configuration a call on the target would
+    choose and, if `lower`, compiled for the target."""
+    from . import kernels
     from .runtime import compile_program
     name, arch, emulate = _spec(args)
     backend = _load_backend(name)
@@ -104,22 +124,95 @@ def cmd_compile(args) -> int:
         module, kernel = _user_kernel(args.kernel) if ":" in args.kernel else kernels.load(args.kernel)
     except LookupError as e:
         raise CliError(str(e)) from None
-    example_args, consts = module.example_args(device="cpu")
+    overrides = _example_overrides(args.arg or [])
+    try:
+        example_args, consts = module.example_args(device="cpu", **overrides)
+    except TypeError as e:
+        raise CliError(f"--arg: {args.kernel}'s example_args does not take {sorted(overrides)}: {e}") from None
     if callable(getattr(module, "candidates", None)):     # what a call would run on this target
         consts = kernel.choose_config(module.candidates(consts), *example_args, backend=target.spec)
     program = kernel.trace(*example_args, **consts)
-    out: str | bytes
-    if args.emit == "lowered":       # the Program with the backend's schedule decisions
-        out = backend.lowered(program, target)
-    elif args.emit == "ir":          # the Program every backend receives: no compiling needed
-        out = str(program)
+    return backend, target, program, compile_program(program, backend, target) if lower else None
+
+
+def _example_overrides(pairs: list[str]) -> dict:
+    """--arg NAME=VALUE pairs as keyword arguments of example_args (VALUE a Python literal, else a string)."""
+    import ast
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise CliError(f"--arg {pair!r}: expected NAME=VALUE, e.g. --arg D=128")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------- analyze
+def cmd_analyze(args) -> int:
+    backend, _, _, artifact = _compile(args)
+    report = backend.analyze(artifact)
+    if args.json:
+        print(json.dumps(report, indent=1))
     else:
-        artifact = compile_program(program, backend, target)
-        out = backend.emit(artifact, args.emit)
-        if not isinstance(out, (str, bytes)):
-            raise UnsupportedError(f"backend {backend.name!r} emitted {type(out).__name__} for {args.emit!r}")
-    _write(out, args.output, args.emit)
+        _print_analysis(report)
     return 0
+
+
+def _print_analysis(report: dict) -> None:
+    """The analysis as tables: resources and occupancy, then the loops (main loop first), one column per
+    loop and view (a loop's dict-valued entries, e.g. all paths and one trip), one row per figure."""
+    print(f"hk analyze: {report['kernel']} on {report['target']}; main loop: {report.get('main_loop') or 'none'}")
+    _table("resource use", ["what", "value"],
+           [[k, v] for part in ("resources", "occupancy") for k, v in report.get(part, {}).items()])
+    loops = sorted(report["loops"], key=lambda lp: not lp.get("main"))
+    shown = [lp for lp in loops if lp.get("main")] or loops[:1]
+    if len(shown) < len(loops):
+        print(f"({len(loops) - len(shown)} other loops: see --json)")
+    columns = []                                 # (heading, flattened figures)
+    for lp in shown:
+        scalars = {k: v for k, v in lp.items() if not isinstance(v, dict) and k not in ("header", "main")}
+        for view, figures in ((k, v) for k, v in lp.items() if isinstance(v, dict)):
+            columns.append((f"{'* ' if lp.get('main') else ''}{lp['header']} {view}", {**_flatten(scalars),
+                                                                                         **_flatten(figures)}))
+    if columns:
+        keys = [k for k in dict.fromkeys(k for _, figures in columns for k in figures)
+                if any(figures.get(k) not in (0, None, "") for _, figures in columns)]      # zero rows left out
+        _table("the main loop, per iteration (figures that are zero left out)", ["figure"] + [h for h, _ in columns],
+               [[k] + [figures.get(k, "") for _, figures in columns] for k in keys])
+    for line in report.get("assumptions", []):
+        print(f"  - {line}")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = ", ".join(map(str, v)) if isinstance(v, list) else v
+    return out
+
+
+def _table(title: str, heads: list[str], rows: list[list]) -> None:
+    """A rich table when rich is installed, else aligned plain text."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max(len(str(r[i])) for r in [heads] + rows) for i in range(len(heads))]
+        print(title)
+        for r in [heads] + rows:
+            print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+        return
+    table = Table(title=title)
+    for h in heads:
+        table.add_column(h, overflow="fold")
+    for r in rows:
+        table.add_row(*(str(c) for c in r))
+    Console().print(table)
 
 
 def _user_kernel(spec: str):
@@ -205,7 +298,17 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--target", metavar="ARCH", help="target arch (default: the backend's default target)")
     k.add_argument("--emit", required=True, choices=EMIT_KINDS)
     k.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout (needed for binaries)")
+    k.add_argument("--arg", action="append", metavar="NAME=VALUE", help=ARG_HELP)
     k.set_defaults(func=cmd_compile)
+
+    a = sub.add_parser("analyze", help="what bounds a kernel's speed, read from its machine code: loops, "
+                       "instruction classes, occupancy, the issue-rate bound (hip)")
+    a.add_argument("kernel", metavar="KERNEL", help="a library kernel or MODULE:KERNEL, as for hk compile")
+    a.add_argument("--backend", required=True, metavar="SPEC", help=SPEC_HELP)
+    a.add_argument("--target", metavar="ARCH", help="target arch (default: the backend's default target)")
+    a.add_argument("--arg", action="append", metavar="NAME=VALUE", help=ARG_HELP)
+    a.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    a.set_defaults(func=cmd_analyze)
 
     from . import bench
     m = sub.add_parser("bench", help="library kernels against vendor baselines, side by side, self-checking")

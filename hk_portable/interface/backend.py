@@ -156,6 +156,13 @@ class Backend(abc.ABC):
                                    f"it can emit: {', '.join(['ir'] + can)}")
         return value
 
+    def analyze(self, artifact: Artifact) -> dict:
+        """What `hk analyze` reports about a compiled kernel's machine code, as a JSON-able dict:
+        "kernel", "target", "resources" and "occupancy" (flat name -> value), "main_loop" (a loop's
+        "header" or None), "loops" (dicts with "header", "depth" and nested counts and clocks) and
+        "assumptions" (sentences). A backend without an analyser raises UnsupportedError."""
+        raise UnsupportedError(f"backend {self.name!r} has no machine-code analyser (hk analyze)")
+
 
 def parse_spec(spec: str) -> tuple[str, str | None, bool | None]:
     """"name", "name:arch" or "name:arch:emulated" -> (name, arch or None, True or None)."""

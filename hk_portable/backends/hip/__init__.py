@@ -5,6 +5,7 @@
   options.py   HipOptions: the frozen compile options (waves, schedule, block remap, fp contraction)
   codegen.py   Program -> header-free HIP C++ over include/hk_hip.h (the device library), the plan
   compiler.py  the pinned clang offline (assembly, code object, resource report; no ROCm needed) and hiprtc
+  analyze.py   the ISA analyser behind `hk analyze`: loops, instruction classes, occupancy, issue-rate bound
   driver.py    device probe, module load, argument packing (codegen/abi.py), launch (GPU or emulator)
   hipapi.py    hip-python access shared by compiler and driver
   emulator/    the CPU wave64 emulator that runs the same source for emulated targets

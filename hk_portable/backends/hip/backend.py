@@ -13,7 +13,7 @@ from ... import __version__
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
 from ...interface.ir import Program
-from . import codegen, compiler, driver
+from . import analyze as isa, codegen, compiler, driver
 from .archs import NAMES as ARCHS, make_target
 from .options import HipOptions
 
@@ -109,6 +109,13 @@ class HipBackend(Backend):
                 artifact.binary = compiler.assemble(artifact.asm, artifact.target, artifact.kernel_name)
             return artifact.binary
         raise UnsupportedError(f"backend 'hip' cannot emit {kind!r}; it can emit: ir, {', '.join(EMIT_KINDS)}")
+
+    def analyze(self, artifact: Artifact) -> dict:
+        """The ISA analyser (analyze.py): loops, instruction classes, occupancy, the issue-rate bound."""
+        if artifact.asm is None:
+            raise UnsupportedError(f"backend 'hip' cannot analyse {artifact.kernel_name}: no assembly "
+                                   f"({artifact.resources.get('offline')})")
+        return isa.analyze(artifact.asm, artifact.target, artifact.kernel_name, artifact.resources)
 
     # ------------------------------------------------------------------------------------ launching
     def launch(self, artifact: Artifact, args: Sequence[Any], grid: tuple[int, int, int], stream=None) -> None:

@@ -147,7 +147,8 @@ static inline unsigned long __builtin_amdgcn_s_getpc() { return (unsigned long)_
 static inline void __builtin_amdgcn_s_barrier(HK_EMU_LOC) { hk_emu_point(HK_EMU_OP_BARRIER, HK_EMU_AT); }
 // s_waitcnt, wave_barrier and fences are "soft" wave sync points: they order the lanes of one wave
 // (so that lanes may exchange data through LDS across them); they never wait for other waves.
-static inline void __builtin_amdgcn_s_waitcnt(int, HK_EMU_LOC) { hk_emu_point(HK_EMU_OP_SOFT, HK_EMU_AT); }
+// s_waitcnt also completes direct-to-LDS loads: they are asynchronous (see README, missing waits).
+static inline void __builtin_amdgcn_s_waitcnt(int imm, HK_EMU_LOC) { hk_emu_waitcnt(imm, HK_EMU_AT); }
 static inline void __builtin_amdgcn_wave_barrier(HK_EMU_LOC) { hk_emu_point(HK_EMU_OP_SOFT, HK_EMU_AT); }
 template <class... X>
 static inline void __builtin_amdgcn_fence(unsigned, const char*, X...) { hk_emu_point(HK_EMU_OP_SOFT, "<__builtin_amdgcn_fence>", 0); }

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <math.h>
 
-#define HK_EMU_ABI 4
+#define HK_EMU_ABI 5
 
 // ---------------------------------------------------------------------------------------------
 // ABI structures (mirrored by ctypes in emulator/runtime_abi.py: keep field order and types)
@@ -118,6 +118,8 @@ HK_EMU_CONVERGENT void hk_emu_xlane(int op, const void* in, uint32_t in_bytes, v
                   const int32_t* imm, const char* file, int line);
 // Sync points without data: block barrier (s_barrier), soft wave points (waitcnt, fence, wave_barrier).
 HK_EMU_CONVERGENT void hk_emu_point(int op, const char* file, int line);
+// s_waitcnt(imm): a soft wave point that also completes the wave's direct-to-LDS loads down to vmcnt.
+HK_EMU_CONVERGENT void hk_emu_waitcnt(int imm, const char* file, int line);
 // Check one LDS access of n bytes at p (bounds, alignment, races between barriers).
 void hk_emu_lds_check(const void* p, uint32_t n, uint32_t align, int is_write, const char* file, int line);
 // Report an error from device code and abort the launch.

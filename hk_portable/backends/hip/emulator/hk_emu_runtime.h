@@ -117,6 +117,11 @@ struct Wave {
   uint32_t barriers;     // s_barriers passed
   const char* bfile;
   int bline;
+  // Direct-to-LDS loads in flight, oldest first (sequence numbers of the worker's dma_seq); they
+  // complete in order at an s_waitcnt whose vmcnt leaves fewer outstanding (vmcnt counts up to 63).
+  uint32_t dma_q[64];
+  uint8_t dma_head, dma_n;
+  uint32_t dma_done;     // every load of this wave with a sequence number <= dma_done has landed
 };
 
 // Per LDS byte: who last wrote / read it, in which barrier generation and wave sync epoch.
@@ -126,6 +131,8 @@ struct Shadow {
   int32_t w_line, r_line;
   const char* w_file;
   const char* r_file;
+  uint32_t dma_seq;      // the direct-to-LDS load that last wrote the byte (0: none) and its wave
+  uint8_t dma_wave;
 };
 
 struct Worker {
@@ -150,6 +157,7 @@ struct Worker {
   Shadow* shadow = nullptr;
   size_t shadow_cap = 0;
   uint32_t gen = 0;            // barrier generation; never reused, so old blocks never match
+  uint32_t dma_seq = 0;        // direct-to-LDS loads issued; never reused, so old blocks never match
   uint32_t bid[3] = {0, 0, 0};
   uint64_t deadline_ns = 0;
   uint32_t tick = 0;
@@ -306,6 +314,56 @@ void lds_where(Worker* w, const char* p, char* buf, size_t n) {
     snprintf(buf, n, "address %p", (const void*)p);
 }
 
+// The shadow index of n LDS bytes at p, or NO_SHADOW when they are not all inside the LDS.
+constexpr size_t NO_SHADOW = ~(size_t)0;
+size_t lds_index(const Worker* w, const char* p, uint32_t n) {
+  if (p >= w->s_lo && p + n <= w->s_lo + w->s_size) return (size_t)(p - w->s_lo);
+  if (p >= w->d_lo && p + n <= w->d_lo + w->d_size) return w->s_size + (size_t)(p - w->d_lo);
+  return NO_SHADOW;
+}
+
+// A byte a direct-to-LDS load is still writing (no s_waitcnt covering the load has run in its wave).
+__attribute__((noreturn)) void missing_wait(Worker* w, const Lane* l, const char* p, bool wr, const Shadow& sh,
+                                            const char* file, int line) {
+  char me[160], where[160];
+  describe_lane(l, me, sizeof me);
+  lds_where(w, p, where, sizeof where);
+  failf(w,
+        "missing s_waitcnt: %s %s %s at %s:%d, which a direct-to-LDS load of wave %d (at %s:%d) may still be "
+        "writing: the load is asynchronous and lands only when wave %d waits for it (s_waitcnt with a "
+        "vmcnt that covers it; before an s_barrier when other waves read the data)",
+        me, wr ? "writes" : "reads", where, file, line, (int)sh.dma_wave, sh.w_file ? sh.w_file : "?",
+        sh.w_file ? sh.w_line : 0, (int)sh.dma_wave);
+}
+
+// Direct-to-LDS loads of a wave land in issue order; the s_waitcnt its lanes wait at lets at most
+// vmcnt of them stay in flight (the emulator counts only these loads: other vector memory operations
+// complete at once, so a wait by count that relies on later loads draining earlier ones is not seen).
+void complete_dma(Wave& wv, const Lane* lanes) {
+  int vmcnt = 64;
+  for (int i = 0; i < wv.n; ++i)
+    if (lanes[i].state == L_BLOCKED && lanes[i].op == HK_EMU_OP_SOFT && lanes[i].imm[0] == 1 &&
+        lanes[i].imm[1] < vmcnt)
+      vmcnt = lanes[i].imm[1];
+  while (wv.dma_n > vmcnt) {
+    wv.dma_done = wv.dma_q[wv.dma_head];
+    wv.dma_head = (uint8_t)((wv.dma_head + 1) % 64);
+    --wv.dma_n;
+  }
+}
+
+uint32_t issue_dma(Worker* w, Wave& wv) {
+  if (wv.dma_n == 64) {           // vmcnt saturates: the hardware stalls until the oldest lands
+    wv.dma_done = wv.dma_q[wv.dma_head];
+    wv.dma_head = (uint8_t)((wv.dma_head + 1) % 64);
+    --wv.dma_n;
+  }
+  const uint32_t seq = ++w->dma_seq;
+  wv.dma_q[(wv.dma_head + wv.dma_n) % 64] = seq;
+  ++wv.dma_n;
+  return seq;
+}
+
 __attribute__((noreturn)) void lds_race(Worker* w, const Lane* l, const char* p, bool wr, const char* kind,
                                         int o_wave, int o_lane, const char* o_file, int o_line,
                                         const char* file, int line, bool intra) {
@@ -371,6 +429,10 @@ void lds_access(Worker* w, const Lane* l, const char* p, uint32_t n, uint32_t al
     lds_where(w, p, where, sizeof where);
     failf(w, "misaligned LDS access: %s %s %u bytes at %s at %s:%d, which is not %u-byte aligned", me,
           wr ? "writes" : "reads", n, where, file, line, align);
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    const Shadow& sh = w->shadow[base + i];
+    if (sh.dma_seq && sh.dma_seq > w->waves[sh.dma_wave].dma_done) missing_wait(w, l, p + i, wr, sh, file, line);
   }
   if (w->L->flags & HK_EMU_F_NO_RACE_CHECK) return;
   const uint32_t g = w->gen;
@@ -691,12 +753,23 @@ void resolve(Worker* w, Wave& wv, Lane** lanes, int op) {
                    "lane %d: %#lx)", f->file, f->line, (int)f->info.lane, (unsigned long)base, i,
                 (unsigned long)rdw(lanes[i], 0, 8));
       int stride = size <= 4 ? 4 : 16;
+      const int wave = (int)f->info.wave;
+      const uint32_t seq = issue_dma(w, w->waves[wave]);
       for (int i = 0; i < 64; ++i) {
         if (!lanes[i]) continue;
         char* dst = (char*)(uintptr_t)(base + (uint64_t)(int64_t)off + (uint64_t)(i * stride));
         w->cur = lanes[i];
+        const size_t at = lds_index(w, dst, (uint32_t)size);
+        for (int b = 0; at != NO_SHADOW && b < size; ++b)    // this wave's earlier loads land first
+          if (w->shadow[at + b].dma_wave == wave) w->shadow[at + b].dma_seq = 0;
         lds_access(w, lanes[i], dst, (uint32_t)size, size >= 4 ? 4 : (uint32_t)size, true, f->file, f->line);
         memcpy(dst, lanes[i]->in + 8, (size_t)size);
+        for (int b = 0; at != NO_SHADOW && b < size; ++b) {
+          w->shadow[at + b].dma_seq = seq;
+          w->shadow[at + b].dma_wave = (uint8_t)wave;
+          w->shadow[at + b].w_file = f->file;          // the load's site, for the report
+          w->shadow[at + b].w_line = f->line;
+        }
       }
       w->cur = nullptr;
       break;
@@ -767,11 +840,13 @@ void run_wave(Worker* w, Wave& wv) {
     }
     if (nsoft == nblk) {          // every live lane at a soft sync point: the wave is ordered here
       ++wv.sync;
+      complete_dma(wv, lanes);
       for (int i = 0; i < wv.n; ++i)
         if (lanes[i].state == L_BLOCKED) lanes[i].state = L_READY;
       continue;
     }
     if (nsoft > 0) {              // let lanes at soft points catch up with the others
+      complete_dma(wv, lanes);
       for (int i = 0; i < wv.n; ++i)
         if (lanes[i].state == L_BLOCKED && lanes[i].op == HK_EMU_OP_SOFT) lanes[i].state = L_READY;
       continue;
@@ -966,6 +1041,8 @@ bool run_block(Worker* w, uint64_t b) {
     v.barriers = 0;
     v.bfile = nullptr;
     v.bline = 0;
+    v.dma_head = v.dma_n = 0;
+    v.dma_done = w->dma_seq;     // loads of earlier blocks count as landed
   }
   if (sigsetjmp(w->jb, 1)) {
     w->in_block = 0;
@@ -1232,6 +1309,20 @@ HK_EXPORT __attribute__((noinline)) void hk_emu_point(int op, const char* file, 
   l->line = line;
   l->site = site_hash(l, op);
   memset(l->imm, 0, sizeof l->imm);
+  l->state = L_BLOCKED;
+  yield_lane(w, l);
+}
+
+HK_EXPORT __attribute__((noinline)) void hk_emu_waitcnt(int imm, const char* file, int line) {
+  Worker* w = tl_worker;
+  Lane* l = w->cur;
+  l->op = HK_EMU_OP_SOFT;
+  l->file = file;
+  l->line = line;
+  l->site = site_hash(l, HK_EMU_OP_SOFT);
+  memset(l->imm, 0, sizeof l->imm);
+  l->imm[0] = 1;                                  // a waitcnt, not a fence or wave_barrier
+  l->imm[1] = (imm & 0xf) | ((imm >> 10) & 0x30); // gfx9 vmcnt: bits 3:0 and 15:14
   l->state = L_BLOCKED;
   yield_lane(w, l);
 }

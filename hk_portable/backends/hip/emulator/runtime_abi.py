@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
-ABI = 4
+ABI = 5
 PAGE = 4096
 
 # arch -> (numeric id the runtime uses, LDS bytes per workgroup)

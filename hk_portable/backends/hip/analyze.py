@@ -1,0 +1,482 @@
+"""The ISA analyser behind `hk analyze KERNEL --backend hip`: how fast can the emitted loop issue?
+
+No AMD GPU exists here, so AMD speed is judged from the assembly the pinned clang emits. For one kernel
+this module
+
+  * builds the control-flow graph (blocks start at labels, at LLVM's `; %bb.N:` lines and after
+    branches) and finds its natural loops: a back edge is a branch to a block that dominates its source,
+    and the loop is its header plus every block reaching the back edge without passing the header. A
+    branch backward in the layout is not enough: LLVM rotates loops, placing blocks before the header
+    and jumping back to them from the latch. Loops nest by containment (depth 1 = outermost); the main
+    loop has the most MFMA (ties: the deeper, then the smaller one);
+  * counts each loop's instructions by class (MFMA by variant, VALU, transcendental, SALU, SMEM, LDS
+    reads / writes / other with bytes, global/buffer/flat loads, stores and atomics, LDS-DMA loads,
+    s_waitcnt and how many wait for vmcnt(0) / lgkmcnt(0), s_barrier, s_setprio, sched barriers) twice:
+    `all_paths`, every instruction of the loop once, and `one_trip`, the blocks of one steady-state
+    iteration (see one_trip);
+  * reports resource use (from the metadata compiler.py parses) and waves per SIMD;
+  * computes the issue-rate bound: MFMA clocks / max(MFMA clocks, VALU clocks, LDS clocks), the
+    fraction of MFMA peak the loop could reach if nothing but instruction issue limited it.
+
+Assumptions (the figures are a static model, not a measurement -- no AMD hardware measured them):
+  * `all_paths` counts edge-tile code a full tile skips, so it bounds one iteration's issue from above;
+    `one_trip` is chosen by a rule (every MFMA, the most 16-byte loads, the least other work), not by
+    knowing which branches the data takes;
+  * clocks are per wave per iteration on one SIMD. MFMA and VALU of one SIMD are separate pipes
+    (they may overlap), so the slowest pipe bounds the loop. The LDS serves the CU's 4 SIMDs: a
+    wave's share is a quarter of the CU's bytes/clock, every SIMD running the same loop;
+  * LDS cost is dword-granular: a lane access of fewer than 4 bytes costs a bank cycle like 4 bytes;
+    LDS-DMA loads (buffer_load ... lds, global_load_lds_*) count as LDS writes of their bytes;
+    all 64 lanes active; bank conflicts are not modelled;
+  * dependency stalls, waits for memory, instruction-cache and SALU issue are not modelled.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import compiler
+from .archs import ARCHS
+
+LANES = 64
+SIMDS_PER_CU = 4
+
+# ---------------------------------------------------------------------------------------- cost tables
+# MFMA cycles on one SIMD's matrix core. Source: AMD, "Matrix Core Programming on AMD CDNA3 and CDNA4
+# architecture" (ROCm blog, 2025), table of MFMA instructions with cycle counts, which agrees with the
+# CDNA3 / CDNA4 ISA guides (ch. 7, "Matrix Arithmetic Instructions", passes x 4) and the peak figures:
+# 2*16*16*16 flop * 1216 matrix cores * 2.1 GHz / 16 cycles = 1307 TFLOP/s bf16 on MI325X, and
+# 2*16*16*32 * 1024 * 2.4 GHz / 16 = 2.5 PFLOP/s on MI355X. Key: (M, N, K, input kind) -> cycles.
+MFMA_CYCLES = {
+    "gfx942": {(16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
+               (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
+               (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
+               (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
+               (16, 16, 8, "xf32"): 16, (32, 32, 4, "xf32"): 32,
+               (16, 16, 4, "f64"): 32},          # 8 passes on gfx940 (llvm-project PR #83782)
+    "gfx950": {(16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
+               (16, 16, 32, "f16"): 16, (32, 32, 16, "f16"): 32,
+               (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
+               (16, 16, 64, "i8"): 16, (32, 32, 32, "i8"): 32,
+               (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
+               (16, 16, 128, "f8f6f4"): 32, (32, 32, 64, "f8f6f4"): 64,   # the FP8 forms (FP4/FP6: half)
+               (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
+               (16, 16, 4, "f64"): 64},
+}
+# VALU: a SIMD is 16 lanes wide, so a wave64 instruction issues over 4 cycles (CDNA3 white paper;
+# MI300X: 304 CUs * 4 SIMDs * 16 lanes * 2 flop * 2.1 GHz = 81.7 TFLOP/s f32 vector). Transcendentals
+# and the 32-bit integer multiplies run at quarter rate (LLVM SISchedule.td: WriteTrans32 and
+# WriteQuarterRate32 take 4x Write32Bit).
+VALU_CYCLES = 4
+QUARTER_RATE_CYCLES = 16
+TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)(_|$)")
+QUARTER_RATE = re.compile(r"^v_(mul_lo_u32|mul_lo_i32|mul_hi_u32|mul_hi_i32|mad_u64_u32|mad_i64_i32)(_|$)")
+# LDS bytes per clock per CU: 32 banks x 4 bytes on gfx942 (CDNA3 ISA guide, "Local Data Share");
+# 64 banks on gfx950 (CDNA4 doubled the LDS bandwidth with its size; the backend's swizzle assumes
+# 64 banks too).
+LDS_BYTES_PER_CLOCK = {"gfx942": 128, "gfx950": 256}
+# Waves per SIMD: gfx90a and later have one 512-entry register file per lane per SIMD shared by VGPRs
+# and AGPRs (a wave holds at most 512: 256 VGPRs + 256 AGPRs, CDNA3/CDNA4 ISA guides), allocated in
+# blocks of 8, at most 8 waves per SIMD (LLVM AMDGPUBaseInfo: getVGPRAllocGranule = 8 and
+# getMaxWavesPerEU = 8 for gfx90a+; LLVM's `; Occupancy:` agrees, see the tests). LDS per CU: 64 KiB
+# gfx942, 160 KiB gfx950 (archs.py).
+VGPRS_PER_SIMD_LANE = 512
+VGPR_GRANULE = 8
+MAX_WAVES_PER_SIMD = 8
+
+# ------------------------------------------------------------------------------------------- parsing
+_LABEL = re.compile(r"^([.\w$]+):")
+_INSTR = re.compile(r"^\s+([a-z][a-z0-9_]*)\b\s*([^;]*)")
+_SCHED = re.compile(r";\s*(sched_barrier|sched_group_barrier|iglp_opt)\b")
+_WAIT = re.compile(r"\b(vmcnt|lgkmcnt|expcnt)\((\d+)\)")
+_SIZE = re.compile(r"_(dwordx4|dwordx3|dwordx2|dword|b128|b96|b64|b32|b16|b8|u16|i16|u8|i8|"
+                   r"ushort|sshort|short|ubyte|sbyte|byte|u32|i32|f32|f64|u64|i64|f16|bf16)(?=_|$)")
+_SIZE_BYTES = {"dwordx4": 16, "dwordx3": 12, "dwordx2": 8, "dword": 4, "b128": 16, "b96": 12, "b64": 8,
+               "b32": 4, "u32": 4, "i32": 4, "f32": 4, "f64": 8, "u64": 8, "i64": 8, "b16": 2, "u16": 2,
+               "i16": 2, "f16": 2, "bf16": 2, "ushort": 2, "sshort": 2, "short": 2, "b8": 1, "u8": 1,
+               "i8": 1, "ubyte": 1, "sbyte": 1, "byte": 1}
+_MFMA_SHAPE = re.compile(r"^v_(?:mfma|smfmac)_\w+?_(\d+)x(\d+)x(\d+)_?(\w*)$")
+
+
+@dataclass
+class Instr:
+    line: int            # index in the kernel's text
+    op: str
+    operands: str
+
+
+@dataclass
+class Block:
+    """A basic block: from a label, an LLVM `; %bb.N:` line or the instruction after a branch."""
+    name: str
+    start: int                                        # line of its first line
+    instrs: list[Instr] = field(default_factory=list)
+    sched_barriers: int = 0
+    succs: list[int] = field(default_factory=list)    # indices into the block list
+
+
+@dataclass
+class Loop:
+    """A natural loop: the header and every block that reaches a back edge to it without passing it."""
+    header: int
+    blocks: set[int]
+    latches: set[int]
+    depth: int = 1
+    parent: int | None = None                         # header of the enclosing loop
+
+
+def kernel_text(asm: str, name: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The lines of kernel `name` (or of the first function) from its label to its end marker, and
+    LLVM's `; Key: value` comments about it (printed after the function: TotalNumVgprs, Occupancy)."""
+    lines = asm.splitlines()
+    starts = [i for i, ln in enumerate(lines) if _is_function(ln) and (name is None or ln.split(":")[0] == name)]
+    if not starts:
+        raise ValueError(f"no kernel {name!r} in the assembly" if name else "no function in the assembly")
+    body, notes, ended = [], {}, False
+    for ln in lines[starts[0]:]:
+        if ended and _is_function(ln):
+            break
+        if ln.startswith(".Lfunc_end") or "; -- End function" in ln:
+            ended = True
+        if not ended:
+            body.append(ln)
+        elif m := re.match(r"^; (\w+):\s*(\S+)", ln):
+            notes.setdefault(m.group(1), m.group(2))
+    return body, notes
+
+
+def _is_function(line: str) -> bool:
+    m = _LABEL.match(line)
+    return m is not None and not m.group(1).startswith(".")
+
+
+_ENDS_BLOCK = ("s_branch", "s_cbranch_", "s_endpgm", "s_setpc", "s_trap")
+
+
+def parse(lines: list[str]) -> list[Block]:
+    """The kernel's basic blocks in layout order, with their successors."""
+    blocks: list[Block] = [Block("entry", 0)]
+    for i, ln in enumerate(lines):
+        label = _LABEL.match(ln)
+        bb = re.match(r"^\s*; (%bb\.\d+):", ln)
+        if label or bb:
+            name = label.group(1) if label else bb.group(1)
+            if blocks[-1].instrs or blocks[-1].sched_barriers:
+                blocks.append(Block(name, i))
+            else:                                     # an empty block: the label names it
+                blocks[-1].name, blocks[-1].start = name, i
+        elif _SCHED.search(ln):
+            blocks[-1].sched_barriers += 1
+        elif (m := _INSTR.match(ln)) and not ln.lstrip().startswith("."):
+            if blocks[-1].instrs and blocks[-1].instrs[-1].op.startswith(_ENDS_BLOCK):
+                blocks.append(Block(f"line{i}", i))
+            blocks[-1].instrs.append(Instr(i, m.group(1), m.group(2).strip()))
+    index = {b.name: n for n, b in enumerate(blocks)}
+    for n, b in enumerate(blocks):
+        last = b.instrs[-1] if b.instrs else None
+        op = last.op if last else ""
+        if op == "s_branch" or op.startswith("s_cbranch_"):
+            target = last.operands.split(",")[0].strip()
+            if target in index:
+                b.succs.append(index[target])
+        if op not in ("s_branch", "s_endpgm", "s_setpc_b64", "s_trap") and n + 1 < len(blocks):
+            b.succs.append(n + 1)
+    return blocks
+
+
+def dominators(blocks: list[Block]) -> list[set[int]]:
+    """dom[n]: the blocks that dominate block n (the iterative data-flow algorithm from the entry)."""
+    n = len(blocks)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for i, b in enumerate(blocks):
+        for s in b.succs:
+            preds[s].append(i)
+    everything = set(range(n))
+    dom = [everything for _ in range(n)]
+    dom[0] = {0}
+    changed = True
+    while changed:
+        changed = False
+        for i in range(1, n):
+            ps = [dom[p] for p in preds[i]]
+            new = (set.intersection(*ps) if ps else set()) | {i}
+            if new != dom[i]:
+                dom[i], changed = new, True
+    return dom
+
+
+def find_loops(blocks: list[Block], dom: list[set[int]]) -> list[Loop]:
+    """Natural loops (back edge: an edge to a block that dominates its source), outermost first, with
+    depth and parent; back edges to one header make one loop."""
+    preds: dict[int, list[int]] = {}
+    for i, b in enumerate(blocks):
+        for s in b.succs:
+            preds.setdefault(s, []).append(i)
+    loops: dict[int, Loop] = {}
+    for i, b in enumerate(blocks):
+        for h in b.succs:
+            if h in dom[i]:
+                lp = loops.setdefault(h, Loop(h, {h}, set()))
+                lp.latches.add(i)
+                stack = [i]
+                while stack:
+                    x = stack.pop()
+                    if x not in lp.blocks:
+                        lp.blocks.add(x)
+                        stack.extend(preds.get(x, []))
+    ordered = sorted(loops.values(), key=lambda lp: (-len(lp.blocks), lp.header))
+    for lp in ordered:
+        outer = [o for o in ordered if o is not lp and lp.blocks < o.blocks]
+        lp.depth = len(outer) + 1
+        if outer:
+            lp.parent = min(outer, key=lambda o: len(o.blocks)).header
+    return ordered
+
+
+def one_trip(blocks: list[Block], loop: Loop, dom: list[set[int]], weight) -> list[int]:
+    """The blocks of one steady-state trip around the loop: of the paths from the header to a latch
+    (back edges cut), the one with the most MFMA clocks, then the most 16-byte global loads, then the
+    fewest other clocks. A prefetching loop loads on every trip but the last, and a tile wholly inside
+    its tensor takes the backend's fast path of 16-byte loads (global_load_dwordx4 or LDS-DMA) without
+    per-element predicates, so the partial-tile paths are left out. weight(block) -> (mfma clocks,
+    16-byte loads, other clocks)."""
+    def succs(x: int) -> list[int]:              # DAG edges: inside the loop, no back edge of any loop
+        return [s for s in blocks[x].succs if s in loop.blocks and s not in dom[x]]
+
+    def key(b: Block) -> tuple[float, float, float]:
+        mfma, loads, other = weight(b)
+        return -mfma, -loads, other
+    best: dict[int, tuple[tuple[float, float, float], list[int]]] = {loop.header: (key(blocks[loop.header]),
+                                                                                  [loop.header])}
+    for x in _topological(loop.header, succs):
+        if x not in best:
+            continue
+        total, path = best[x]
+        for s in succs(x):
+            k = key(blocks[s])
+            cand = (tuple(a + b for a, b in zip(total, k)), path + [s])
+            if s not in best or cand[0] < best[s][0]:
+                best[s] = cand
+    ends = [best[x] for x in loop.latches if x in best]
+    return min(ends)[1] if ends else sorted(loop.blocks)
+
+
+def _topological(start: int, succs) -> list[int]:
+    """Reverse postorder of an iterative depth-first search from start (a topological order of a DAG)."""
+    order, seen, stack = [], {start}, [(start, iter(succs(start)))]
+    while stack:
+        x, it = stack[-1]
+        nxt = next((s for s in it if s not in seen), None)
+        if nxt is None:
+            order.append(x)
+            stack.pop()
+        else:
+            seen.add(nxt)
+            stack.append((nxt, iter(succs(nxt))))
+    return order[::-1]
+
+
+# ----------------------------------------------------------------------------------------- counting
+def lane_bytes(op: str) -> int:
+    """Bytes one lane moves: the first size in the mnemonic, doubled for the ds *2* forms."""
+    m = _SIZE.search(op)
+    size = _SIZE_BYTES[m.group(1)] if m else 4
+    return 2 * size if re.match(r"ds_(read|write|load|store)2", op) else size
+
+
+CLASSES = ("mfma", "valu", "trans", "salu", "smem", "lds_read", "lds_write", "lds_other", "vmem_load",
+           "vmem_lds_dma", "vmem_store", "vmem_atomic", "waitcnt", "barrier", "setprio", "sched_barrier",
+           "branch", "nop", "other")
+
+
+def classify(ins: Instr) -> str:
+    op = ins.op
+    if op.startswith(("v_mfma_", "v_smfmac_")):
+        return "mfma"
+    if op.startswith("v_"):
+        return "trans" if TRANSCENDENTAL.match(op) else "valu"
+    if op.startswith("ds_"):
+        if op.startswith(("ds_read", "ds_load")):
+            return "lds_read"
+        return "lds_write" if op.startswith(("ds_write", "ds_store")) else "lds_other"
+    if op.startswith(("global_", "buffer_", "flat_", "scratch_")):
+        if is_lds_dma(ins):
+            return "vmem_lds_dma"
+        kind = "load" if "_load" in op else "store" if "_store" in op else "atomic"
+        return f"vmem_{kind}"
+    if op.startswith(("s_load", "s_buffer_load", "s_store", "s_dcache", "s_memtime", "s_memrealtime")):
+        return "smem"
+    special = {"s_waitcnt": "waitcnt", "s_barrier": "barrier", "s_setprio": "setprio", "s_nop": "nop"}
+    if op in special or op.startswith("s_waitcnt"):
+        return special.get(op, "waitcnt")
+    if op == "s_branch" or op.startswith(("s_cbranch_", "s_setpc", "s_swappc")):
+        return "branch"
+    return "salu" if op.startswith("s_") else "other"
+
+
+def is_lds_dma(ins: Instr) -> bool:
+    """Global -> LDS loads: `buffer_load_* ... lds` and gfx940+ `global_load_lds_*`."""
+    return "_load_lds_" in ins.op or (ins.op.startswith("buffer_load") and
+                                      re.search(r"(^|\s)lds(\s|$)", ins.operands) is not None)
+
+
+def mfma_cycles(op: str, arch: str) -> tuple[int, bool]:
+    """(cycles, known) of an MFMA; an unknown variant is costed by its output shape (16x16: 16, 32x32: 32)."""
+    m = _MFMA_SHAPE.match(op)
+    if not m:
+        return 16, False
+    shape, kind = tuple(int(g) for g in m.groups()[:3]), m.group(4)
+    kind = ("f16" if kind.startswith(("f16", "bf16")) else "xf32" if kind.startswith("xf32") else
+            "f8f6f4" if kind.startswith("f8f6f4") else "f8" if re.match(r"(fp8|bf8)", kind) else
+            "i8" if kind.startswith("i8") else kind or "f32")
+    if op.startswith("v_mfma_f64"):
+        kind = "f64"
+    cycles = MFMA_CYCLES[arch].get((*shape, kind))
+    return (cycles, True) if cycles else (16 if shape[0] <= 16 else 32, False)
+
+
+def count(instrs: list[Instr], sched_barriers: int = 0) -> dict:
+    """Class counts, MFMA variants, LDS bytes per class and waits of a list of instructions."""
+    counts = dict.fromkeys(CLASSES, 0)
+    mfma: dict[str, int] = {}
+    lds = {"read": 0, "write": 0, "other": 0}
+    lds_cost_bytes = 0          # dword-granular: what the banks serve
+    quarter_rate = 0
+    waits = {"total": 0, "vmcnt0": 0, "lgkmcnt0": 0}
+    for ins in instrs:
+        cls = classify(ins)
+        counts[cls] += 1
+        if cls == "mfma":
+            mfma[ins.op] = mfma.get(ins.op, 0) + 1
+        elif cls == "valu" and QUARTER_RATE.match(ins.op):
+            quarter_rate += 1
+        elif cls.startswith("lds_") or cls == "vmem_lds_dma":
+            per_lane = lane_bytes(ins.op)
+            lds["write" if cls == "vmem_lds_dma" else cls[4:]] += LANES * per_lane
+            lds_cost_bytes += LANES * max(per_lane, 4)
+        elif cls == "waitcnt":
+            waits["total"] += 1
+            for counter, n in _WAIT.findall(ins.operands):
+                if n == "0" and counter in ("vmcnt", "lgkmcnt"):
+                    waits[f"{counter}0"] += 1
+    counts["sched_barrier"] = sched_barriers
+    return {"counts": counts, "mfma": mfma, "lds_bytes": lds, "lds_cost_bytes": lds_cost_bytes,
+            "quarter_rate_valu": quarter_rate, "waits": waits}
+
+
+def clocks(c: dict, arch: str) -> dict:
+    """MFMA, VALU and LDS clocks per wave and iteration, the issue-rate bound and what limits it."""
+    mfma, unknown = 0, []
+    for op, n in c["mfma"].items():
+        cyc, known = mfma_cycles(op, arch)
+        mfma += n * cyc
+        if not known:
+            unknown.append(op)
+    n = c["counts"]
+    valu = ((n.get("valu", 0) - c["quarter_rate_valu"]) * VALU_CYCLES
+            + (c["quarter_rate_valu"] + n.get("trans", 0)) * QUARTER_RATE_CYCLES)
+    lds = c["lds_cost_bytes"] / (LDS_BYTES_PER_CLOCK[arch] / SIMDS_PER_CU)
+    out = {"mfma": mfma, "valu": valu, "lds": round(lds, 1)}
+    worst = max(out, key=lambda k: out[k])
+    out["bound"] = round(mfma / out[worst], 4) if mfma else 0.0
+    out["limiter"] = worst if mfma else "no MFMA"
+    out["valu_to_mfma"] = round(valu / mfma, 3) if mfma else None
+    out["lds_to_mfma"] = round(lds / mfma, 3) if mfma else None
+    if unknown:
+        out["mfma_cost_guessed"] = sorted(unknown)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- resources
+def total_vgprs(res: dict, notes: dict[str, str]) -> int:
+    """The unified VGPR+AGPR allocation: LLVM's `; TotalNumVgprs:` comment, else align4(vgpr) + agpr."""
+    if notes.get("TotalNumVgprs", "").isdigit():
+        return int(notes["TotalNumVgprs"])
+    vgpr, agpr = res.get("vgpr", 0), res.get("agpr", 0)
+    return -(-vgpr // 4) * 4 + agpr if agpr else vgpr
+
+
+def occupancy(arch: str, vgprs: int, lds_bytes: int, threads: int) -> dict:
+    """Waves per SIMD as limited by registers, by LDS, and by the hardware."""
+    alloc = -(-max(vgprs, 1) // VGPR_GRANULE) * VGPR_GRANULE
+    by_vgpr = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD_LANE // alloc)
+    waves_per_block = -(-max(threads, 1) // LANES)
+    lds_cu = ARCHS[arch].lds_bytes
+    if lds_bytes:
+        blocks = lds_cu // lds_bytes
+        by_lds = min(MAX_WAVES_PER_SIMD, max(1, blocks * waves_per_block // SIMDS_PER_CU) if blocks else 0)
+    else:
+        by_lds = MAX_WAVES_PER_SIMD
+    return {"vgprs_allocated": alloc, "waves_per_simd_by_vgpr": by_vgpr, "waves_per_simd_by_lds": by_lds,
+            "waves_per_simd": min(by_vgpr, by_lds), "waves_per_block": waves_per_block,
+            "lds_per_cu": lds_cu}
+
+
+# -------------------------------------------------------------------------------------------- report
+def analyze(asm: str, arch: str, kernel: str | None = None, resources: dict | None = None) -> dict:
+    """The analysis of one kernel of `asm` compiled for `arch` (JSON-able; see the module docstring).
+    `resources`: the compiler's report (compiler.report); read from the assembly's metadata if None."""
+    if arch not in MFMA_CYCLES:
+        raise ValueError(f"the ISA analyser knows {', '.join(MFMA_CYCLES)}, not {arch!r}")
+    lines, notes = kernel_text(asm, kernel)
+    name = kernel or lines[0].split(":")[0]
+    if resources is None:
+        resources = compiler.parse_metadata(asm).get(name, {}) if ".amdgpu_metadata" in asm else {}
+    blocks = parse(lines)
+    dom = dominators(blocks)
+    loops = [_loop_report(blocks, lp, dom, arch) for lp in find_loops(blocks, dom)]
+    main = max(loops, key=lambda lp: (lp["all_paths"]["mfma_count"], lp["depth"], -lp["all_paths"]["instructions"]),
+               default=None)
+    if main is not None and not main["all_paths"]["mfma_count"]:
+        main = None
+    for lp in loops:
+        lp["main"] = lp is main
+    threads = resources.get("max_flat_workgroup_size") or LANES
+    lds = resources.get("lds_bytes", _number(notes.get("LDSByteSize")) or 0)
+    llvm = _number(notes.get("Occupancy"))
+    return {"kernel": name, "target": arch, "resources": _resources(resources),
+            "occupancy": {**occupancy(arch, total_vgprs(resources, notes), lds, threads),
+                          "llvm_occupancy": llvm},
+            "main_loop": main["header"] if main else None, "loops": loops,
+            "costs": {"mfma_cycles": {f"{m}x{n}x{kk} {t}": c for (m, n, kk, t), c in MFMA_CYCLES[arch].items()},
+                      "valu_cycles": VALU_CYCLES, "quarter_rate_cycles": QUARTER_RATE_CYCLES,
+                      "lds_bytes_per_clock_per_cu": LDS_BYTES_PER_CLOCK[arch]},
+            "assumptions": ASSUMPTIONS}
+
+
+def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) -> dict:
+    def tally(ids) -> dict:
+        c = count([i for x in ids for i in blocks[x].instrs], sum(blocks[x].sched_barriers for x in ids))
+        return {"blocks": len(ids), "instructions": sum(len(blocks[x].instrs) for x in ids),
+                "mfma_count": sum(c["mfma"].values()), **c, "clocks": clocks(c, arch)}
+
+    def weight(b: Block) -> tuple[float, int, float]:
+        c = count(b.instrs)
+        k = clocks(c, arch)
+        wide = sum(1 for i in b.instrs if classify(i) in ("vmem_load", "vmem_lds_dma") and lane_bytes(i.op) >= 16)
+        return k["mfma"], wide, k["valu"] + k["lds"]
+    ids = sorted(lp.blocks)
+    return {"header": blocks[lp.header].name, "depth": lp.depth,
+            "parent": blocks[lp.parent].name if lp.parent is not None else None,
+            "lines": [blocks[ids[0]].start, max(i.line for x in ids for i in blocks[x].instrs or [Instr(0, "", "")])],
+            "all_paths": tally(ids), "one_trip": tally(one_trip(blocks, lp, dom, weight))}
+
+
+ASSUMPTIONS = [
+    "all_paths: every instruction of the loop once, whatever branches skip (an upper bound on one iteration)",
+    "one_trip: the header-to-latch path with the most MFMA, then the most 16-byte global loads, then the least "
+    "other work: a steady-state iteration over full tiles (the fast path, no per-element predicates)",
+    "clocks per wave per iteration on one SIMD; MFMA, VALU and LDS overlap; the slowest bounds",
+    "LDS: a SIMD's share is a quarter of the CU's bytes/clock; dword-granular; LDS-DMA counts as LDS writes",
+    "no dependency stalls, memory latency or SALU issue modelled; no AMD hardware measured these figures",
+]
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def _resources(res: dict) -> dict:
+    keys = ("vgpr", "agpr", "sgpr", "vgpr_spill", "sgpr_spill", "scratch_bytes", "lds_bytes",
+            "max_flat_workgroup_size", "waves", "schedule", "compiler")
+    return {k: res[k] for k in keys if k in res}

@@ -1,0 +1,240 @@
+"""The ISA analyser (hk_portable/backends/hip/analyze.py, `hk analyze`): the parser on hand-written
+assembly whose counts are known, then the library's gemm and attention_fwd (D=128) compiled offline for
+gfx942 and gfx950, cross-checked against LLVM's own loop and occupancy comments."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from hk_portable import kernels
+from hk_portable.backends.hip import HipBackend, compiler
+from hk_portable.backends.hip import analyze as isa
+from hk_portable.backends.hip.archs import make_target
+from hk_portable.cli import main
+from hk_portable.runtime import cache
+
+needs_clang = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
+MFMA = {"gfx942": "v_mfma_f32_16x16x16_bf16", "gfx950": "v_mfma_f32_16x16x32_bf16"}
+
+# A rotated loop (its MFMA block sits before the header in layout, as LLVM places it), a partial-tile
+# path of narrow loads and a fast path of a 16-byte load, both guarded by execz; and a backward branch
+# (.LBB0_6 -> .LBB0_1) that is not a back edge.
+TOY = """\
+\t.text
+toy_kernel:                             ; @toy_kernel
+; %bb.0:
+\ts_load_dwordx4 s[0:3], s[4:5], 0x0
+\ts_waitcnt lgkmcnt(0)
+\ts_branch .LBB0_2
+.LBB0_1:
+\tv_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+\tv_mfma_f32_16x16x16_bf16 v[0:3], v[8:9], v[10:11], v[0:3]
+\ts_cmp_eq_u32 s6, 0
+\ts_cbranch_scc1 .LBB0_9
+.LBB0_2:
+\ts_barrier
+\tds_read_b128 v[4:7], v20
+\tds_read_u16 v8, v21
+\tds_bpermute_b32 v9, v22, v9
+\ts_waitcnt vmcnt(0) lgkmcnt(0)
+\ts_setprio 1
+\t; sched_barrier mask(0x00000000)
+\tv_exp_f32_e32 v10, v10
+\tv_rcp_f32_e32 v11, v11
+\tv_add_f32_e32 v12, v12, v13
+\tv_mul_lo_u32 v14, v14, v15
+\ts_add_i32 s6, s6, -1
+\ts_and_saveexec_b64 s[8:9], vcc
+\ts_cbranch_execz .LBB0_4
+; %bb.3:
+\tglobal_load_ushort v16, v[18:19], off
+\tglobal_load_ushort v17, v[18:19], off offset:2
+\tv_cndmask_b32_e32 v16, 0, v16, vcc
+\tv_cndmask_b32_e32 v17, 0, v17, vcc
+\tv_perm_b32 v16, v17, v16, 0x5040100
+\tds_write_b32 v20, v16
+.LBB0_4:
+\ts_or_b64 exec, exec, s[8:9]
+\ts_and_saveexec_b64 s[8:9], s[10:11]
+\ts_cbranch_execz .LBB0_6
+; %bb.5:
+\tglobal_load_dwordx4 v[24:27], v[18:19], off
+\tbuffer_load_dword v1, s[12:15], 0 offen lds
+\tds_write_b128 v20, v[24:27]
+\tv_add_u32_e32 v18, 16, v18
+.LBB0_6:
+\ts_or_b64 exec, exec, s[8:9]
+\ts_waitcnt vmcnt(2)
+\ts_waitcnt lgkmcnt(0)
+\ts_branch .LBB0_1
+.LBB0_9:
+\tglobal_store_dwordx4 v[18:19], v[0:3], off
+\ts_endpgm
+.Lfunc_end0:
+; Occupancy: 8
+"""
+
+NESTED = """\
+nest_kernel:
+\ts_mov_b32 s0, 4
+.LBB1_1:
+\tv_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]
+\ts_mov_b32 s1, 2
+.LBB1_2:
+\tv_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]
+\tv_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]
+\ts_sub_u32 s1, s1, 1
+\ts_cbranch_scc1 .LBB1_2
+\ts_sub_u32 s0, s0, 1
+\ts_cbranch_scc1 .LBB1_1
+\ts_endpgm
+"""
+
+
+def _counts(view: dict) -> dict:
+    return {k: v for k, v in view["counts"].items() if v}
+
+
+def test_toy_loop_is_found_with_its_rotated_block_and_no_false_loop():
+    r = isa.analyze(TOY, "gfx942")
+    assert [lp["header"] for lp in r["loops"]] == [".LBB0_2"] and r["main_loop"] == ".LBB0_2"
+    loop = r["loops"][0]
+    assert loop["depth"] == 1 and loop["parent"] is None and loop["main"]
+    assert loop["all_paths"]["blocks"] == 6          # .LBB0_1 (before the header), .LBB0_2 .. .LBB0_6
+    assert r["occupancy"]["llvm_occupancy"] == 8
+
+
+def test_toy_class_counts_bytes_and_waits_over_all_paths():
+    view = isa.analyze(TOY, "gfx942")["loops"][0]["all_paths"]
+    assert _counts(view) == {"mfma": 2, "valu": 6, "trans": 2, "salu": 6, "lds_read": 2, "lds_write": 2,
+                             "lds_other": 1, "vmem_load": 3, "vmem_lds_dma": 1, "waitcnt": 3, "barrier": 1,
+                             "setprio": 1, "sched_barrier": 1, "branch": 4}
+    assert view["mfma"] == {"v_mfma_f32_16x16x16_bf16": 2}
+    assert view["lds_bytes"] == {"read": 64 * (16 + 2), "write": 64 * (4 + 16 + 4), "other": 64 * 4}
+    assert view["lds_cost_bytes"] == 64 * (16 + 4 + 4 + 16 + 4 + 4)      # a 2-byte read costs a dword
+    assert view["waits"] == {"total": 3, "vmcnt0": 1, "lgkmcnt0": 2}    # the entry's wait is outside
+    assert view["quarter_rate_valu"] == 1
+
+
+def test_toy_clocks_and_bound_from_the_cost_tables():
+    loop = isa.analyze(TOY, "gfx942")["loops"][0]
+    # MFMA 2 x 16; VALU 5 x 4 + (1 quarter-rate + 2 transcendental) x 16; LDS 3072 B at 128/4 B per clock
+    assert loop["all_paths"]["clocks"] == {"mfma": 32, "valu": 68, "lds": 96.0, "bound": 0.3333,
+                                         "limiter": "lds", "valu_to_mfma": 2.125, "lds_to_mfma": 3.0}
+    gfx950 = isa.analyze(TOY, "gfx950")["loops"][0]["all_paths"]["clocks"]
+    assert gfx950["lds"] == 48.0 and gfx950["limiter"] == "valu" and gfx950["bound"] == round(32 / 68, 4)
+
+
+def test_one_trip_takes_the_fast_path_and_skips_the_partial_tile():
+    trip = isa.analyze(TOY, "gfx942")["loops"][0]["one_trip"]
+    assert trip["blocks"] == 5                        # header, .LBB0_4, %bb.5, .LBB0_6, .LBB0_1
+    assert _counts(trip)["vmem_load"] == 1 and _counts(trip)["valu"] == 3 and _counts(trip)["mfma"] == 2
+    assert trip["clocks"]["valu"] == 2 * 4 + 3 * 16 and trip["clocks"]["lds"] == (1280 + 256 + 1280) / 32
+    assert trip["clocks"]["bound"] == round(32 / 88, 4)
+
+
+def test_nested_loops_depth_parent_and_main_loop():
+    r = isa.analyze(NESTED, "gfx950")
+    loops = {lp["header"]: lp for lp in r["loops"]}
+    assert loops[".LBB1_1"]["depth"] == 1 and loops[".LBB1_2"]["depth"] == 2
+    assert loops[".LBB1_2"]["parent"] == ".LBB1_1"
+    assert loops[".LBB1_1"]["all_paths"]["mfma_count"] == 3 and loops[".LBB1_2"]["all_paths"]["mfma_count"] == 2
+    assert r["main_loop"] == ".LBB1_1"                 # the most MFMA
+    assert loops[".LBB1_2"]["all_paths"]["clocks"]["mfma"] == 2 * 16          # 16x16x32 bf16: 16 cycles
+
+
+def test_straight_line_code_has_no_loop():
+    r = isa.analyze("k:\n\tv_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]\n\ts_endpgm\n", "gfx942")
+    assert r["loops"] == [] and r["main_loop"] is None
+
+
+@pytest.mark.parametrize("arch,vgprs,lds,threads,want", [
+    ("gfx942", 101, 16384, 256, (4, 4, 4)),       # 104 allocated: 512 // 104
+    ("gfx942", 179, 49152, 256, (2, 1, 1)),       # one block of 4 waves per CU by LDS
+    ("gfx950", 224, 49152, 256, (2, 3, 2)),       # 160 KiB: 3 blocks
+    ("gfx950", 512, 0, 64, (1, 8, 1)),
+    ("gfx942", 24, 0, 64, (8, 8, 8)),             # the hardware's 8 waves per SIMD
+])
+def test_occupancy(arch, vgprs, lds, threads, want):
+    occ = isa.occupancy(arch, vgprs, lds, threads)
+    assert (occ["waves_per_simd_by_vgpr"], occ["waves_per_simd_by_lds"], occ["waves_per_simd"]) == want
+
+
+def test_mfma_costs_known_and_guessed():
+    assert isa.mfma_cycles("v_mfma_f32_16x16x16_bf16", "gfx942") == (16, True)
+    assert isa.mfma_cycles("v_mfma_f32_32x32x16_f16", "gfx950") == (32, True)
+    assert isa.mfma_cycles("v_mfma_f32_16x16x32_bf16", "gfx942") == (16, False)   # not a gfx942 form
+    with pytest.raises(ValueError, match="gfx1100"):
+        isa.analyze(TOY, "gfx1100")
+
+
+# ------------------------------------------------------------------------------- the library's kernels
+def _compiled(kernel: str, arch: str, **example):
+    module, k = kernels.load(kernel)
+    args, consts = module.example_args(device="cpu", **example)
+    be = HipBackend()
+    return be, cache.compile_cached(be, k.trace(*args, **consts), make_target(arch, runs=False, compile_only=True))
+
+
+def _llvm_loop_blocks(asm: str, header: str) -> set[str]:
+    """The blocks LLVM's comments put in the depth-1 loop of `header` (".LBB0_22": "Header=BB0_22")."""
+    out = set()
+    for line in asm.splitlines():
+        m = re.match(r"^(\.LBB\d+_\d+|; %bb\.\d+):\s*;(.*)", line)
+        if m:
+            name, note = m.group(1).removeprefix("; "), m.group(2)
+            if f"Header={header[2:]} Depth=1" in note or (name == header and "Loop Header: Depth=1" in note):
+                out.add(name)
+    return out
+
+
+@needs_clang
+@pytest.mark.parametrize("kernel,example", [("gemm", {}), ("attention_fwd", {"D": 128})])
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_library_kernels_main_loop(kernel, example, arch):
+    be, art = _compiled(kernel, arch, **example)
+    r = be.analyze(art)
+    main_loop = next(lp for lp in r["loops"] if lp["main"])
+    assert main_loop["header"] == r["main_loop"] and main_loop["depth"] == 1
+    full, trip = main_loop["all_paths"], main_loop["one_trip"]
+    assert set(full["mfma"]) == {MFMA[arch]} and trip["mfma"] == full["mfma"]        # every MFMA, each trip
+    for view in (full, trip):
+        assert 0 < view["clocks"]["bound"] <= 1 and view["clocks"]["mfma"] > 0
+        assert "mfma_cost_guessed" not in view["clocks"]
+    assert all(trip["counts"][c] <= full["counts"][c] for c in isa.CLASSES)
+    assert trip["counts"]["lds_read"] > 0 and trip["counts"]["barrier"] >= 1
+    assert trip["counts"]["vmem_load"] + trip["counts"]["vmem_lds_dma"] > 0         # the prefetch
+    # the loop is LLVM's: every block its comments put in the loop is in ours
+    llvm = _llvm_loop_blocks(art.asm, main_loop["header"])
+    assert len(llvm) > 5 and llvm <= _loop_block_names(art.asm, main_loop)
+    occ = r["occupancy"]
+    assert occ["waves_per_simd"] == occ["llvm_occupancy"] and 1 <= occ["waves_per_simd"] <= 8
+    assert r["resources"]["vgpr_spill"] == 0 and r["resources"]["scratch_bytes"] == 0
+
+
+def _loop_block_names(asm: str, loop: dict) -> set[str]:
+    lines, _ = isa.kernel_text(asm)
+    blocks = isa.parse(lines)
+    dom = isa.dominators(blocks)
+    lp = next(lp for lp in isa.find_loops(blocks, dom) if blocks[lp.header].name == loop["header"])
+    return {blocks[b].name for b in lp.blocks}
+
+
+@needs_clang
+def test_cli_analyze_json_and_table(capsys):
+    assert main(["analyze", "gemm", "--backend", "hip", "--target", "gfx950", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["kernel"] == "gemm_kernel" and r["target"] == "gfx950" and r["main_loop"]
+    assert main(["analyze", "attention_fwd", "--backend", "hip", "--target", "gfx942", "--arg", "D=128"]) == 0
+    out = capsys.readouterr().out
+    assert "main loop: .LBB" in out and "clocks.bound" in out and "waves_per_simd" in out
+    assert MFMA["gfx942"] in out
+
+
+def test_cli_analyze_errors(capsys):
+    assert main(["analyze", "gemm", "--backend", "reference"]) == 2
+    assert "no machine-code analyser" in capsys.readouterr().err
+    assert main(["analyze", "gemm", "--backend", "reference", "--arg", "nonsense"]) == 2
+    assert "--arg 'nonsense': expected NAME=VALUE" in capsys.readouterr().err
