@@ -94,13 +94,13 @@ def config_for(d: int) -> dict:
 
 def candidates(consts: dict) -> list[dict]:
     """Candidate configurations for a call with these consts (D, MASKED), largest first, the portable
-    baseline config_for(D) last. The backend picks per target (Backend.choose_config): cuda on sm_90a the
-    first that runs on TMA + wgmma. Masked calls keep the baseline's 64-row tiles: on the H200 they beat the
-    128-row ones at both head sizes (benchmarks/attention_configs.py, docs/perf-notes.md), until the masks
-    are applied only on the diagonal tiles."""
+    baseline config_for(D) last. The backend picks per target (Backend.choose_config: cuda on sm_90a the
+    first that runs on TMA + wgmma) unless the autotuner has timed them on this device (HK_AUTOTUNE=1).
+    Offered here: what won on the H200 (benchmarks/attention_configs.py, 2026-12-01, with the masks on edge
+    blocks only): 128x64 tiles with 8 warps at D=128 without a mask; the baseline everywhere else."""
     d, masked = consts["D"], consts.get("MASKED", False)
     base = {**config_for(d), **consts}
-    wide = [] if masked else [dict(BM=128, BN=128 if d <= 64 else 64, STAGES=2, num_warps=8)]
+    wide = [] if masked or d <= 64 else [dict(BM=128, BN=64, STAGES=2, num_warps=8)]
     return [{**base, **c} for c in wide] + [base]
 
 
