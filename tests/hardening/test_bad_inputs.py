@@ -18,6 +18,7 @@ from hk_portable.kernels.attention import attention_fwd
 from hk_portable.kernels.attention_bwd import attention_bwd
 from hk_portable.kernels.gemm import gemm
 from hk_portable.kernels.layernorm import dropout_residual_layernorm, dropout_residual_rmsnorm
+from hk_portable.kernels.layernorm_bwd import dropout_residual_layernorm_bwd, dropout_residual_rmsnorm_bwd
 from hk_portable.kernels.rotary import rotary, tables
 
 REF = dict(backend="reference")
@@ -52,6 +53,13 @@ def _attn_bwd(**kw):
     over = {n: kw.pop(n) for n in list(kw) if n in args}
     args.update(over)
     return lambda: attention_bwd(args["q"], args["k"], args["v"], args["o"], args["lse"], args["do"], **REF, **kw)
+
+
+def _ln_bwd(fn=dropout_residual_layernorm_bwd, **kw):
+    args = dict(dy=bf16(4, 64), h=bf16(4, 64), weight=torch.ones(64), bias=torch.zeros(64), backend="reference")
+    args.update(kw)
+    dy, h, weight, bias = (args.pop(k) for k in ("dy", "h", "weight", "bias"))
+    return lambda: fn(dy, h, weight, bias, **args)
 
 
 def _ln(fn=dropout_residual_layernorm, **kw):
@@ -162,6 +170,19 @@ CASES = [
          backend="reference"), ArgumentError, "'eps'"),
     ("torch.ops.hk.rms_norm", "weight_shape",
      _op("rms_norm", bf16(4, 64), bf16(4, 64), torch.ones(3), backend="reference"), ArgumentError, "'weight'"),
+    ("torch.ops.hk.norm_backward", "dy_shape",
+     _op("norm_backward", bf16(4, 63), bf16(4, 64), torch.ones(64), None, False, 0.0, 0, 0, 1e-5, torch.bfloat16,
+         torch.bfloat16, torch.float32, backend="reference"), ArgumentError, "'dy'"),
+    # ---- layernorm / rmsnorm backward
+    ("layernorm_bwd", "h_rank", _ln_bwd(h=bf16(64)), ArgumentError, "'h'"),
+    ("layernorm_bwd", "dy_dtype", _ln_bwd(dy=torch.zeros(4, 64, dtype=torch.float64)), ArgumentError, "'dy'"),
+    ("layernorm_bwd", "dh_shape", _ln_bwd(dh=bf16(4, 63)), ArgumentError, "'dh'"),
+    ("layernorm_bwd", "weight_shape", _ln_bwd(weight=torch.ones(63)), ArgumentError, "'weight'"),
+    ("layernorm_bwd", "p_one", _ln_bwd(p=1.0), ArgumentError, "'p'"),
+    ("layernorm_bwd", "eps_zero", _ln_bwd(eps=0.0), ArgumentError, "'eps'"),
+    ("layernorm_bwd", "dx_shape", _ln_bwd(dx=bf16(4, 63)), ArgumentError, "'dx'"),
+    ("layernorm_bwd", "overlap", (lambda t: _ln_bwd(dy=t, dx=t))(bf16(4, 64)), ArgumentError, "'dx'"),
+    ("rmsnorm_bwd", "eps_nan", _ln_bwd(dropout_residual_rmsnorm_bwd, eps=nan), ArgumentError, "'eps'"),
 ]
 
 
@@ -174,7 +195,8 @@ def test_bad_input_names_the_argument(entry, case, call, error, names):
 
 def test_every_public_kernel_function_is_in_the_table():
     import hk_portable.kernels as K
-    public = {"gemm", "attention_fwd", "attention_bwd", "layernorm", "rmsnorm", "rotary"}
+    public = {"gemm", "attention_fwd", "attention_bwd", "layernorm", "rmsnorm", "rotary", "layernorm_bwd",
+              "rmsnorm_bwd"}
     assert public <= {e for e, *_ in CASES}
     assert set(K.KERNELS) - {"dropout_residual_layernorm"} <= public | {"kernel"}
     ops = {n for n in dir(torch.ops.hk) if not n.startswith("_") and n != "name"}
