@@ -107,6 +107,8 @@ class Kernel(KernelDef):
         (Backend.choose_config). Memoised per backend, target, argument kinds, bucket and candidates.
         `backend=` as for a call; a spec string may name a compile-only target (`hk compile`)."""
         candidates = tuple(dict(c) for c in candidates)
+        if not candidates:
+            raise ArgumentError(f"{self.name}: choose_config needs at least one candidate configuration")
         if isinstance(backend, str):
             selected = selection.resolve(backend, require_runnable=False)
         else:
@@ -119,18 +121,19 @@ class Kernel(KernelDef):
             hit = self._configs.get(key)
         if hit is not None:
             return dict(hit)
-        ok = []
+        ok, refusal = [], None
         for cfg in candidates:
             runtime, consts = self.bind(args, cfg)
             prog = self._program(runtime, consts)
             try:
                 verify(prog)
                 be.check(prog, tgt)
-            except UnsupportedError:
+            except UnsupportedError as e:
+                refusal = e
                 continue
             ok.append((cfg, prog))
-        if not ok:
-            raise UnsupportedError(f"{self.name}: no candidate configuration fits {be.name} target {tgt.spec}")
+        if not ok:                  # the baseline's own reason (shared memory, tile shapes), as a call gives it
+            raise refusal
         choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune) or dict(be.choose_config(ok, tgt))
         with self._lock:
             self._configs[key] = choice
