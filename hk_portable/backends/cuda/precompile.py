@@ -43,18 +43,29 @@ class Capture(Backend):
 
 
 def library_programs() -> dict:
-    """name -> Program of every library kernel's example configuration, plus `name@i` for each other
-    candidate configuration a kernel module offers (`candidates(consts)`: what a target's choice may
-    launch; the last is the baseline)."""
+    """name -> Program of every library kernel's example configuration."""
     from ... import kernels
     out = {}
     for name in sorted(kernels.KERNELS):
         module, kern = kernels.load(name)
         args, consts = module.example_args()
         out[name] = kern.trace(*args, **consts)
-        offered = module.candidates(consts) if callable(getattr(module, "candidates", None)) else []
-        for i, cfg in enumerate(offered[:-1]):
-            out[f"{name}@{i}"] = kern.trace(*args, **cfg)
+    return out
+
+
+def chosen_programs(arch: str) -> dict:
+    """'name@arch' -> Program of the configuration a call on cuda:`arch` chooses among the candidates a
+    kernel module offers (`candidates(consts)`), where that differs from the example's."""
+    from ... import kernels
+    out = {}
+    for name in sorted(kernels.KERNELS):
+        module, kern = kernels.load(name)
+        if not callable(getattr(module, "candidates", None)):
+            continue
+        args, consts = module.example_args()
+        cfg = kern.choose_config(module.candidates(consts), *args, backend=f"cuda:{arch}")
+        if cfg != consts:
+            out[f"{name}@{arch}"] = kern.trace(*args, **cfg)
     return out
 
 
@@ -118,6 +129,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     progs = {**library_programs(), **conformance_programs()}
     results = compile_many(progs, archs, args.workers, cached=True)
+    for arch in archs:                      # what calls choose on each target, compiled for that target only
+        results += compile_many(chosen_programs(arch), [arch], args.workers, cached=True)
     errors = [r for r in results if r["error"]]
     spills = [r for r in results if not r["error"] and (r["resources"]["spill_stores"] or r["resources"]["stack_bytes"])]
     print(f"precompiled {len(results)} (program, arch) pairs for {archs} in {time.perf_counter() - t0:.1f} s: "
