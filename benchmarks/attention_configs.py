@@ -7,7 +7,6 @@ order in kernels/attention.py (CONFIGS) and checks what each lowers to on sm_90a
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
@@ -36,7 +35,7 @@ def main():
     ap.add_argument("--json", default="attention_configs.json")
     ap.add_argument("--budget", type=float, default=0.5)
     args = ap.parse_args()
-    from hk_portable.bench import time_fn
+    from hk_portable.bench import time_fn, to_json
     from hk_portable.kernels import attention
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rows, t0 = [], time.time()
@@ -60,9 +59,8 @@ def main():
                     row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 rows.append(row)
                 print(row, flush=True)
-    with open(args.json, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
-                   "seconds": round(time.time() - t0, 1), "rows": rows}, f, indent=1)
+    to_json({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
+             "seconds": round(time.time() - t0, 1), "rows": rows}, args.json)
 
 
 if __name__ == "__main__":

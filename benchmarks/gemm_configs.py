@@ -7,7 +7,6 @@ the cuda backend's per-target defaults and checks the schedule a config lowers t
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
@@ -50,7 +49,7 @@ def main():
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--budget", type=float, default=0.5)
     args = ap.parse_args()
-    from hk_portable.bench import time_fn
+    from hk_portable.bench import time_fn, to_json
     from hk_portable.kernels.gemm import gemm
     rows, t0 = [], time.time()
     for c in CONFIGS:
@@ -79,9 +78,8 @@ def main():
             row[f"agree_{n}"] = bool(t.agree and tb.agree)
         rows.append(row)
         print(row, flush=True)
-    with open(args.json, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
-                   "seconds": round(time.time() - t0, 1), "rows": rows}, f, indent=1)
+    to_json({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
+             "seconds": round(time.time() - t0, 1), "rows": rows}, args.json)
 
 
 if __name__ == "__main__":

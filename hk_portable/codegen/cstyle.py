@@ -295,10 +295,14 @@ class CStyleEmitter:
         gl, src, *idx = op.operands
         self.line(f"hk::atomic_add({self.name(gl)}, {self.name(src)}, {self.args(idx)});")
 
+    def mma_template_args(self, op: Op) -> str:
+        """Template arguments of `hk::mma<...>` (a backend may append its schedule's choice for this op)."""
+        return ", ".join("true" if op.attrs[k] else "false" for k in ("trans_a", "trans_b"))
+
     def op_mma(self, op):
         a, b, c = op.operands
-        ta, tb = ("true" if op.attrs[k] else "false" for k in ("trans_a", "trans_b"))
-        self._result(op, f"hk::mma<{ta}, {tb}>({{dst}}, {self.name(a)}, {self.name(b)}, {self.name(c)});")
+        self._result(op, f"hk::mma<{self.mma_template_args(op)}>({{dst}}, {self.name(a)}, {self.name(b)}, "
+                         f"{self.name(c)});")
 
     def op_unary(self, op):
         self._result(op, f"hk::unary<{UNARY_FN[op.attrs['op']]}>({{dst}}, {self.name(op.operands[0])});")

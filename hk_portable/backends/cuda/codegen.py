@@ -76,13 +76,10 @@ class CudaEmitter(CStyleEmitter):
     def launch_extras(self) -> dict:
         return {"tma": [m.to_json() for m in self.plan.tensor_maps]} if self.plan.uses_tma else {}
 
-    def op_mma(self, op):
+    def mma_template_args(self, op):
         mode = self.plan.mma_modes.get(id(op), schedule.MMA_STANDALONE)
-        if mode == schedule.MMA_STANDALONE:
-            return super().op_mma(op)
-        a, b, c = op.operands
-        ta, tb = ("true" if op.attrs[k] else "false" for k in ("trans_a", "trans_b"))
-        self._result(op, f"hk::mma<{ta}, {tb}, {mode}>({{dst}}, {self.name(a)}, {self.name(b)}, {self.name(c)});")
+        base = super().mma_template_args(op)
+        return base if mode == schedule.MMA_STANDALONE else f"{base}, {mode}"
 
     def op_global_to_shared(self, op):
         if self._tma_loads is None or id(op) not in self._tma_loads:

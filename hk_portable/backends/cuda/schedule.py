@@ -122,9 +122,7 @@ def _buffer(v: Value, producers: dict) -> int | None:
 
 def _written_buffers(pipe: Op, producers: dict) -> set[int]:
     """Buffers some op inside the pipeline writes (loads into stages, register stores)."""
-    return {b for o in pipe.regions[0].walk() if o.opcode in ("global_to_shared", "register_to_shared")
-            for b in [_buffer(o.operands[0], producers)] if b is not None} | \
-           {b for o in pipe.regions[1].walk() if o.opcode in ("global_to_shared", "register_to_shared")
+    return {b for reg in pipe.regions for o in reg.walk() if o.opcode in ("global_to_shared", "register_to_shared")
             for b in [_buffer(o.operands[0], producers)] if b is not None}
 
 
