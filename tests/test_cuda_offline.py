@@ -56,14 +56,20 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
             assert r["mma"], f"{name} [{arch}] has no mma.sync.aligned.m16n8k16"
             assert r["cp_async"], f"{name} [{arch}] has no cp.async (its pipeline should use it)"
             assert r["cubin"] > 0
-    # the configurations calls choose per target: on sm_90a gemm's is TMA + wgmma, free of spills; sm_80 keeps
-    # the example's configuration (nothing extra to compile)
+    # the configurations calls choose per target: on sm_90a gemm's is TMA + wgmma, free of spills; on both the
+    # layernorm's is the one-pass strip (whole 16-byte vectors); sm_80 keeps the example's configuration otherwise
     chosen = precompile.chosen_programs("sm_90a")
-    assert "gemm@sm_90a" in chosen and not precompile.chosen_programs("sm_80")
-    results90 = precompile.compile_many(chosen, ["sm_90a"], workers=min(8, os.cpu_count() or 1))
-    _check(results90)
-    r90 = {r["name"]: r for r in results90}
-    assert r90["gemm@sm_90a"]["wgmma"] and r90["gemm@sm_90a"]["tma"]
+    chosen80 = precompile.chosen_programs("sm_80")
+    assert "gemm@sm_90a" in chosen and set(chosen80) == {"dropout_residual_layernorm@sm_80"}
+    results = precompile.compile_many(chosen, ["sm_90a"], workers=min(8, os.cpu_count() or 1)) + \
+        precompile.compile_many(chosen80, ["sm_80"], workers=min(8, os.cpu_count() or 1))
+    _check(results)
+    by = {r["name"]: r for r in results}
+    assert by["gemm@sm_90a"]["wgmma"] and by["gemm@sm_90a"]["tma"]
+    for arch in ARCHS:
+        assert {**chosen, **chosen80}[f"dropout_residual_layernorm@{arch}"].consts["ONE_PASS"]
+        ptx = by[f"dropout_residual_layernorm@{arch}"]
+        assert ptx["vector_io"], f"layernorm [{arch}]: no 128-bit global loads/stores in the one-pass strip"
 
 
 @pytest.mark.slow          # ~550 Programs x 2 targets: minutes on a 2-core runner (it still runs by default)

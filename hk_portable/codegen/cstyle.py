@@ -4,7 +4,9 @@ specified in DEVICE_API.md); the device library owns layouts, instructions and s
 of the table (interface/opcodes.py) has one rule here, `op_<opcode>`, checked when this module loads.
 
 The emitter's own decisions are few and vendor-neutral:
-  * which axis each register vector (RV) is aligned with (row or column of a tile), from its uses;
+  * which axis each register vector (RV) is aligned with, and which layout each register value takes
+    (layouts.py: the fragment layout, or a strip where the backend offers one and nothing needs the
+    fragment), from its uses;
   * where block barriers go around shared-memory writes outside pipelines;
   * the shared-memory arena: one byte array, each buffer at a 128-byte aligned offset (resources.py).
 """
@@ -19,6 +21,7 @@ from ..interface import dtypes as D
 from ..interface import opcodes
 from ..interface.errors import UnsupportedError
 from ..interface.ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value
+from .layouts import COL, FRAGMENT, ROW, assign_layouts, assign_vector_axes  # noqa: F401 - re-exported
 from .resources import SMEM_ALIGN, arena_layout  # noqa: F401 - SMEM_ALIGN: re-exported for emitters
 
 CTYPE = {"bf16": "hk::bf16", "f16": "hk::f16", "f32": "float", "fp8e4m3": "hk::fp8e4m3",
@@ -27,7 +30,6 @@ UNARY_FN = {op: f"hk::op_{op}" for op in ("neg", "abs", "exp", "exp2", "log", "l
                                            "sigmoid", "relu", "not")}
 BINARY_FN = {op: f"hk::op_{op}" for op in ("add", "sub", "mul", "div", "maximum", "minimum", "and", "or",
                                             "lt", "le", "gt", "ge", "eq", "ne")}
-ROW, COL = "ROW", "COL"
 
 
 def source_fingerprint(*paths: Path) -> str:
@@ -50,66 +52,6 @@ class EmittedKernel:
     extras: dict = field(default_factory=dict)  # backend facts the launch needs beyond params (e.g. TMA maps)
 
 
-# ------------------------------------------------------------------------------ RV axis assignment
-def assign_vector_axes(program: Program) -> dict[Value, str]:
-    """Give every RV value an axis: ROW (one value per tile row) or COL (per tile column).
-
-    Axes come from reductions (row_*/col_*) and broadcasts, and flow through elementwise ops, where,
-    loop carries and yields. An RV used as both is rejected (a conversion is not implemented)."""
-    axis: dict[Value, str] = {}
-    groups: dict[Value, Value] = {}        # union-find over RVs that must share an axis
-
-    def find(v):
-        while groups.get(v, v) is not v:
-            v = groups[v]
-        return v
-
-    def union(a, b):
-        ra, rb = find(a), find(b)
-        if ra is not rb:
-            groups[ra] = rb
-
-    def is_rv(v):
-        return isinstance(v.type, TileType) and v.type.space == "rv"
-
-    fixed: list[tuple[Value, str, Op]] = []
-    for op in program.body.walk():
-        rvs = [v for v in list(op.operands) + list(op.results) if is_rv(v)]
-        if op.opcode == "reduce":
-            fixed.append((op.result, ROW if op.attrs["axis"] == "row" else COL, op))
-        elif op.opcode == "broadcast":
-            fixed.append((op.operands[0], ROW if op.attrs["axis"] == "row" else COL, op))
-        elif op.opcode in ("unary", "binary", "compare", "where", "cast", "splat", "fill"):
-            for v in rvs[1:]:
-                union(rvs[0], v)
-        for reg in op.regions:
-            if op.opcode == "for":
-                inits, args = op.operands[2:], reg.args[1:]
-            elif op.opcode == "pipeline":
-                inits, args = op.operands[1:], reg.args[2:] if reg.name == "compute" else []
-            else:
-                inits, args = [], []
-            for a, b in zip(inits, args):
-                if is_rv(a):
-                    union(a, b)
-            for y, r, a in zip(reg.yields, op.results, args):
-                if is_rv(y):
-                    union(y, r)
-                    union(y, a)
-    for v, ax, op in fixed:
-        root = find(v)
-        if axis.get(root, ax) != ax:
-            raise UnsupportedError(f"register vector %{v.id} ({v.type}) is used both as a row and a column "
-                                   f"vector (at '{op.opcode}'); compute it twice or store and reload it")
-        axis[root] = ax
-    out = {}
-    for op in program.body.walk():
-        for v in list(op.operands) + list(op.results) + [a for r in op.regions for a in r.args]:
-            if is_rv(v):
-                out[v] = axis.get(find(v), ROW)
-    return out
-
-
 # -------------------------------------------------------------------------------------- emitter
 class CStyleEmitter:
     """Program -> C++ source. Subclasses set the vendor hooks below."""
@@ -120,6 +62,7 @@ class CStyleEmitter:
         raise NotImplementedError
 
     smem_align = SMEM_ALIGN         # where each shared buffer starts (a backend may need more)
+    strip_layouts = False           # whether the device library implements layouts.Strip
 
     def kernel_qualifiers(self, num_threads: int) -> str:
         return "extern \"C\" __global__"
@@ -145,6 +88,7 @@ class CStyleEmitter:
     def emit(self, program: Program) -> EmittedKernel:
         self.p = program
         self.axes = assign_vector_axes(program)
+        self.layouts = assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts)
         self.lines: list[str] = []
         self.indent = 1
         buffers = [op.result for op in program.shared_buffers()]
@@ -179,12 +123,14 @@ class CStyleEmitter:
             return f"hk::gl<{CTYPE[t.dtype.name]}, {t.rank}>"
         if isinstance(t, SharedBufType):
             return f"hk::sbuf<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}, {t.stages}>"
+        lay = self.layouts.get(v, FRAGMENT).template_arg() if v is not None else ""
+        lay = f", {lay}" if lay else ""
         if t.space == "rt":
-            return f"hk::rt<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}>"
+            return f"hk::rt<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}{lay}>"
         if t.space == "st":
             return f"hk::st<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}>"
         ax = self.axes.get(v, ROW) if v is not None else ROW
-        return f"hk::rv<{CTYPE[t.dtype.name]}, {t.shape[0]}, hk::{ax}>"
+        return f"hk::rv<{CTYPE[t.dtype.name]}, {t.shape[0]}, hk::{ax}{lay}>"
 
     @staticmethod
     def literal(x, dtype: D.DType) -> str:

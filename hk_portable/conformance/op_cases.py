@@ -21,6 +21,15 @@ from .tolerances import bound_for
 SHAPES_2D = ((37, 70), (64, 32))         # ragged over a 2x3 grid of 32x32 tiles; aligned over 2x1
 SHAPES_1D = ((37,), (1,))
 BM = BN = 32
+# Wide tiles (few rows, whole 16-byte chunks on every lane of a block): the shapes a backend may lay out
+# as strips (the cuda layout pass does with 4 warps: warp-rows x warps-per-row 2x2, 1x4, 4x1); on a tensor
+# that is ragged in both dims.
+WIDE_TILES = ((2, 1024), (1, 2048), (16, 512))
+WIDE_SHAPE = (37, 1100)
+
+
+def _tile_tag(tile) -> str:
+    return f"_t{tile[0]}x{tile[1]}" if tile != (BM, BN) else ""
 
 
 def _sid(shape) -> str:
@@ -436,14 +445,14 @@ def _reduce_kernel(axis: str, op: str):
     return k
 
 
-def _reduce_case(axis, op, dtype, shape):
+def _reduce_case(axis, op, dtype, shape, tile=None):
     def make(gen):
         x = _values(gen, shape, dtype, int_hi=50_000)
         dim = 1 if axis == "row" else 0
         conv = x.to(torch.int64) if dtype == "i32" else f64(x)
         value = {"max": lambda: conv.amax(dim), "min": lambda: conv.amin(dim), "sum": lambda: conv.sum(dim)}[op]()
         n_out, k_terms = (shape[0], shape[1]) if axis == "row" else (shape[1], shape[0])
-        tr, tc = _red_tiles(axis, shape)
+        tr, tc = tile or _red_tiles(axis, shape)
         grid = (cdiv(n_out, tr if axis == "row" else tc),)
         tol = "sum" if op == "sum" else op
         kw = {"scale": f64(x).abs().sum(dim), "k": k_terms} if op == "sum" and dtype != "i32" else {}
@@ -452,12 +461,20 @@ def _reduce_case(axis, op, dtype, shape):
         return Setup({"x": x}, {"y": poisoned((n_out,), dtype)},
                      lambda t, be: kern(t["x"], t["y"], grid=grid, backend=be, **consts),
                      [_expect("y", "y", value, dtype, tol, **kw)])
-    return _case("reduce", f"{axis}_{op}", dtype, shape, make, tol="sum" if op == "sum" else op)
+    return _case("reduce", f"{axis}_{op}" + (_tile_tag(tile) if tile else ""), dtype, shape, make,
+                 tol="sum" if op == "sum" else op)
+
+
+# wide tiles holding whole rows (row reductions) or whole columns (col reductions) of a ragged tensor
+WIDE_REDUCTIONS = (("row", (37, 1100), (2, 2048)), ("row", (37, 1100), (1, 2048)), ("row", (37, 1000), (16, 1024)),
+                   ("col", (13, 1100), (16, 512)), ("col", (2, 1100), (2, 1024)))
 
 
 def reduce_cases() -> list[Case]:
     return [_reduce_case(axis, op, dtype, shape)
-            for (axis, op) in RED_FN for dtype in FLOAT_DTYPES + ("i32",) for shape in RED_SHAPES[axis]]
+            for (axis, op) in RED_FN for dtype in FLOAT_DTYPES + ("i32",) for shape in RED_SHAPES[axis]] + \
+        [_reduce_case(axis, op, dtype, shape, tile) for axis, shape, tile in WIDE_REDUCTIONS
+         for op in ("sum", "max") for dtype in ("f32", "bf16", "i32")]
 
 
 # =============================================================================================== mma
@@ -525,7 +542,8 @@ MOVE_FILL = {"float": -2.5, "int": -7}          # exact in every dtype, and neve
 def _move_kernel(path: str):
     """Copies x to y along one movement path (y may be of another dtype: the store converts)."""
     @hk.kernel(name=f"move_{path}")
-    def k(x: GL[2], y: GL[2], *, FILL: hk.const = 0.0, TILE: hk.const = None):
+    def k(x: GL[2], y: GL[2], *, FILL: hk.const = 0.0, TILE: hk.const = None, TR: hk.const = BM,
+          TC: hk.const = BN):
         m, n = hk.block_idx(0), hk.block_idx(1)
         tdt = TILE or x.dtype
         if path == "gl_st_rt":
@@ -533,7 +551,7 @@ def _move_kernel(path: str):
             hk.load(s, x, (m, n), fill=FILL)
             hk.store(y, hk.load(RT[x.dtype, BM, BN], s), (m, n))
         elif path == "gl_rt":
-            hk.store(y, hk.load(RT[tdt, BM, BN], x, (m, n), fill=FILL), (m, n))
+            hk.store(y, hk.load(RT[tdt, TR, TC], x, (m, n), fill=FILL), (m, n))
         elif path == "rt_st_gl":
             s = hk.shared(ST[x.dtype, BM, BN])
             hk.store(s, hk.load(RT[x.dtype, BM, BN], x, (m, n)))
@@ -545,10 +563,13 @@ def _move_kernel(path: str):
     return k
 
 
-def _move_case(path, src, dst, shape, tile=None, padded_out=False):
-    """x (src) -> y (dst), through a register tile of dtype `tile` if given (a converting load).
-    padded_out: y covers the whole grid, so the fill of out-of-bounds loads is seen; otherwise y is a
-    view into a poisoned buffer, so a store past its edge is seen."""
+def _move_case(path, src, dst, shape, tile=None, padded_out=False, tile_shape=(BM, BN), x_view="contiguous"):
+    """x (src) -> y (dst), through a register tile of dtype `tile` if given (a converting load) and of
+    `tile_shape`. padded_out: y covers the whole grid, so the fill of out-of-bounds loads is seen;
+    otherwise y is a view into a poisoned buffer, so a store past its edge is seen. x_view: x as given,
+    as the transpose of a contiguous tensor (column stride != 1) or one column into a wider one (rows not
+    16-byte aligned)."""
+    tr, tc = tile_shape
     fill = MOVE_FILL["int" if src == "i32" else "float"]
     tol = "load" if padded_out or tile else "store"
 
@@ -560,22 +581,34 @@ def _move_case(path, src, dst, shape, tile=None, padded_out=False):
             value = round_to(value, TORCH[tile]).to(torch.float64)
         if dst == "i32" and value.is_floating_point():
             value = torch.trunc(value).to(torch.int64)
-        grid = _grid(shape)
-        consts = dict(FILL=float(fill), TILE=tile)
+        grid = _grid(shape, tr, tc)
+        consts = dict(FILL=float(fill), TILE=tile, TR=tr, TC=tc)
         kern = _move_kernel(path)
+        stored, x_of = _stored_view(x, x_view)
         if padded_out:
-            out_shape = (grid[0] * BM, grid[1] * BN)
+            out_shape = (grid[0] * tr, grid[1] * tc)
             full = padded(value, out_shape, fill)
-            return Setup({"x": x}, {"y": poisoned(out_shape, dst)},
-                         lambda t, be: kern(t["x"], t["y"], grid=grid, backend=be, **consts),
+            return Setup({"x": stored}, {"y": poisoned(out_shape, dst)},
+                         lambda t, be: kern(x_of(t["x"]), t["y"], grid=grid, backend=be, **consts),
                          [_expect("y", "y", full, dst, tol)])
         buf = _guarded(shape, dst)
-        return Setup({"x": x}, {"y": buf},
-                     lambda t, be: kern(t["x"], _view(t["y"], shape), grid=grid, backend=be, **consts),
+        return Setup({"x": stored}, {"y": buf},
+                     lambda t, be: kern(x_of(t["x"]), _view(t["y"], shape), grid=grid, backend=be, **consts),
                      [_exact_with_guard("y", "y", buf, value, dst, tol)])
     name = path + ("_fill" if padded_out else "") + (f"_via_{tile}" if tile else "") + \
-        (f"_to_{dst}" if dst != src and not tile else "")
+        (f"_to_{dst}" if dst != src and not tile else "") + _tile_tag(tile_shape) + \
+        (f"_{x_view}" if x_view != "contiguous" else "")
     return _case("move", name, src, shape, make, tol=tol)
+
+
+def _stored_view(x: torch.Tensor, how: str):
+    """(the tensor the runner moves to the device, how the kernel's argument is made from it) so that the
+    argument is x with the strides `how` names, whatever the runner's copy does to strides."""
+    if how == "transposed":
+        return x.t().contiguous(), lambda t: t.t()
+    if how == "offset":
+        return torch.cat([x[:, :1], x], dim=1), lambda t: t[:, 1:]
+    return x, lambda t: t
 
 
 @functools.cache
@@ -646,6 +679,13 @@ def move_cases() -> list[Case]:
         out += [_move_nd_case(dtype, s) for s in ((3, 37, 40), (2, 3, 37, 40))]
     # stores that convert: an f32 register tile into a tensor of every dtype
     out += [_move_case("gl_rt", "f32", dst, SHAPES_2D[0]) for dst in ALL_DTYPES if dst != "f32"]
+    # wide tiles: ragged both ways, loads that fill, converting loads, strided and unaligned sources
+    for tile in WIDE_TILES:
+        out += [_move_case("gl_rt", dt, dt, WIDE_SHAPE, tile_shape=tile) for dt in ("bf16", "f32", "i32")]
+        out.append(_move_case("gl_rt", "bf16", "bf16", WIDE_SHAPE, tile_shape=tile, padded_out=True))
+        out.append(_move_case("gl_rt", "bf16", "f32", WIDE_SHAPE, tile="f32", tile_shape=tile))
+        out += [_move_case("gl_rt", "bf16", "bf16", WIDE_SHAPE, tile_shape=tile, x_view=v)
+                for v in ("transposed", "offset")]
     return out
 
 
@@ -654,28 +694,29 @@ def move_cases() -> list[Case]:
 def _atomic_kernel(space: str):
     if space == "rt":
         @hk.kernel(name="atomic_add_rt")
-        def k(x: GL[3], y: GL[2]):
+        def k(x: GL[3], y: GL[2], *, TR: hk.const = BM, TC: hk.const = BN):
             m, n, g = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
-            hk.atomic_add(y, hk.load(RT[f32, BM, BN], x, (g, m, n)), (m, n))
+            hk.atomic_add(y, hk.load(RT[f32, TR, TC], x, (g, m, n)), (m, n))
     else:
         @hk.kernel(name="atomic_add_rv")
-        def k(x: GL[2], y: GL[1]):
+        def k(x: GL[2], y: GL[1], *, TR: hk.const = BM, TC: hk.const = BN):
             m, g = hk.block_idx(0), hk.block_idx(1)
-            hk.atomic_add(y, hk.load(RV[f32, BM], x, (g, m)), (m,))
+            hk.atomic_add(y, hk.load(RV[f32, TR], x, (g, m)), (m,))
     return k
 
 
-def _atomic_case(shape, groups: int, space: str):
+def _atomic_case(shape, groups: int, space: str, tile=(BM, BN)):
     """y (initial values, a view into a poisoned buffer) += sum over `groups` blocks per tile."""
+    tr, tc = tile
     def make(gen):
         x = rand_float(gen, (groups,) + shape, "f32", 0.1, 4.0)
         init = rand_float(gen, shape, "f32", 0.1, 4.0)
         buf = _guarded(shape, "f32")
         _view(buf, shape).copy_(init)
-        grid = _grid(shape) + (groups,) if space == "rt" else (cdiv(shape[0], BM), groups)
+        grid = _grid(shape, tr, tc) + (groups,) if space == "rt" else (cdiv(shape[0], tr), groups)
         value = f64(init) + f64(x).sum(0)
         kern = _atomic_kernel(space)
-        launch = lambda t, be: kern(t["x"], _view(t["y"], shape), grid=grid, backend=be)  # noqa: E731
+        launch = lambda t, be: kern(t["x"], _view(t["y"], shape), grid=grid, backend=be, TR=tr, TC=tc)  # noqa: E731
         if groups == 1:
             return Setup({"x": x}, {"y": buf}, launch, [_exact_with_guard("y", "y", buf, value, "f32", "atomic_add")])
         inside = ~guard_mask(buf.shape, shape)
@@ -688,12 +729,14 @@ def _atomic_case(shape, groups: int, space: str):
                               select=inside),
                       Check("guard around y", "y", buf.clone(), bound_for("store", "f32"), select=~inside)])
     name = "atomic_add" if groups == 1 else "atomic_add_accumulate"
-    return _case("atomic", f"{name}_{space}", "f32", shape, make, tol=name, deterministic=groups == 1)
+    return _case("atomic", f"{name}_{space}{_tile_tag(tile)}", "f32", shape, make, tol=name,
+                 deterministic=groups == 1)
 
 
 def atomic_cases() -> list[Case]:
     return [_atomic_case(SHAPES_2D[0], 1, "rt"), _atomic_case(SHAPES_2D[0], 3, "rt"),
-            _atomic_case(SHAPES_1D[0], 1, "rv"), _atomic_case(SHAPES_1D[0], 3, "rv")]
+            _atomic_case(SHAPES_1D[0], 1, "rv"), _atomic_case(SHAPES_1D[0], 3, "rv")] + \
+        [_atomic_case(WIDE_SHAPE, g, "rt", tile) for tile in WIDE_TILES for g in (1, 3)]
 
 
 # =========================================================================================== scalars
@@ -868,23 +911,23 @@ def control_cases() -> list[Case]:
 def _mask_kernel(kind: str):
     @hk.kernel(name=f"mask_{kind}")
     def k(x: GL[2], y: GL[2], r0: int, c0: int, nr: int, nc: int, p: float, seed: int, off: int, *,
-          P: hk.const = 0.0, SEED: hk.const = 0, OFFSET: hk.const = 0):
+          P: hk.const = 0.0, SEED: hk.const = 0, OFFSET: hk.const = 0, TR: hk.const = BM, TC: hk.const = BN):
         m, n = hk.block_idx(0), hk.block_idx(1)
-        t = hk.load(RT[f32, BM, BN], x, (m, n))
-        rows, cols = m * BM + r0, n * BN + c0
+        t = hk.load(RT[f32, TR, TC], x, (m, n))
+        rows, cols = m * TR + r0, n * TC + c0
         if kind == "causal":
-            keep = hk.causal_mask(RT[f32, BM, BN], rows, cols)
+            keep = hk.causal_mask(RT[f32, TR, TC], rows, cols)
         elif kind == "bounds":
             keep = hk.bounds_mask(t, rows, cols, nr, nc)
         elif kind == "dropout_const":          # 64-bit seed and offset, compile-time p
-            keep = hk.dropout_mask(t, P, SEED, OFFSET, m * BM, n * BN, x.shape[1])
+            keep = hk.dropout_mask(t, P, SEED, OFFSET, m * TR, n * TC, x.shape[1])
         else:                                  # runtime p, seed and offset (32-bit)
-            keep = hk.dropout_mask(t, p, seed, off, m * BM, n * BN, x.shape[1])
+            keep = hk.dropout_mask(t, p, seed, off, m * TR, n * TC, x.shape[1])
         hk.store(y, hk.where(keep, t, float("-inf")), (m, n))
     return k
 
 
-def _mask_case(kind, shape, p=0.0, seed=0, offset=0):
+def _mask_case(kind, shape, p=0.0, seed=0, offset=0, tile=(BM, BN)):
     M, N = shape
 
     def make(gen):
@@ -905,12 +948,12 @@ def _mask_case(kind, shape, p=0.0, seed=0, offset=0):
             keep = dropout_keep(p, seed_rt & MASK32, (off_rt & MASK32) + i * N + j)
         value = torch.where(keep, f64(x), float("-inf"))
         kern = _mask_kernel(kind)
-        consts = dict(P=p, SEED=seed, OFFSET=offset)
+        consts = dict(P=p, SEED=seed, OFFSET=offset, TR=tile[0], TC=tile[1])
         launch = lambda t, be: kern(t["x"], t["y"], r0, c0, nr, nc, p, seed_rt, off_rt,  # noqa: E731
-                                    grid=_grid(shape), backend=be, **consts)
+                                    grid=_grid(shape, *tile), backend=be, **consts)
         return Setup({"x": x}, {"y": poisoned(shape, "f32")}, launch,
                      [_expect("where(mask, x, -inf)", "y", value, "f32", kind.split("_")[0] + "_mask")])
-    name = kind + (f"_p{p:g}" if kind.startswith("dropout") else "")
+    name = kind + (f"_p{p:g}" if kind.startswith("dropout") else "") + _tile_tag(tile)
     return _case("mask", name, "f32", shape, make, tol=kind.split("_")[0] + "_mask")
 
 
@@ -922,6 +965,10 @@ def mask_cases() -> list[Case]:
             # the offset makes counters cross a 2^32 boundary inside the tensor
             out.append(_mask_case("dropout_const", shape, p, seed=0x9E3779B97F4A7C15, offset=2**32 - 1000))
         out.append(_mask_case("dropout_runtime", shape, 0.5))
+    for tile in WIDE_TILES:
+        out += [_mask_case("causal", WIDE_SHAPE, tile=tile), _mask_case("bounds", WIDE_SHAPE, tile=tile),
+                _mask_case("dropout_const", WIDE_SHAPE, 0.25, seed=0x9E3779B97F4A7C15, offset=2**32 - 1000,
+                           tile=tile)]
     return out
 
 
@@ -929,16 +976,16 @@ def mask_cases() -> list[Case]:
 @functools.cache
 def _broadcast_kernel():
     @hk.kernel(name="broadcast")
-    def k(x: GL[2], vr: GL[1], vc: GL[1], yr: GL[2], yc: GL[2]):
+    def k(x: GL[2], vr: GL[1], vc: GL[1], yr: GL[2], yc: GL[2], *, TR: hk.const = BM, TC: hk.const = BN):
         m, n = hk.block_idx(0), hk.block_idx(1)
-        t = hk.load(RT[x.dtype, BM, BN], x, (m, n))
-        keep = hk.causal_mask(t, m * BM, n * BN)
-        hk.store(yr, hk.where(keep, t, hk.load(RV[x.dtype, BM], vr, (m,))[:, None]), (m, n))
-        hk.store(yc, hk.where(keep, t, hk.load(RV[x.dtype, BN], vc, (n,))[None, :]), (m, n))
+        t = hk.load(RT[x.dtype, TR, TC], x, (m, n))
+        keep = hk.causal_mask(t, m * TR, n * TC)
+        hk.store(yr, hk.where(keep, t, hk.load(RV[x.dtype, TR], vr, (m,))[:, None]), (m, n))
+        hk.store(yc, hk.where(keep, t, hk.load(RV[x.dtype, TC], vc, (n,))[None, :]), (m, n))
     return k
 
 
-def _broadcast_case(dtype, shape):
+def _broadcast_case(dtype, shape, tile=(BM, BN)):
     M, N = shape
 
     def make(gen):
@@ -947,14 +994,16 @@ def _broadcast_case(dtype, shape):
         keep = torch.arange(M).view(-1, 1) >= torch.arange(N).view(1, -1)
         kern = _broadcast_kernel()
         return Setup({"x": x, "vr": vr, "vc": vc}, {"yr": poisoned(shape, dtype), "yc": poisoned(shape, dtype)},
-                     lambda t, be: kern(t["x"], t["vr"], t["vc"], t["yr"], t["yc"], grid=_grid(shape), backend=be),
+                     lambda t, be: kern(t["x"], t["vr"], t["vc"], t["yr"], t["yc"], grid=_grid(shape, *tile),
+                                        backend=be, TR=tile[0], TC=tile[1]),
                      [_expect("v[:, None]", "yr", torch.where(keep, conv(x), conv(vr)[:, None]), dtype, "broadcast"),
                       _expect("v[None, :]", "yc", torch.where(keep, conv(x), conv(vc)[None, :]), dtype, "broadcast")])
-    return _case("broadcast", "row_and_col", dtype, shape, make, tol="broadcast")
+    return _case("broadcast", "row_and_col" + _tile_tag(tile), dtype, shape, make, tol="broadcast")
 
 
 def broadcast_cases() -> list[Case]:
-    return [_broadcast_case(dt, s) for dt in FLOAT_DTYPES + ("i32",) for s in SHAPES_2D]
+    return [_broadcast_case(dt, s) for dt in FLOAT_DTYPES + ("i32",) for s in SHAPES_2D] + \
+        [_broadcast_case(dt, WIDE_SHAPE, tile) for dt in ("bf16", "f32", "i32") for tile in WIDE_TILES]
 
 
 # ================================================================= NaN operands of maximum/minimum

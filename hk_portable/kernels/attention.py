@@ -92,7 +92,7 @@ def config_for(d: int) -> dict:
     return dict(D=d, BM=64, BN=32 if d > 64 else 64, STAGES=2)
 
 
-def candidates(consts: dict) -> list[dict]:
+def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     """Candidate configurations for a call with these consts (D, MASKED), largest first, the portable
     baseline config_for(D) last. The backend picks per target (Backend.choose_config: cuda on sm_90a the
     first that runs on TMA + wgmma) unless the autotuner has timed them on this device (HK_AUTOTUNE=1).

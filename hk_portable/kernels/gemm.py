@@ -37,9 +37,9 @@ CONFIGS = (
 )
 
 
-def candidates(consts: dict) -> list[dict]:
-    """The candidate configurations for a call with these consts (what `hk compile` and the wrapper pass
-    to choose_config)."""
+def candidates(consts: dict, args: tuple = ()) -> list[dict]:
+    """The candidate configurations for a call with these consts and arguments (what `hk compile` and the
+    wrapper pass to choose_config; a GEMM's do not depend on the shapes)."""
     return [{**DEFAULT_CONFIG, **consts, **c} for c in CONFIGS]
 
 

@@ -1,9 +1,11 @@
 """Fused dropout + residual + layernorm or RMSNorm: h = dropout(x, p) + residual;
 y = layernorm(h) * w + b, or y = h / sqrt(mean(h²) + eps) * w (+ b).
 
-Rows of any width (tested to d_model 8192) are swept in column tiles, three passes for layernorm (mean,
-variance, output; two for RMSNorm) recomputing h from x and residual in f32 rather than re-reading a
-rounded h. The dropout mask
+Two shapes of the same math, chosen by the ONE_PASS const: where a block's rows fit one column tile
+(BC >= d_model), h stays in registers and x and residual are read once; wider rows are swept in column
+tiles, three passes for layernorm (mean, variance, output; two for RMSNorm) recomputing h from x and
+residual in f32 rather than re-reading a rounded h. `candidates` offers the one-pass shapes first (a
+backend whose layouts spread a row over a whole block takes them) and the swept one last. The dropout mask
 comes from Philox4x32-10 with counter index offset + row * d_model + col, so every backend keeps the
 same elements bit for bit."""
 from __future__ import annotations
@@ -24,7 +26,7 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
                                       h_out: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                                       offset_lo: int, offset_hi: int, *, BR: hk.const = 64,
                                       BC: hk.const = 128, DROPOUT: hk.const = True, RMS: hk.const = False,
-                                      BIAS: hk.const = True):
+                                      BIAS: hk.const = True, ONE_PASS: hk.const = False):
     r = hk.block_idx(0)
     d = x.shape[1]
     n_tiles = hk.cdiv(d, BC)
@@ -44,6 +46,24 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
         h = h_tile(c)
         hk.store(h_out, h.to(h_out.dtype), (r, c))
         return total + hk.row_sum(h * h if RMS else h)
+
+    def normalise(centred, rstd, c):
+        w = hk.load(RV[f32, BC], weight, (c,))
+        yt = centred * rstd[:, None] * w[None, :]
+        if BIAS:
+            yt = yt + hk.load(RV[f32, BC], bias, (c,))[None, :]
+        hk.store(y, yt.to(y.dtype), (r, c))
+
+    if ONE_PASS:            # the whole row in one tile (BC >= d): h never leaves registers
+        h = h_tile(0)
+        hk.store(h_out, h.to(h_out.dtype), (r, 0))
+        if RMS:
+            normalise(h, hk.rsqrt(hk.row_sum(h * h) * inv_d + eps), 0)
+        else:
+            in_row = hk.bounds_mask(h, 0, 0, BR, d)              # padding columns must not count
+            centred = hk.where(in_row, h - (hk.row_sum(h) * inv_d)[:, None], 0.0)
+            normalise(centred, hk.rsqrt(hk.row_sum(centred * centred) * inv_d + eps), 0)
+        return
 
     if RMS:
         mean = None
@@ -72,6 +92,20 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
 
 
 DEFAULT_CONFIG = dict(BR=64, BC=128)
+ONE_PASS_MAX_PER_LANE = 16      # f32 elements of one row tile per thread: x, residual and h stay in registers
+
+
+def candidates(consts: dict, args: tuple) -> list[dict]:
+    """For a call with these consts and kernel arguments (x first): one-pass configurations for its rows
+    of d features (one row per block, the row spread over 1 to 16 warps, at most ONE_PASS_MAX_PER_LANE
+    elements per thread; the fewest warps first), then the swept baseline, which every target takes."""
+    d = args[0].shape[1]
+    one_pass = []
+    for warps in (1, 2, 4, 8, 16):
+        bc = hk.cdiv(d, 256 * warps) * 256 * warps           # whole 8-element chunks on every lane
+        if bc // (32 * warps) <= ONE_PASS_MAX_PER_LANE:
+            one_pass.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps))
+    return [{**DEFAULT_CONFIG, **consts, **c} for c in one_pass + [{}]]
 
 
 def _words(value: int, what: str, fn: str = "dropout_residual_layernorm") -> tuple[int, int]:
@@ -135,12 +169,19 @@ def _fused(fn, rms, x, residual, weight, bias, p, seed, offset, eps, out, h_out,
                                 f"{tuple(t.shape)} {t.dtype}")
     inputs = {"x": x, "residual": residual, "weight": weight, **({"bias": bias} if bias is not None else {})}
     check_no_overlap(fn, {"out": y, "h_out": h}, inputs)
-    cfg = {**DEFAULT_CONFIG, **config, "DROPOUT": p > 0, "RMS": rms, "BIAS": bias is not None}
+    flags = {"DROPOUT": p > 0, "RMS": rms, "BIAS": bias is not None}
     s_lo, s_hi = _words(seed, "seed", fn)
     o_lo, o_hi = _words(offset, "offset", fn)
-    grid = (hk.cdiv(x.shape[0], cfg["BR"]),)
-    dropout_residual_layernorm_kernel(x, residual, weight, weight if bias is None else bias, y, h, float(p),
-                                      float(eps), s_lo, s_hi, o_lo, o_hi, grid=grid, backend=backend, **cfg)
+    args = (x, residual, weight, weight if bias is None else bias, y, h, float(p), float(eps), s_lo, s_hi, o_lo, o_hi)
+
+    def launch(cfg):
+        dropout_residual_layernorm_kernel(*args, grid=(hk.cdiv(x.shape[0], cfg["BR"]),), backend=backend, **cfg)
+
+    if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
+        config = dropout_residual_layernorm_kernel.choose_config(
+            candidates(flags, args), *args, backend=backend, launch=launch,
+            bucket=hk.shape_bucket(*x.shape))
+    launch({**DEFAULT_CONFIG, **config, **flags})
     return y, h
 
 

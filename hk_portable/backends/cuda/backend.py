@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+from ...codegen import layouts
 from ...codegen.abi import param_layout
 from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
@@ -92,14 +93,20 @@ class CudaBackend(Backend):
                 f"host {emulator.identity()}")
 
     def choose_config(self, candidates, target: Target) -> dict:
-        if target.arch == "sm_90a" and not target.emulated:
-            for cfg, program in candidates:
-                if schedule.fast_path(program, target):
-                    return cfg
+        """The first candidate on a fast path: TMA + wgmma pipelines (sm_90a), or, for a kernel without
+        mma, every register value in a strip (any target); else the kernel's baseline."""
+        for cfg, program in candidates:
+            if target.arch == "sm_90a" and not target.emulated and schedule.fast_path(program, target):
+                return cfg
+            if codegen.all_strips(program, codegen.num_warps(program, target)):
+                return cfg
         return super().choose_config(candidates, target)
 
     def lowered(self, program, target: Target) -> str:
-        return schedule.describe(program, schedule.plan(program, target), target)
+        warps = codegen.num_warps(program, target)
+        lay = layouts.describe(program, codegen.layouts(program, warps))
+        return (schedule.describe(program, schedule.plan(program, target), target)
+                + f"\n// layouts ({warps} warps)\n" + "\n".join(lay))
 
     def check(self, program, target: Target, options=None) -> None:
         self._options(target, options)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...codegen import library, resources
-from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel, assign_vector_axes
+from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel
+from ...codegen.layouts import Strip, assign_layouts, assign_vector_axes
 from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -37,11 +38,29 @@ def num_warps(program: Program, target: Target) -> int:
     return max(1, min(int(program.num_warps), MAX_WARPS))
 
 
-def _op_scratch(op, warps: int) -> int:
-    """Scratch bytes one op needs, as hk_cuda.cuh's reduce<COL> and mma compute them."""
-    if op.opcode == "reduce" and op.attrs["axis"] == "col":
+def layouts(program: Program, warps: int) -> dict:
+    """The layout pass's choice for this backend (its library implements strips)."""
+    return assign_layouts(program, warps, strips=True)
+
+
+def all_strips(program: Program, warps: int) -> bool:
+    """Whether the Program has register tiles and the layout pass put every register value in a strip
+    (a memory-bound kernel laid out for whole-vector accesses)."""
+    lay = layouts(program, warps)
+    return any(v.type.space == "rt" for v in lay) and all(isinstance(x, Strip) for x in lay.values())
+
+
+def _op_scratch(op, warps: int, lay: dict) -> int:
+    """Scratch bytes one op needs, as hk_cuda's reductions and mma compute them."""
+    if op.opcode == "reduce":
         rows, cols = op.operands[0].type.shape
-        return warps * cols * 4 if min(rows // 16, warps) > 1 else 0
+        layout = lay.get(op.operands[0])
+        if isinstance(layout, Strip):           # partials of the warps sharing a row / a column
+            if op.attrs["axis"] == "row":
+                return warps * (rows // layout.wr) * 4 if layout.wc > 1 else 0
+            return layout.wr * cols * 4 if layout.wr > 1 else 0
+        if op.attrs["axis"] == "col":
+            return warps * cols * 4 if min(rows // 16, warps) > 1 else 0
     if op.opcode == "mma":
         return mma_scratch_bytes(op.operands[0].type, op.operands[1].type, op.attrs["trans_a"], SMEM_ALIGN)
     return 0
@@ -49,12 +68,14 @@ def _op_scratch(op, warps: int) -> int:
 
 def scratch_bytes(program: Program, warps: int) -> int:
     """Scratch shared memory the library uses (128-byte granules)."""
-    return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, warps), SMEM_ALIGN)
+    lay = layouts(program, warps)
+    return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, warps, lay), SMEM_ALIGN)
 
 
 class CudaEmitter(CStyleEmitter):
     lanes = 32
     smem_align = BUFFER_ALIGN
+    strip_layouts = True
 
     def __init__(self, target: Target, min_blocks: int | None = None):
         self.target = target
@@ -150,6 +171,7 @@ def _where(op) -> str:
 def check(program: Program, target: Target) -> None:
     """UnsupportedError naming the value and the rule when the library cannot take this Program."""
     axes = assign_vector_axes(program)
+    lay = layouts(program, num_warps(program, target))
     seen: set[int] = set()
     for op in program.body.walk():
         vals = list(op.operands) + list(op.results) + [a for r in op.regions for a in r.args]
@@ -158,6 +180,8 @@ def check(program: Program, target: Target) -> None:
                 continue
             seen.add(v.id)
             t = v.type
+            if isinstance(lay.get(v), Strip):
+                continue                                # a strip holds whole chunks by construction
             if t.space == "rt" and (t.rows % 16 or t.cols % 8):
                 raise UnsupportedError(
                     f"cuda ({target.arch}): register tile %{v.id} {t} at {_where(op)} must have a multiple of 16 rows "

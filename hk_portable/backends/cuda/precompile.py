@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -55,7 +56,7 @@ def library_programs() -> dict:
 
 def chosen_programs(arch: str) -> dict:
     """'name@arch' -> Program of the configuration a call on cuda:`arch` chooses among the candidates a
-    kernel module offers (`candidates(consts)`), where that differs from the example's."""
+    kernel module offers (`candidates(consts, args)`), where that differs from the example's."""
     from ... import kernels
     out = {}
     for name in sorted(kernels.KERNELS):
@@ -63,7 +64,7 @@ def chosen_programs(arch: str) -> dict:
         if not callable(getattr(module, "candidates", None)):
             continue
         args, consts = module.example_args()
-        cfg = kern.choose_config(module.candidates(consts), *args, backend=f"cuda:{arch}")
+        cfg = kern.choose_config(module.candidates(consts, args), *args, backend=f"cuda:{arch}")
         if cfg != consts:
             out[f"{name}@{arch}"] = kern.trace(*args, **cfg)
     return out
@@ -103,6 +104,7 @@ def _compile(job):
             "mma": "mma.sync.aligned.m16n8k16" in (art.asm or "") or "wgmma.mma_async" in (art.asm or ""),
             "wgmma": "wgmma.mma_async" in (art.asm or ""), "tma": "cp.async.bulk.tensor" in (art.asm or ""),
             "cp_async": "cp.async.cg.shared.global" in (art.asm or ""),
+            "vector_io": bool(re.search(r"(ld|st)\.global(\.\w+)*\.v4\.(b|u|f)32", art.asm or "")),
             "pipeline": "pipeline" in program.opcodes(), "has_mma": "mma" in program.opcodes(),
             "cubin": len(art.binary or b"")}
 

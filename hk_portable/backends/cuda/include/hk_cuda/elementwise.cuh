@@ -77,4 +77,18 @@ HK_DEV void broadcast(rt<T, R, C>& dst, const rv<T, N, COL>& v) {
             for (int e = 0; e < 4; ++e) dst.d[RT_::idx(k, j, e)] = v.d[j * 2 + (e & 1)];
 }
 
+// strip tiles: element idx(k, j, e) sits in row slot k and chunk slot j
+template <class T, int R, int C, int WR>
+HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, R, ROW, strip<WR>>& v) {
+    typedef rt<T, R, C, strip<WR>> RT_;
+#pragma unroll
+    for (int i = 0; i < RT_::SIZE; ++i) dst.d[i] = v.d[i / (RT_::CS * RT_::V)];
+}
+template <class T, int R, int C, int WR>
+HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, C, COL, strip<WR>>& v) {
+    typedef rt<T, R, C, strip<WR>> RT_;
+#pragma unroll
+    for (int i = 0; i < RT_::SIZE; ++i) dst.d[i] = v.d[i % (RT_::CS * RT_::V)];
+}
+
 }  // namespace hk

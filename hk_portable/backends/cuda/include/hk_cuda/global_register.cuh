@@ -73,9 +73,9 @@ HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g, float fill, I... idx) {
     else load_rows<false, T, U>(dst, g, o, fv);
 }
 
-template <class T, class U, int N, class AX, int RANK, class... I>
-HK_DEV void load(rv<T, N, AX>& dst, const gl<U, RANK>& g, float fill, I... idx) {
-    typedef rv<T, N, AX> RV_;
+template <class T, class U, int N, class AX, class L, int RANK, class... I>
+HK_DEV void load(rv<T, N, AX, L>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+    typedef rv<T, N, AX, L> RV_;
     origin<1, U, RANK> o(g, 1, N, idx...);
     const T fv = convert<T>(fill);
 #pragma unroll
@@ -125,9 +125,9 @@ HK_DEV void store(const gl<U, RANK>& g, const rt<T, R, C>& src, I... idx) {
     else store_rows<false, U>(g, o, src);
 }
 
-template <class U, class T, int N, class AX, int RANK, class... I>
-HK_DEV void store(const gl<U, RANK>& g, const rv<T, N, AX>& src, I... idx) {
-    typedef rv<T, N, AX> RV_;
+template <class U, class T, int N, class AX, class L, int RANK, class... I>
+HK_DEV void store(const gl<U, RANK>& g, const rv<T, N, AX, L>& src, I... idx) {
+    typedef rv<T, N, AX, L> RV_;
     origin<1, U, RANK> o(g, 1, N, idx...);
 #pragma unroll
     for (int i = 0; i < RV_::SIZE; ++i) {
@@ -154,14 +154,106 @@ HK_DEV void atomic_add(const gl<float, RANK>& g, const rt<float, R, C>& src, I..
             }
     }
 }
-template <int N, class AX, int RANK, class... I>
-HK_DEV void atomic_add(const gl<float, RANK>& g, const rv<float, N, AX>& src, I... idx) {
-    typedef rv<float, N, AX> RV_;
+template <int N, class AX, class L, int RANK, class... I>
+HK_DEV void atomic_add(const gl<float, RANK>& g, const rv<float, N, AX, L>& src, I... idx) {
+    typedef rv<float, N, AX, L> RV_;
     origin<1, float, RANK> o(g, 1, N, idx...);
 #pragma unroll
     for (int i = 0; i < RV_::SIZE; ++i) {
         const int c = RV_::pos(i);
         if (RV_::owner(i) && o.row_ok(0) && o.col_ok(c)) atomicAdd(o.at(g, 0, c), src.d[i]);
+    }
+}
+
+// ---- strip tiles: each lane moves whole 8-element chunks, as 16-byte accesses where the chunk is inside
+// the tensor, unit-stride and aligned (2- and 4-byte types); element by element otherwise
+template <class U> struct chunk_io {
+    static constexpr bool VEC = sizeof(U) == 2 || sizeof(U) == 4;
+    static constexpr int WORDS = 8 * (int)sizeof(U) / 4;          // u32 words of a chunk: 4 or 8
+    static HK_DEV U element(const u32* w, int e) {
+        if constexpr (sizeof(U) == 4) return from_bits<U>(w[e]);
+        else return from_bits<U>((w[e >> 1] >> (16 * (e & 1))) & 0xFFFFu);
+    }
+    static HK_DEV void load(const U* p, u32* w) {
+#pragma unroll
+        for (int q = 0; q < WORDS / 4; ++q) {
+            const uint4 v = reinterpret_cast<const uint4*>(p)[q];
+            w[4 * q] = v.x; w[4 * q + 1] = v.y; w[4 * q + 2] = v.z; w[4 * q + 3] = v.w;
+        }
+    }
+    static HK_DEV void store(U* p, const u32* w) {
+#pragma unroll
+        for (int q = 0; q < WORDS / 4; ++q)
+            reinterpret_cast<uint4*>(p)[q] = make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
+    }
+};
+
+template <class O> HK_DEV bool whole_chunk(const O& o, int r, int c) {
+    return o.row_ok(r) && o.cstride == 1 && o.col0 + c >= 0 && o.col0 + c + 8 <= o.ncols;
+}
+
+template <class T, class U, int R, int C, int WR, int RANK, class... I>
+HK_DEV void load(rt<T, R, C, strip<WR>>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+    typedef rt<T, R, C, strip<WR>> RT_;
+    origin<2, U, RANK> o(g, R, C, idx...);
+    const T fv = convert<T>(fill);
+#pragma unroll
+    for (int k = 0; k < RT_::RS; ++k)
+#pragma unroll
+        for (int j = 0; j < RT_::CS; ++j) {
+            const int r = RT_::row(k), c = strip<WR>::chunk(j) * 8;
+            T* out = &dst.d[RT_::idx(k, j, 0)];
+            if constexpr (chunk_io<U>::VEC) {
+                if (whole_chunk(o, r, c) && aligned(o.at(g, r, c), 16)) {
+                    u32 w[chunk_io<U>::WORDS];
+                    chunk_io<U>::load(o.at(g, r, c), w);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) out[e] = convert<T>(chunk_io<U>::element(w, e));
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e) out[e] = o.row_ok(r) && o.col_ok(c + e) ? convert<T>(*o.at(g, r, c + e)) : fv;
+        }
+}
+
+template <class U, class T, int R, int C, int WR, int RANK, class... I>
+HK_DEV void store(const gl<U, RANK>& g, const rt<T, R, C, strip<WR>>& src, I... idx) {
+    typedef rt<T, R, C, strip<WR>> RT_;
+    origin<2, U, RANK> o(g, R, C, idx...);
+#pragma unroll
+    for (int k = 0; k < RT_::RS; ++k)
+#pragma unroll
+        for (int j = 0; j < RT_::CS; ++j) {
+            const int r = RT_::row(k), c = strip<WR>::chunk(j) * 8;
+            const T* in = &src.d[RT_::idx(k, j, 0)];
+            if constexpr (chunk_io<U>::VEC) {
+                if (whole_chunk(o, r, c) && aligned(o.at(g, r, c), 16)) {
+                    u32 w[chunk_io<U>::WORDS] = {};
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) {
+                        const u32 b = to_bits(convert<U>(in[e]));
+                        if constexpr (sizeof(U) == 4) w[e] = b;
+                        else w[e >> 1] |= b << (16 * (e & 1));
+                    }
+                    chunk_io<U>::store(o.at(g, r, c), w);
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (o.row_ok(r) && o.col_ok(c + e)) *o.at(g, r, c + e) = convert<U>(in[e]);
+        }
+}
+
+template <int R, int C, int WR, int RANK, class... I>
+HK_DEV void atomic_add(const gl<float, RANK>& g, const rt<float, R, C, strip<WR>>& src, I... idx) {
+    typedef rt<float, R, C, strip<WR>> RT_;
+    origin<2, float, RANK> o(g, R, C, idx...);
+#pragma unroll
+    for (int i = 0; i < RT_::SIZE; ++i) {
+        const int r = RT_::row_of(i), c = RT_::col_of(i);
+        if (o.row_ok(r) && o.col_ok(c)) atomicAdd(o.at(g, r, c), src.d[i]);
     }
 }
 

@@ -81,4 +81,76 @@ HK_DEV void reduce(rv<T, C, COL>& dst, const rt<T, R, C>& x) {
     for (int i = 0; i < RT_::CB * 2; ++i) dst.d[i] = convert<T>(part[i]);
 }
 
+// strip, ROW: a lane folds its chunks, the warp its lanes (shuffles), then the WC warps of a warp-row meet
+// in the scratch area in a fixed order (deterministic)
+template <class F, class AX, class T, int R, int C, int WR>
+HK_DEV void reduce(rv<T, R, ROW, strip<WR>>& dst, const rt<T, R, C, strip<WR>>& x) {
+    static_assert(same<AX, ROW>::value, "a row reduction gives a row vector");
+    typedef rt<T, R, C, strip<WR>> RT_;
+    typedef strip<WR> S;
+    typedef typename compute_t<T>::type A;
+    constexpr int PER_ROW = RT_::CS * RT_::V;
+    A part[RT_::RS];
+#pragma unroll
+    for (int k = 0; k < RT_::RS; ++k) {
+        A v = up<T>(x.d[k * PER_ROW]);
+#pragma unroll
+        for (int i = 1; i < PER_ROW; ++i) v = combine<F>::apply(v, up<T>(x.d[k * PER_ROW + i]));
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) v = combine<F>::apply(v, shfl_xor(v, m));
+        part[k] = v;
+    }
+    if constexpr (S::WC > 1) {
+        A* sh = reinterpret_cast<A*>(scratch<0, NUM_WARPS * RT_::RS * 4>());
+        sync();                                            // earlier users of the scratch are done
+        if (lane_id() == 0) {
+#pragma unroll
+            for (int k = 0; k < RT_::RS; ++k) sh[warp_id() * RT_::RS + k] = part[k];
+        }
+        sync();
+#pragma unroll
+        for (int k = 0; k < RT_::RS; ++k) {
+            A v = sh[S::wr() * S::WC * RT_::RS + k];
+            for (int w = 1; w < S::WC; ++w) v = combine<F>::apply(v, sh[(S::wr() * S::WC + w) * RT_::RS + k]);
+            part[k] = v;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < RT_::RS; ++k) dst.d[k] = convert<T>(part[k]);
+}
+
+// strip, COL: a lane folds its rows (each lane holds distinct columns), then the WR warp-rows meet in the
+// scratch area
+template <class F, class AX, class T, int R, int C, int WR>
+HK_DEV void reduce(rv<T, C, COL, strip<WR>>& dst, const rt<T, R, C, strip<WR>>& x) {
+    static_assert(same<AX, COL>::value, "a column reduction gives a column vector");
+    typedef rt<T, R, C, strip<WR>> RT_;
+    typedef rv<T, C, COL, strip<WR>> RV_;
+    typedef typename compute_t<T>::type A;
+    constexpr int PER_ROW = RT_::CS * RT_::V;
+    A part[PER_ROW];
+#pragma unroll
+    for (int i = 0; i < PER_ROW; ++i) {
+        A v = up<T>(x.d[i]);
+#pragma unroll
+        for (int k = 1; k < RT_::RS; ++k) v = combine<F>::apply(v, up<T>(x.d[k * PER_ROW + i]));
+        part[i] = v;
+    }
+    if constexpr (WR > 1) {
+        A* sh = reinterpret_cast<A*>(scratch<0, WR * C * 4>());
+        sync();
+#pragma unroll
+        for (int i = 0; i < PER_ROW; ++i) sh[strip<WR>::wr() * C + RV_::pos(i)] = part[i];
+        sync();
+#pragma unroll
+        for (int i = 0; i < PER_ROW; ++i) {
+            A v = sh[RV_::pos(i)];
+            for (int w = 1; w < WR; ++w) v = combine<F>::apply(v, sh[w * C + RV_::pos(i)]);
+            part[i] = v;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PER_ROW; ++i) dst.d[i] = convert<T>(part[i]);
+}
+
 }  // namespace hk

@@ -1,5 +1,5 @@
-// hk_cuda/register_tiles.cuh -- register tiles rt<T, R, C>: per-lane storage and which 16-row blocks a
-// warp holds (the layout at the top of hk_cuda.cuh).
+// hk_cuda/register_tiles.cuh -- register tiles rt<T, R, C, L>: per-lane storage and, per layout L, which
+// elements a lane holds (the layouts at the top of hk_cuda.cuh; codegen/layouts.py chooses L).
 namespace hk {
 
 // Per-lane storage of a tile's elements; masks (bool) are packed 32 to a register.
@@ -35,7 +35,21 @@ template <int R> struct rows {
     static HK_DEV int row(int k, int half) { return block(k) * 16 + (lane_id() >> 2) + half * 8; }
 };
 
-template <class T, int R, int C> struct rt {
+// Layout tags. frag: the mma fragment layout. strip<WR>: rows over WR warp-rows (row r in warp-row r % WR),
+// each row in 8-element chunks dealt to the 32 lanes of WC = NUM_WARPS / WR warps (chunk q: lane q % 32 of
+// warp-column (q / 32) % WC); warp w is warp-row w / WC, warp-column w % WC.
+struct frag {};
+template <int WR_> struct strip {
+    static_assert(NUM_WARPS % WR_ == 0, "a strip's warp-rows divide the block's warps");
+    static constexpr int WR = WR_, WC = NUM_WARPS / WR_, V = 8, TC = 32 * WC;   // TC: threads across a row
+    static HK_DEV int wr() { return warp_id() / WC; }
+    static HK_DEV int wc() { return warp_id() % WC; }
+    static HK_DEV int chunk(int j) { return j * TC + wc() * 32 + lane_id(); }   // this lane's j-th chunk
+};
+
+template <class T, int R, int C, class LAYOUT = frag> struct rt;
+
+template <class T, int R, int C> struct rt<T, R, C, frag> {
     static_assert(C % 8 == 0, "register tiles need a multiple of 8 columns");
     typedef T dtype;
     typedef rows<R> L;
@@ -43,6 +57,23 @@ template <class T, int R, int C> struct rt {
     store_t<T, SIZE> d;
     static HK_DEV constexpr int idx(int k, int j, int e) { return (k * CB + j) * 4 + e; }
     static HK_DEV int col(int j, int e) { return j * 8 + 2 * (lane_id() & 3) + (e & 1); }
+    // element i = idx(k, j, e): its tile coordinates (the layout-generic view the masks use)
+    static HK_DEV int row_of(int i) { return L::row(i / (CB * 4), (i & 3) >> 1); }
+    static HK_DEV int col_of(int i) { return col((i / 4) % CB, i & 3); }
+};
+
+// A strip tile holds whole chunks only (codegen/layouts.py picks WR so that R % WR == 0 and C % (8 * TC) == 0):
+// no padding, no replicas. Element idx(k, j, e): row k * WR + wr, column chunk(j) * 8 + e.
+template <class T, int R, int C, int WR> struct rt<T, R, C, strip<WR>> {
+    typedef strip<WR> S;
+    static_assert(R % WR == 0 && C % (S::V * S::TC) == 0, "a strip tile is whole chunks on every lane");
+    typedef T dtype;
+    static constexpr int ROWS = R, COLS = C, V = S::V, RS = R / WR, CS = C / (V * S::TC), SIZE = RS * CS * V;
+    store_t<T, SIZE> d;
+    static HK_DEV constexpr int idx(int k, int j, int e) { return (k * CS + j) * V + e; }
+    static HK_DEV int row(int k) { return k * WR + S::wr(); }
+    static HK_DEV int row_of(int i) { return row(i / (CS * V)); }
+    static HK_DEV int col_of(int i) { return S::chunk((i / V) % CS) * V + i % V; }
 };
 
 }  // namespace hk

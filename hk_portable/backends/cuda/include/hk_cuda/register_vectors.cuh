@@ -1,9 +1,9 @@
-// hk_cuda/register_vectors.cuh -- register vectors rv<T, N, ROW> (the rows a lane holds in a tile) and
-// rv<T, N, COL> (its columns).
+// hk_cuda/register_vectors.cuh -- register vectors rv<T, N, ROW, L> (the rows a lane holds in a tile of
+// layout L) and rv<T, N, COL, L> (its columns).
 namespace hk {
 
-template <class T, int N, class AX> struct rv;
-template <class T, int N> struct rv<T, N, ROW> {
+template <class T, int N, class AX, class LAYOUT = frag> struct rv;
+template <class T, int N> struct rv<T, N, ROW, frag> {
     typedef T dtype;
     typedef rows<N> L;
     static constexpr int LEN = N, SIZE = L::SLOTS * 2;
@@ -14,7 +14,7 @@ template <class T, int N> struct rv<T, N, ROW> {
     // one thread per element stores: primary warps, lane t == 0
     static HK_DEV bool owner(int i) { return L::primary() && L::valid(i >> 1) && (lane_id() & 3) == 0; }
 };
-template <class T, int N> struct rv<T, N, COL> {
+template <class T, int N> struct rv<T, N, COL, frag> {
     static_assert(N % 8 == 0, "column vectors need a multiple of 8 elements");
     typedef T dtype;
     static constexpr int LEN = N, SIZE = (N / 8) * 2;
@@ -23,6 +23,32 @@ template <class T, int N> struct rv<T, N, COL> {
     static HK_DEV int pos(int i) { return (i >> 1) * 8 + 2 * (lane_id() & 3) + (i & 1); }
     static HK_DEV bool held(int) { return true; }
     static HK_DEV bool owner(int) { return warp_id() == 0 && lane_id() < 4; }
+};
+
+
+// strip<WR>: a row vector holds this warp-row's rows (replicated over its lanes and warp-columns), a
+// column vector this lane's chunks (replicated over the warp-rows)
+template <class T, int N, int WR> struct rv<T, N, ROW, strip<WR>> {
+    static_assert(N % WR == 0, "a strip row vector has whole warp-rows");
+    typedef T dtype;
+    typedef strip<WR> S;
+    static constexpr int LEN = N, SIZE = N / WR;
+    typedef ROW axis;
+    store_t<T, SIZE> d;
+    static HK_DEV int pos(int i) { return i * WR + S::wr(); }
+    static HK_DEV bool held(int) { return true; }
+    static HK_DEV bool owner(int) { return S::wc() == 0 && lane_id() == 0; }
+};
+template <class T, int N, int WR> struct rv<T, N, COL, strip<WR>> {
+    typedef strip<WR> S;
+    static_assert(N % (S::V * S::TC) == 0, "a strip column vector is whole chunks on every lane");
+    typedef T dtype;
+    static constexpr int LEN = N, V = S::V, CS = N / (V * S::TC), SIZE = CS * V;
+    typedef COL axis;
+    store_t<T, SIZE> d;
+    static HK_DEV int pos(int i) { return S::chunk(i / V) * V + i % V; }
+    static HK_DEV bool held(int) { return true; }
+    static HK_DEV bool owner(int) { return S::wr() == 0; }
 };
 
 }  // namespace hk

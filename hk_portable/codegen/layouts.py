@@ -1,0 +1,191 @@
+"""Layout assignment: the pass that gives every register tile (RT) and register vector (RV) of a Program a
+distribution over the block's warps and lanes (DESIGN.md §3, "assign layouts").
+
+Two layouts exist:
+
+- `Fragment`: the matrix instruction's fragment layout (rows of a tile dealt to the warps in 16-row
+  blocks; inside a block the lane map of mma.sync m16n8k16 / the MFMA). Every tile can take it, and an
+  mma operand, accumulator or a tile moved to or from shared memory must.
+- `Strip(wr, wc)`: rows over `wr` warp-rows, each row cut into 8-element chunks dealt round robin to the
+  32 lanes of `wc` warps (wr * wc = the block's warps). A lane's chunk is 16 contiguous bytes of a 16-bit
+  tensor, so loads and stores are whole vectors and a warp touches whole 512-byte lines; a row is reduced
+  with lane shuffles plus, when wc > 1, one exchange through shared memory. Any row count works, which is
+  what a memory-bound kernel (a norm over one row per block) needs.
+
+Values are joined into components that must share a layout (operands and result of an elementwise op,
+a reduction's tile and vector, a broadcast's vector and tile, a loop's init, carry, yield and result).
+A component that touches an mma or shared memory is pinned to `Fragment`; a free component takes a
+`Strip` when the backend offers it and one divides every tile of the component evenly, else `Fragment`.
+Because `Fragment` takes every use, no two uses of one value ever disagree, so no conversion op is needed
+yet. The vector axes (ROW/COL) are a separate small pass, `assign_vector_axes`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..interface.errors import UnsupportedError
+from ..interface.ir import Op, Program, TileType, Value
+
+ROW, COL = "ROW", "COL"
+CHUNK = 8                   # elements per lane chunk of a strip (16 bytes of a 16-bit tensor)
+LANES = 32
+
+ELEMENTWISE = ("unary", "binary", "compare", "where", "cast")
+PINNED_TO_FRAGMENT = ("mma", "shared_to_register", "register_to_shared")
+
+
+@dataclass(frozen=True)
+class Fragment:
+    def template_arg(self) -> str:
+        return ""
+
+    def __str__(self) -> str:
+        return "fragment"
+
+
+@dataclass(frozen=True)
+class Strip:
+    wr: int                 # warp-rows: row r lives in warp-row r % wr
+    wc: int                 # warps across a row: chunk q lives in lane q % 32 of warp (q // 32) % wc
+
+    def template_arg(self) -> str:
+        return f"hk::strip<{self.wr}>"
+
+    def __str__(self) -> str:
+        return f"strip(warp-rows={self.wr}, warps-per-row={self.wc}, chunk={CHUNK})"
+
+
+FRAGMENT = Fragment()
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent: dict[Value, Value] = {}
+
+    def find(self, v: Value) -> Value:
+        while self.parent.get(v, v) is not v:
+            v = self.parent[v]
+        return v
+
+    def union(self, a: Value, b: Value) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra is not rb:
+            self.parent[ra] = rb
+
+
+def is_tile(v: Value, *spaces: str) -> bool:
+    return isinstance(v.type, TileType) and v.type.space in spaces
+
+
+def _carry_links(op: Op):
+    """(init, region arg, yield, result) links of a loop's carried values."""
+    for reg in op.regions:
+        if op.opcode == "for":
+            inits, args = op.operands[2:], reg.args[1:]
+        elif op.opcode == "pipeline":
+            inits, args = op.operands[1:], reg.args[2:] if reg.name == "compute" else []
+        else:
+            inits, args = [], []
+        yield from zip(inits, args)
+        for y, r, a in zip(reg.yields, op.results, args):
+            yield y, r
+            yield y, a
+
+
+def all_values(program: Program):
+    for op in program.body.walk():
+        yield from list(op.operands) + list(op.results) + [a for r in op.regions for a in r.args]
+
+
+# ------------------------------------------------------------------------------------ vector axes
+def assign_vector_axes(program: Program) -> dict[Value, str]:
+    """Give every RV value an axis: ROW (one value per tile row) or COL (per tile column).
+
+    Axes come from reductions (row_*/col_*) and broadcasts, and flow through elementwise ops, where,
+    loop carries and yields. An RV used as both is rejected (a conversion is not implemented)."""
+    uf = _UnionFind()
+    fixed: list[tuple[Value, str, Op]] = []
+    for op in program.body.walk():
+        rvs = [v for v in list(op.operands) + list(op.results) if is_tile(v, "rv")]
+        if op.opcode == "reduce":
+            fixed.append((op.result, ROW if op.attrs["axis"] == "row" else COL, op))
+        elif op.opcode == "broadcast":
+            fixed.append((op.operands[0], ROW if op.attrs["axis"] == "row" else COL, op))
+        elif op.opcode in ELEMENTWISE + ("splat", "fill"):
+            for v in rvs[1:]:
+                uf.union(rvs[0], v)
+        for a, b in _carry_links(op):
+            if is_tile(a, "rv"):
+                uf.union(a, b)
+    axis: dict[Value, str] = {}
+    for v, ax, op in fixed:
+        root = uf.find(v)
+        if axis.get(root, ax) != ax:
+            raise UnsupportedError(f"register vector %{v.id} ({v.type}) is used both as a row and a column "
+                                   f"vector (at '{op.opcode}'); compute it twice or store and reload it")
+        axis[root] = ax
+    return {v: axis.get(uf.find(v), ROW) for v in all_values(program) if is_tile(v, "rv")}
+
+
+# ------------------------------------------------------------------------------------ tile layouts
+def _components(program: Program) -> tuple[_UnionFind, set[Value]]:
+    """Join values that must share a layout; return the union-find and the values pinned to Fragment."""
+    uf, pinned = _UnionFind(), set()
+    for op in program.body.walk():
+        tiles = [v for v in list(op.operands) + list(op.results) if is_tile(v, "rt", "rv")]
+        if op.opcode in PINNED_TO_FRAGMENT:
+            pinned.update(tiles)
+        elif op.opcode in ELEMENTWISE + ("broadcast", "reduce"):
+            for v in tiles[1:]:
+                uf.union(tiles[0], v)
+        for a, b in _carry_links(op):
+            if is_tile(a, "rt", "rv"):
+                uf.union(a, b)
+    return uf, pinned
+
+
+def _strip_for(members: list[Value], axes: dict[Value, str], warps: int) -> Strip | None:
+    """The strip with the most warp-rows (rows stay inside a warp: row reductions need no shared memory)
+    that divides every tile of the component into whole chunks; None if there is none or no tile."""
+    rows = {v.type.shape[0] for v in members if v.type.space == "rt"}
+    cols = {v.type.shape[1] for v in members if v.type.space == "rt"}
+    if not rows:
+        return None
+    rows |= {v.type.shape[0] for v in members if v.type.space == "rv" and axes.get(v) == ROW}
+    cols |= {v.type.shape[0] for v in members if v.type.space == "rv" and axes.get(v) == COL}
+    wr = warps
+    while wr >= 1:
+        wc = warps // wr
+        if warps % wr == 0 and all(r % wr == 0 for r in rows) and all(c % (CHUNK * LANES * wc) == 0 for c in cols):
+            return Strip(wr, wc)
+        wr //= 2
+    return None
+
+
+def assign_layouts(program: Program, warps: int, strips: bool) -> dict[Value, Fragment | Strip]:
+    """Every RT and RV value's layout. `strips`: whether the backend's library implements Strip."""
+    axes = assign_vector_axes(program)
+    uf, pinned = _components(program)
+    values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
+    groups: dict[Value, list[Value]] = {}
+    for v in values:
+        groups.setdefault(uf.find(v), []).append(v)
+    out: dict[Value, Fragment | Strip] = {}
+    for members in groups.values():
+        layout = None
+        if strips and not any(v in pinned for v in members):
+            layout = _strip_for(members, axes, warps)
+        for v in members:
+            out[v] = layout or FRAGMENT
+    return out
+
+
+def describe(program: Program, layouts: dict[Value, Fragment | Strip]) -> list[str]:
+    """One line per tile value that is not in the Fragment layout, and a count of those that are."""
+    lines, frag = [], 0
+    for v in sorted(layouts, key=lambda v: v.id):
+        if isinstance(layouts[v], Fragment):
+            frag += 1
+        else:
+            lines.append(f"%{v.id} {v.type}: {layouts[v]}")
+    return [f"{frag} register values in the fragment layout"] + lines

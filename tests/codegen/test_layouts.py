@@ -1,0 +1,103 @@
+"""The layout pass (codegen/layouts.py): which register values take the fragment layout and which a strip,
+and the strip's lane map as the cuda device library implements it (run on the emulated target)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import hk_portable as hk
+from hk_portable.codegen.layouts import FRAGMENT, Strip, assign_layouts
+from hk_portable.interface import GL, RT, RV, ST, bf16, f32
+
+
+@hk.kernel(num_warps=4)
+def norm_like(x: GL[2], w: GL[1], y: GL[2], *, BR: hk.const = 2, BC: hk.const = 1024):
+    r = hk.block_idx(0)
+    t = hk.load(RT[f32, BR, BC], x, (r, 0))
+    t = t - hk.row_max(t)[:, None]
+    hk.store(y, (t * hk.load(RV[f32, BC], w, (0,))[None, :]).to(y.dtype), (r, 0))
+
+
+@hk.kernel(num_warps=4)
+def mma_and_free(a: GL[2], c: GL[2], d: GL[2]):
+    s = hk.shared(ST[bf16, 32, 32])
+    hk.load(s, a, (0, 0))
+    acc = hk.mma_AB(s, s, hk.zeros(RT[f32, 32, 32]))
+    hk.store(c, hk.exp(acc), (0, 0))                                   # joined to the mma: fragment
+    hk.store(d, hk.load(RT[f32, 4, 1024], a, (0, 0)) * 2.0, (0, 0))    # free and wide: a strip
+
+
+@hk.kernel(num_warps=4)
+def loop_carry(x: GL[2], y: GL[1]):
+    def body(i, acc):
+        return acc + hk.row_sum(hk.load(RT[f32, 1, 2048], x, (0, i)))
+    hk.store(y, hk.fori_loop(0, 3, body, hk.zeros(RV[f32, 1])), (0,))
+
+
+def _layouts(kern, *args, **consts):
+    prog = kern.trace(*args, **consts)
+    return prog, assign_layouts(prog, prog.num_warps, strips=True)
+
+
+def _by_shape(lay):
+    return {(v.type.space, v.type.shape): l for v, l in lay.items()}
+
+
+def test_a_free_wide_component_takes_the_strip_with_the_most_warp_rows():
+    x = torch.empty(8, 1000)
+    _, lay = _layouts(norm_like, x, torch.empty(1000), x)
+    assert set(lay.values()) == {Strip(2, 2)}                   # 2 rows: 2 warp-rows of 2 warps each
+    _, lay = _layouts(norm_like, x, torch.empty(1000), x, BR=1, BC=2048)
+    assert set(lay.values()) == {Strip(1, 4)}
+    _, lay = _layouts(norm_like, x, torch.empty(1000), x, BR=16, BC=1024)
+    assert set(lay.values()) == {Strip(4, 1)}
+
+
+def test_tiles_that_do_not_divide_into_chunks_keep_the_fragment_layout():
+    x = torch.empty(8, 1000)
+    _, lay = _layouts(norm_like, x, torch.empty(1000), x, BR=16, BC=128)   # 128 columns < 32 lanes x 8
+    assert set(lay.values()) == {FRAGMENT}
+    prog = norm_like.trace(x, torch.empty(1000), x)
+    assert set(assign_layouts(prog, 4, strips=False).values()) == {FRAGMENT}   # a backend without strips
+
+
+def test_an_mma_pins_its_component_and_leaves_the_others_free():
+    a = torch.empty(64, 1024, dtype=torch.bfloat16)
+    _, lay = _layouts(mma_and_free, a, torch.empty(32, 32), torch.empty(4, 1024))
+    by = _by_shape(lay)
+    assert by["rt", (32, 32)] is FRAGMENT
+    assert by["rt", (4, 1024)] == Strip(4, 1)
+
+
+def test_loop_carries_share_the_layout_of_their_body():
+    _, lay = _layouts(loop_carry, torch.empty(1, 6144), torch.empty(1))
+    assert set(lay.values()) == {Strip(1, 4)}
+
+
+@hk.kernel(num_warps=4)
+def _sums(x: GL[2], y: GL[2], rs: GL[1], cs: GL[1], *, TR: hk.const, TC: hk.const):
+    t = hk.load(RT[f32, TR, TC], x, (0, 0))
+    hk.store(y, t + 0.0, (0, 0))
+    hk.store(rs, hk.row_sum(t), (0,))
+    hk.store(cs, hk.col_sum(t), (0,))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                    reason="no host C++ compiler for the cuda emulation")
+@pytest.mark.parametrize("tile", [(2, 1024), (1, 2048), (16, 512)])
+def test_the_strip_lane_map_holds_each_element_once_at_its_place(tile):
+    """Distinct integers through a strip tile on the emulated cuda target: the copy is the identity (each
+    element held once, loaded and stored at one place) and the row and column sums are exact (each lane
+    knows which row and column its elements are in; the exchanges between warps add each part once)."""
+    from hk_portable.backends.cuda import CudaBackend
+    be = CudaBackend()
+    R, C = tile
+    x = torch.arange(R * C, dtype=torch.float32).view(R, C) % 977
+    y, rs, cs = torch.full((R, C), float("nan")), torch.full((R,), float("nan")), torch.full((C,), float("nan"))
+    prog = _sums.trace(x, y, rs, cs, TR=R, TC=C)
+    assert all(isinstance(l, Strip) for l in assign_layouts(prog, 4, strips=True).values())
+    _sums(x, y, rs, cs, grid=(1,), backend=be, target=be.target("sm_80", emulated=True), TR=R, TC=C)
+    assert torch.equal(y, x)
+    assert torch.equal(rs, x.sum(1)) and torch.equal(cs, x.sum(0))
