@@ -61,3 +61,12 @@ def test_a_new_dtype_respecialises(two_backends):
     xb, yb = x.to(torch.bfloat16), torch.empty(16, 16, dtype=torch.bfloat16)
     scale_rows(xb, yb, 2, grid=(1,), backend="count_a")
     torch.testing.assert_close(yb.float(), (xb.float() * 2).to(torch.bfloat16).float(), rtol=0, atol=0)
+
+
+def test_meta_tensors_do_not_share_the_fast_key_of_cpu_tensors():
+    """Both report device index -1: a meta call after CPU calls must take the slow path (its own device
+    checks and artifact), not the CPU call's cached launch."""
+    x, y = torch.randn(16, 16), torch.empty(16, 16)
+    key = scale_rows._fast_key((x, y, 2), {}, "count_a", None)
+    meta_key = scale_rows._fast_key((x.to("meta"), y.to("meta"), 2), {}, "count_a", None)
+    assert key != meta_key

@@ -72,16 +72,14 @@ class Kernel(KernelDef):
         so a change of backend never reuses a stale choice. None when the call does not qualify."""
         if len(args) != len(self.runtime_params):
             return None
-        sig = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                sig.append((a.dtype, a.dim(), a.device))
-            else:
-                sig.append(type(a))
+        # (dtype, rank, device index, CPU?, CUDA?) instead of a.device, which builds an object per call;
+        # get_device() is -1 on the CPU and on meta alike, and 0 on cuda:0 and on other accelerators' first
+        sig = tuple([(a.dtype, a.ndim, a.get_device(), a.is_cpu, a.is_cuda) if isinstance(a, torch.Tensor)
+                     else type(a) for a in args])
         try:
-            return (tuple(sig), tuple(kwargs.items()),
+            return (sig, tuple(kwargs.items()) if kwargs else (),
                     backend if backend is None or isinstance(backend, str) else id(backend), target,
-                    selection.current_context(), os.environ.get(selection.ENV))
+                    selection.current_context(), selection.env_backend_raw())
         except TypeError:       # an unhashable const: the slow path reports it
             return None
 
