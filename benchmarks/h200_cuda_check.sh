@@ -9,7 +9,7 @@
 #   (.whl holds the stevedore wheel, which the device image lacks:
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl stevedore==5.10.0)
 #
-# STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck overhead bench
+# STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck overhead bench ncu
 # (bench, `hk bench` over the issue's shapes, sweep, benchmarks/config_sweep.py, gemmcfg and attncfg,
 #  benchmarks/{gemm,attention}_configs.py, are not in the default set: STEPS="... bench gemmcfg attncfg" adds them)
 set -u -o pipefail
@@ -128,6 +128,12 @@ if want bench; then
     tar -C /tmp/hk-plots -cf "$OUT/bench_plots.tar" . 2>/dev/null
 fi
 
+# hardware counters of one warm gemm and one warm attention launch (stall reasons, pipe use, memory)
+if want ncu && command -v ncu >/dev/null; then
+    step ncu 240 "$OUT/ncu.log" ncu --clock-control none -k 'regex:gemm|attention' --launch-skip 2 --launch-count 2 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --section LaunchStats --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py
+fi
 step sweep 560 "$OUT/sweep.log" python3 benchmarks/config_sweep.py --json "$OUT/config_sweep.json"
 step gemmcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/gemm_configs.py --json "$OUT/gemm_configs.json"
 step attncfg 300 "$OUT/gemmcfg.log" python3 benchmarks/attention_configs.py --json "$OUT/attention_configs.json"

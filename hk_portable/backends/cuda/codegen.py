@@ -149,6 +149,7 @@ class CudaEmitter(CStyleEmitter):
             f"#define HK_SCRATCH_OFFSET {resources.scratch_offset(shared_bytes)}",
             f"#define HK_SCRATCH_BYTES {scratch}",
             f"#define HK_TARGET_{arch.upper()} 1",
+            f"#define HK_BLOCK_GROUPED {1 if self.plan.grouped_blocks else 0}",
             "#define HK_SMEM_ARENA(name, bytes) unsigned char* name = hk::smem_base()",
             header_text(),
             wgmma.render(program),

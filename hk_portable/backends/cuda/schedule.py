@@ -59,14 +59,25 @@ class Plan:
     pipelines: dict[int, PipelinePlan] = field(default_factory=dict)      # pipeline op id -> plan
     mma_modes: dict[int, int] = field(default_factory=dict)               # mma op id -> MMA_*
     tensor_maps: list[TmaLoad] = field(default_factory=list)
+    grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
 
     @property
     def uses_tma(self) -> bool:
         return bool(self.tensor_maps)
 
 
+def grouped_blocks(program: Program) -> bool:
+    """A 2-D grid of output tiles whose pipelined mma reads operands along both axes (a GEMM) is ordered so
+    that neighbouring blocks share operand tiles in L2: runs of 8 x-rows sweep y. Other grids keep the
+    hardware order, in which consecutive x already share everything (attention's blocks of one head)."""
+    axes = {op.attrs["axis"] for op in program.body.walk() if op.opcode == "block_idx"}
+    pipelined_mma = any(op.opcode == "pipeline" and any(o.opcode == "mma" for o in op.regions[1].walk())
+                        for op in program.body.walk())
+    return axes == {0, 1} and pipelined_mma
+
+
 def plan(program: Program, target: Target) -> Plan:
-    out = Plan()
+    out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
     producers = {r.id: op for op in program.body.walk() for r in op.results}
@@ -227,6 +238,8 @@ def describe(program: Program, p: Plan, target: Target) -> str:
         elif op.opcode == "mma":
             lines.append(f"mma {names[id(op)]}: wgmma m64n{op.results[0].type.cols}k16, "
                          f"{mode[p.mma_modes.get(id(op), MMA_STANDALONE)]}")
+    lines.append("block order: " + ("grouped (runs of 8 x-rows sweep y: operand tiles shared in L2)"
+                                     if p.grouped_blocks else "hardware (x fastest)"))
     for i, tm in enumerate(p.tensor_maps):
         lines.append(f"tensor map {i}: param {tm.param} (rank {tm.rank}, {tm.dtype}), box {tm.box_rows}x{tm.box_cols}, "
                      "SWIZZLE_128B, zero fill out of bounds")

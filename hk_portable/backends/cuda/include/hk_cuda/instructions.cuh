@@ -12,7 +12,28 @@ constexpr int NUM_THREADS = HK_NUM_WARPS * 32;
 HK_DEV int lane_id() { return threadIdx.x & 31; }
 HK_DEV int warp_id() { return threadIdx.x >> 5; }
 
-template <int A> HK_DEV int block_idx() { return A == 0 ? blockIdx.x : (A == 1 ? blockIdx.y : blockIdx.z); }
+// The block's tile indices. HK_BLOCK_GROUPED (the schedule pass, for GEMM-like grids): the x-y plane is
+// walked in runs of GROUP x-rows that sweep y, so blocks running together share operand tiles in L2
+// (a bijection of the grid; hardware order otherwise).
+#ifndef HK_BLOCK_GROUPED
+#define HK_BLOCK_GROUPED 0
+#endif
+constexpr unsigned BLOCK_GROUP = 8;
+HK_DEV void grouped_xy(unsigned l, unsigned gx, unsigned gy, unsigned& x, unsigned& y) {
+    const unsigned in_group = BLOCK_GROUP * gy, first = (l / in_group) * BLOCK_GROUP;
+    const unsigned size = gx - first < BLOCK_GROUP ? gx - first : BLOCK_GROUP;
+    const unsigned r = l % in_group;
+    x = first + r % size;
+    y = r / size;
+}
+template <int A> HK_DEV int block_idx() {
+    if constexpr (HK_BLOCK_GROUPED && A < 2) {
+        unsigned x, y;
+        grouped_xy(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, gridDim.y, x, y);
+        return (int)(A == 0 ? x : y);
+    }
+    return A == 0 ? blockIdx.x : (A == 1 ? blockIdx.y : blockIdx.z);
+}
 template <int A> HK_DEV int num_blocks() { return A == 0 ? gridDim.x : (A == 1 ? gridDim.y : gridDim.z); }
 
 #ifdef HK_PTX

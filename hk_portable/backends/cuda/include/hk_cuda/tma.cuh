@@ -21,6 +21,10 @@ HK_DEV void mbar_expect_tx(u64* bar, int bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                  : "memory");
 }
+// one plain arrival (a consumer warp releasing a stage)
+HK_DEV void mbar_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 HK_DEV bool mbar_try_wait(u64* bar, int parity) {
     u32 done;
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
@@ -66,18 +70,23 @@ HK_DEV void tma_load(const st<T, R, C>& dst, const tmap& tm, u64* bar, I... idx)
 }
 
 namespace detail {
-// S stages, each with a full-barrier that thread 0 arms with the stage's byte count before issuing its
-// copies; everyone waits on the barrier's phase. After compute(i) (and, for an async mma chain, once
-// wgmma group i-1 has retired) one block barrier frees stage (i-1) % S, which thread 0 refills with
-// step i + S - 1: S-1 stages in flight, one wgmma group in flight, one barrier per step.
+// S stages, each with a full barrier that thread 0 arms with the stage's byte count before issuing its
+// copies (everyone waits on its phase) and an empty barrier on which each warp arrives once it is done
+// with the stage: after compute(i) and, for an async mma chain, once wgmma group i-1 has retired, stage
+// (i-1) % S is free for this warp. Thread 0 refills it with step i + S - 1 when every warp has arrived.
+// No block barrier inside the loop: only thread 0 waits for the slowest warp, the others run ahead on
+// the S-1 stages in flight.
 template <int S, int TX, bool ASYNC> struct pipeline_tma {
     static_assert(S >= 2, "the TMA schedule prefetches S - 1 stages (schedule.py gives it 2 or more)");
     template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
-        __shared__ u64 full[S];
+        __shared__ u64 full[S], empty[S];
         fence_proxy_async();                       // generic writes before the pipeline, then publish
         if (threadIdx.x == 0) {
 #pragma unroll
-            for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
+            for (int s = 0; s < S; ++s) {
+                mbar_init(&full[s], 1);
+                mbar_init(&empty[s], NUM_WARPS);
+            }
             fence_mbar_init();
         }
         sync();
@@ -91,10 +100,13 @@ template <int S, int TX, bool ASYNC> struct pipeline_tma {
             mbar_wait(&full[s], (i / S) & 1);
             compute(i, s);
             if constexpr (ASYNC) wgmma_wait<1>();
-            sync();                                // every warpgroup is done with stage (i - 1) % S
-            const int nx = i + S - 1;
+            if (i > 0) {                           // this warp is done with step i - 1's stage
+                __syncwarp();
+                if (lane_id() == 0) mbar_arrive(&empty[(i - 1) % S]);
+            }
+            const int nx = i + S - 1, t = nx % S;
             if (threadIdx.x == 0 && nx < n) {
-                const int t = nx % S;
+                if (nx >= S) mbar_wait(&empty[t], ((nx - S) / S) & 1);   // step nx - S's readers are done
                 mbar_expect_tx(&full[t], TX);
                 load(nx, t, &full[t]);
             }
@@ -103,7 +115,10 @@ template <int S, int TX, bool ASYNC> struct pipeline_tma {
         sync();                                    // later code may reuse the buffers
         if (threadIdx.x == 0) {
 #pragma unroll
-            for (int s = 0; s < S; ++s) mbar_inval(&full[s]);
+            for (int s = 0; s < S; ++s) {
+                mbar_inval(&full[s]);
+                mbar_inval(&empty[s]);
+            }
         }
     }
 };
