@@ -9,14 +9,15 @@
 #   (.whl holds the stevedore wheel, which the device image lacks:
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl stevedore==5.10.0)
 #
-# STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck overhead bench ncu
+# STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck synccheck initcheck
+# overhead bench ncu
 # (bench, `hk bench` over the issue's shapes, sweep, benchmarks/config_sweep.py, gemmcfg and attncfg,
 #  benchmarks/{gemm,attention}_configs.py, are not in the default set: STEPS="... bench gemmcfg attncfg" adds them)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
 export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
-STEPS=${STEPS:-"env precompile warmup conformance pytest memcheck racecheck overhead"}
+STEPS=${STEPS:-"env precompile warmup conformance pytest memcheck racecheck synccheck initcheck overhead"}
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 T_START=$(date +%s)
@@ -88,17 +89,23 @@ step conformance 280 "$OUT/conformance.log" $HK conformance --backend cuda --jso
     --problems-only --seed 20261130 &
 step pytest 280 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
     tests/test_cuda_numerics.py tests/test_gpu_torch.py tests/test_cuda_hopper.py \
-    tests/hardening/test_hostile_names.py::test_a_hostile_name_runs_on_the_gpu -k "not conformance_cases_on_cuda" &
+    tests/hardening/test_hostile_names.py::test_a_hostile_name_runs_on_the_gpu tests/test_gpu_large_tensors.py \
+    -k "not conformance_cases_on_cuda" &
 if command -v compute-sanitizer >/dev/null; then
     step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
         python3 benchmarks/cuda_sanitize.py &
     step racecheck 200 "$OUT/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \
         python3 benchmarks/cuda_sanitize.py &
+    step synccheck 200 "$OUT/synccheck.log" compute-sanitizer --tool synccheck --error-exitcode 9 --print-limit 20 \
+        python3 benchmarks/cuda_sanitize.py &
+    step initcheck 200 "$OUT/initcheck.log" compute-sanitizer --tool initcheck --error-exitcode 9 --print-limit 20 \
+        python3 benchmarks/cuda_sanitize.py &
 else
     note "sanitizers: compute-sanitizer not on PATH"
 fi
 wait
-cat "$OUT/memcheck.log" "$OUT/racecheck.log" >> "$OUT/sanitizer.log" 2>/dev/null && rm -f "$OUT/memcheck.log" "$OUT/racecheck.log"
+cat "$OUT"/{memcheck,racecheck,synccheck,initcheck}.log >> "$OUT/sanitizer.log" 2>/dev/null
+rm -f "$OUT"/{memcheck,racecheck,synccheck,initcheck}.log
 # the report carries date and versions; add the GPU, driver and CUDA stack it ran on
 [ -f "$OUT/conformance_cuda.json" ] && python3 - "$OUT/conformance_cuda.json" <<'PY' >>"$OUT/conformance.log" 2>&1
 import json, subprocess, sys, torch, cupy
@@ -151,7 +158,7 @@ bad = [c for c in r.get("cases", []) if c.get("status") == "failed"]
 for c in bad[:25]:
     print("  FAILED", c["id"], (c.get("reason") or "")[:300])
 PY
-grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer" "$OUT/sanitizer.log" 2>/dev/null | head -20
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer|=== " "$OUT/sanitizer.log" 2>/dev/null | head -30
 grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
 grep -A6 "launch path" "$OUT/pytest.log" 2>/dev/null
 [ -f "$OUT/gemmcfg.log" ] && grep -vE "^=== (gemmcfg|attncfg)" "$OUT/gemmcfg.log" | tail -30
