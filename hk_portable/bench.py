@@ -214,6 +214,45 @@ def layernorm_case(rows: int, d: int, p: float = 0.1) -> Case:
                 dict(rows=rows, d=d), (d, p))
 
 
+def layernorm_bwd_case(rows: int, d: int, p: float = 0.1) -> Case:
+    """The backward of dropout+residual+layernorm (dx, dresidual, dweight, dbias) against torch.compile of
+    the same math, which reads the dropout mask torch's own dropout saves (hk regenerates it)."""
+    def make(device):
+        from .kernels.layernorm_bwd import dropout_residual_layernorm_bwd
+        n = n_sets_for(4 * rows * d * 2, device)
+        sets = [(_randn((rows, d), device, torch.bfloat16), _randn((rows, d), device, torch.bfloat16),
+                 torch.rand(rows, d, device=device) >= p) for _ in range(n)]
+        w, b = torch.randn(d, device=device), torch.randn(d, device=device)
+
+        def eager(i, eps=1e-5):
+            h, dy, keep = sets[i]
+            hf = h.float()
+            mean = hf.mean(-1, keepdim=True)
+            centred = hf - mean
+            rstd = torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps)
+            xhat = centred * rstd
+            g = dy.float() * w
+            dh = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+            dx = torch.where(keep, dh / (1 - p), 0.0)
+            return dx.to(h.dtype), dh.to(h.dtype), (dy.float() * xhat).sum(0), dy.float().sum(0)
+
+        baselines = {"torch eager": eager}
+        if device == "cuda":
+            baselines = {"torch.compile": torch.compile(eager), "torch eager": eager}
+
+        def check():          # p = 0: dresidual = dh against float64 autograd
+            h, dy, _ = sets[0]
+            dres = dropout_residual_layernorm_bwd(dy, h, w, b)[1]
+            hd = h.double().requires_grad_()
+            y = torch.nn.functional.layer_norm(hd, (d,), w.double(), b.double())
+            return rel_error(dres, torch.autograd.grad(y, hd, dy.double())[0])
+        return Bound(lambda i: dropout_residual_layernorm_bwd(sets[i][1], sets[i][0], w, b, p=p, seed=i),
+                     baselines, check, n)
+    nbytes = 4.0 * rows * d * 2 + 4 * d * 4       # read h and dy, write dx and dresidual (bf16); w, dw, db (f32)
+    return Case("layernorm", f"layernorm backward {rows}x{d} p={p}", nbytes, "GB/s", make, dict(rows=rows, d=d),
+                (d, p, "bwd"))
+
+
 def copy_case(nbytes: int) -> Case:
     """The device's copy bandwidth (bytes read + bytes written): the memory-bound kernels' ceiling."""
     def make(device):
@@ -228,14 +267,16 @@ def default_cases(device: str, quick: bool = False) -> list[Case]:
     """The issue's shapes on a GPU; small ones on the CPU (the harness check in CI)."""
     if device != "cuda":
         return [gemm_case(64, 64, 64), gemm_case(128, 128, 128), attention_case(1, 2, 2, 64, 64, False),
-                attention_case(1, 2, 2, 128, 64, False), layernorm_case(64, 256), layernorm_case(256, 256)]
+                attention_case(1, 2, 2, 128, 64, False), layernorm_case(64, 256), layernorm_case(256, 256),
+                layernorm_bwd_case(64, 256), layernorm_bwd_case(256, 256)]
     gemms = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 14336), (16384, 14336, 4096), (4000, 4000, 4000)]
     attn = [(16384 // N, H, Hkv, N, D, c) for N in (1024, 4096, 16384) for D in (64, 128) for c in (False, True)
             for H, Hkv in ((16, 16),)] + [(4, 32, 8, 4096, 128, c) for c in (False, True)]
     if quick:
         gemms, attn = gemms[:2], [a for a in attn if a[3] == 4096 and a[4] == 128]
     return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + [attention_case(*a) for a in attn]
-            + [layernorm_case(16384, 4096), layernorm_case(32768, 4096)])
+            + [layernorm_case(16384, 4096), layernorm_case(32768, 4096)]
+            + [layernorm_bwd_case(16384, 4096), layernorm_bwd_case(32768, 4096)])
 
 
 # ---------------------------------------------------------------------------------------------- run

@@ -60,14 +60,15 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
     # layernorm's is the one-pass strip (whole 16-byte vectors); sm_80 keeps the example's configuration otherwise
     chosen = precompile.chosen_programs("sm_90a")
     chosen80 = precompile.chosen_programs("sm_80")
-    assert "gemm@sm_90a" in chosen and set(chosen80) == {"dropout_residual_layernorm@sm_80"}
+    assert "gemm@sm_90a" in chosen and set(chosen80) == {"dropout_residual_layernorm@sm_80", "layernorm_bwd@sm_80"}
     results = precompile.compile_many(chosen, ["sm_90a"], workers=min(8, os.cpu_count() or 1)) + \
         precompile.compile_many(chosen80, ["sm_80"], workers=min(8, os.cpu_count() or 1))
     _check(results)
     by = {r["name"]: r for r in results}
     assert by["gemm@sm_90a"]["wgmma"] and by["gemm@sm_90a"]["tma"]
     for arch in ARCHS:
-        assert {**chosen, **chosen80}[f"dropout_residual_layernorm@{arch}"].consts["ONE_PASS"]
+        for name in ("dropout_residual_layernorm", "layernorm_bwd"):
+            assert {**chosen, **chosen80}[f"{name}@{arch}"].consts["ONE_PASS"]
         ptx = by[f"dropout_residual_layernorm@{arch}"]
         assert ptx["vector_io"], f"layernorm [{arch}]: no 128-bit global loads/stores in the one-pass strip"
 

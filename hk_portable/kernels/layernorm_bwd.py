@@ -9,9 +9,13 @@ The statistics are recomputed in f32 from the saved h (the forward's output, in 
 forward's passes: layernorm sums h, then (h - mean)² together with Σg and Σg(h - mean), so no sum
 cancels; RMSNorm sums h² and Σg·h in one pass. The dropout mask is regenerated from (p, seed, offset) with
 the forward's counter index offset + row · d_model + col: never stored.
-dw and db are summed in two deterministic steps: each block of BR rows writes its column sums to row
-`block` of an f32 [num_blocks, d_model] buffer, then norm_bwd_reduce_kernel sums those rows in a fixed
-order. No atomics: reruns are bitwise equal."""
+dw and db are summed in two deterministic steps: each block writes its column sums to row `block` of an f32
+[num_blocks, d_model] buffer, then norm_bwd_reduce_kernel sums those rows in a fixed order. No atomics:
+reruns are bitwise equal.
+Two shapes, as in the forward: ONE_PASS (a row fits one column tile, BC >= d_model): each of ROW_BLOCKS
+blocks walks the row tiles block, block + num_blocks, ... with the row in registers, reading h and dy once
+and carrying its dw/db partial sums across its rows; otherwise one block per BR rows sweeps column tiles
+(three passes for layernorm, two for RMSNorm)."""
 from __future__ import annotations
 
 import torch
@@ -28,11 +32,54 @@ def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: G
                          dw_part: GL[2], db_part: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                          offset_lo: int, offset_hi: int, *, BR: hk.const = 64, BC: hk.const = 64,
                          DROPOUT: hk.const = True, RMS: hk.const = False, BIAS: hk.const = True,
-                         DH_IN: hk.const = True):
+                         DH_IN: hk.const = True, ONE_PASS: hk.const = False):
     r = hk.block_idx(0)
     d = h.shape[1]
     n_tiles = hk.cdiv(d, BC)
     inv_d = 1.0 / d.to(f32)
+    inv_keep = 1.0 / (1.0 - p)
+
+    def grads(i, c, dyt, w, xhat, rstd, mean_g, mean_gx):
+        """dres and dx of row tile i, column tile c, from x̂ and the row statistics."""
+        inner = dyt * w[None, :] - xhat * mean_gx[:, None]
+        if not RMS:
+            inner = inner - mean_g[:, None]
+        dh = inner * rstd[:, None]
+        if DH_IN:
+            dh = dh + hk.load(RT[f32, BR, BC], dh_in, (i, c))
+        hk.store(dres, dh.to(dres.dtype), (i, c))
+        if DROPOUT:
+            keep = hk.dropout_mask(dh, p, (seed_lo, seed_hi), (offset_lo, offset_hi), i * BR, c * BC, d)
+            dh = hk.where(keep, dh * inv_keep, 0.0)
+        hk.store(dx, dh.to(dx.dtype), (i, c))
+
+    if ONE_PASS:
+        w = hk.load(RV[f32, BC], weight, (0,))
+        blocks = hk.num_blocks(0)
+
+        def row_tile(j, dw, db):
+            i = r + j * blocks
+            ht = hk.load(RT[f32, BR, BC], h, (i, 0))
+            dyt = hk.load(RT[f32, BR, BC], dy, (i, 0))
+            g = dyt * w[None, :]
+            if RMS:
+                rstd = hk.rsqrt(hk.row_sum(ht * ht) * inv_d + eps)
+                centred, mean_g = ht, None
+            else:
+                in_row = hk.bounds_mask(ht, 0, 0, BR, d)          # padding columns must not count
+                centred = hk.where(in_row, ht - (hk.row_sum(ht) * inv_d)[:, None], 0.0)
+                rstd = hk.rsqrt(hk.row_sum(centred * centred) * inv_d + eps)
+                mean_g = hk.row_sum(g) * inv_d
+            xhat = centred * rstd[:, None]
+            grads(i, 0, dyt, w, xhat, rstd, mean_g, hk.row_sum(g * centred) * rstd * inv_d)
+            return dw + hk.col_sum(dyt * xhat), db + hk.col_sum(dyt)    # padding rows: dy = 0 adds nothing
+
+        mine = hk.cdiv(hk.cdiv(h.shape[0], BR) - r, blocks)          # row tiles r, r + blocks, ...
+        dw, db = hk.fori_loop(0, mine, row_tile, (hk.zeros(RV[f32, BC]), hk.zeros(RV[f32, BC])))
+        hk.store(dw_part, dw, (r, 0))
+        if BIAS:
+            hk.store(db_part, db, (r, 0))
+        return
 
     def h_tile(c):
         return hk.load(RT[f32, BR, BC], h, (r, c))          # padding rows and columns read 0
@@ -66,26 +113,16 @@ def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: G
         rstd = hk.rsqrt(var * inv_d + eps)
         mean_g = sum_g * inv_d
     mean_gx = sum_gc * rstd * inv_d                                  # mean(g · x̂)
-    inv_keep = 1.0 / (1.0 - p)
 
     def out_pass(c, unused):
         w = hk.load(RV[f32, BC], weight, (c,))
         dyt = hk.load(RT[f32, BR, BC], dy, (r, c))
-        xhat = (h_tile(c) if RMS else h_tile(c) - mean[:, None]) * rstd[:, None]
+        ht = h_tile(c)
+        xhat = (ht if RMS else ht - mean[:, None]) * rstd[:, None]
         hk.store(dw_part, hk.col_sum(dyt * xhat), (r, c))            # padding rows: dy = 0 adds nothing
         if BIAS:
             hk.store(db_part, hk.col_sum(dyt), (r, c))
-        inner = dyt * w[None, :] - xhat * mean_gx[:, None]
-        if not RMS:
-            inner = inner - mean_g[:, None]
-        dh = inner * rstd[:, None]
-        if DH_IN:
-            dh = dh + hk.load(RT[f32, BR, BC], dh_in, (r, c))
-        hk.store(dres, dh.to(dres.dtype), (r, c))
-        if DROPOUT:
-            keep = hk.dropout_mask(dh, p, (seed_lo, seed_hi), (offset_lo, offset_hi), r * BR, c * BC, d)
-            dh = hk.where(keep, dh * inv_keep, 0.0)
-        hk.store(dx, dh.to(dx.dtype), (r, c))
+        grads(r, c, dyt, w, xhat, rstd, None if RMS else mean_g, mean_gx)
         return unused
 
     hk.fori_loop(0, n_tiles, out_pass, zero)
@@ -105,6 +142,27 @@ def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 16, BC: hk
 # and sm_90a (255 registers and up to 300 bytes of stack at BR = 16..32); 64 x 64 needs ~170-220, no spills.
 DEFAULT_CONFIG = dict(BR=64, BC=64)
 REDUCE_CONFIG = dict(BR=16, BC=128)
+ROW_BLOCKS = 1024           # one-pass shape: blocks walking the rows (and rows of the dw/db partial sums)
+ONE_PASS_MAX_PER_LANE = 16  # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
+
+
+def candidates(consts: dict, args: tuple) -> list[dict]:
+    """For a call with these consts and kernel arguments (h first): one-pass configurations (one row per
+    tile, the row over 1 to 16 warps, at most ONE_PASS_MAX_PER_LANE elements per thread, fewest warps
+    first), then the swept baseline, which every target takes."""
+    d = args[0].shape[1]
+    one_pass = []
+    for warps in (1, 2, 4, 8, 16):
+        bc = hk.cdiv(d, 256 * warps) * 256 * warps             # whole 8-element chunks on every lane
+        if bc // (32 * warps) <= ONE_PASS_MAX_PER_LANE:
+            one_pass.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps))
+    return [{**DEFAULT_CONFIG, **consts, **c} for c in one_pass + [{}]]
+
+
+def _grid_rows(cfg: dict, rows: int) -> int:
+    """Blocks of the main kernel, which is also the rows of the dw/db partial sums."""
+    tiles = hk.cdiv(rows, cfg["BR"])
+    return min(tiles, ROW_BLOCKS) if cfg.get("ONE_PASS") else tiles
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -167,8 +225,7 @@ def dropout_residual_rmsnorm_bwd(dy, h, weight, bias=None, *, dh=None, p: float 
 def _backward(fn, rms, dy, h, weight, bias, dh, p, seed, offset, eps, outs, backend, config):
     _check(fn, dy, h, weight, bias, dh, p, eps)
     rows, d = h.shape
-    cfg = {**DEFAULT_CONFIG, **config, "DROPOUT": p > 0, "RMS": rms, "BIAS": bias is not None,
-           "DH_IN": dh is not None}
+    flags = {"DROPOUT": p > 0, "RMS": rms, "BIAS": bias is not None, "DH_IN": dh is not None}
     dx = _output(fn, "dx", outs["dx"], (rows, d), h.dtype, h)
     dres = _output(fn, "dresidual", outs["dresidual"], (rows, d), h.dtype, h)
     dw = _output(fn, "dweight", outs["dweight"], (d,), weight.dtype, h)
@@ -178,15 +235,28 @@ def _backward(fn, rms, dy, h, weight, bias, dh, p, seed, offset, eps, outs, back
                      inputs)
     s_lo, s_hi = _words(seed, "seed", fn)
     o_lo, o_hi = _words(offset, "offset", fn)
-    n_blocks = hk.cdiv(rows, cfg["BR"])
-    dw_part = torch.empty(max(n_blocks, 1), d, device=h.device, dtype=torch.float32)
-    db_part = torch.empty_like(dw_part) if bias is not None else dw_part
+
+    def args(part_rows: int):
+        dw_part = torch.empty(max(part_rows, 1), d, device=h.device, dtype=torch.float32)
+        db_part = torch.empty_like(dw_part) if bias is not None else dw_part
+        return (h, dy, dy if dh is None else dh, weight, dx, dres, dw_part, db_part, float(p), float(eps), s_lo, s_hi,
+                o_lo, o_hi)
+
+    if not config and rows:     # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
+        def launch(c):
+            layernorm_bwd_kernel(*args(_grid_rows(c, rows)), grid=(_grid_rows(c, rows),), backend=backend, **c)
+        example = args(1)
+        config = layernorm_bwd_kernel.choose_config(candidates(flags, example), *example, backend=backend,
+                                                    launch=launch, bucket=hk.shape_bucket(rows, d))
+    cfg = {**DEFAULT_CONFIG, **config, **flags}
+    n_blocks = _grid_rows(cfg, rows)
+    kernel_args = args(n_blocks)
+    dw_part, db_part = kernel_args[6], kernel_args[7]
     if n_blocks == 0:                          # no rows: the parameters' gradients are sums of nothing
         dw_part.zero_()
         db_part.zero_()
     else:
-        layernorm_bwd_kernel(h, dy, dy if dh is None else dh, weight, dx, dres, dw_part, db_part, float(p),
-                             float(eps), s_lo, s_hi, o_lo, o_hi, grid=(n_blocks,), backend=backend, **cfg)
+        layernorm_bwd_kernel(*kernel_args, grid=(n_blocks,), backend=backend, **cfg)
     grid = (hk.cdiv(d, REDUCE_CONFIG["BC"]),)
     norm_bwd_reduce_kernel(dw_part, dw, grid=grid, backend=backend, **REDUCE_CONFIG)
     if db is not None:

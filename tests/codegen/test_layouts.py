@@ -101,3 +101,18 @@ def test_the_strip_lane_map_holds_each_element_once_at_its_place(tile):
     _sums(x, y, rs, cs, grid=(1,), backend=be, target=be.target("sm_80", emulated=True), TR=R, TC=C)
     assert torch.equal(y, x)
     assert torch.equal(rs, x.sum(1)) and torch.equal(cs, x.sum(0))
+
+
+@pytest.mark.parametrize("module", ["layernorm", "layernorm_bwd"])
+def test_norm_kernels_choose_the_one_pass_strip_on_cuda_and_the_swept_baseline_elsewhere(module):
+    """The kernel files offer both shapes; each backend's choice follows its layouts: cuda (every target)
+    takes the one-pass shape, whose register values are all strips; hip and the reference, which have no
+    strips, keep the swept baseline."""
+    from hk_portable.kernels import load
+    mod, kern = load("dropout_residual_layernorm" if module == "layernorm" else "layernorm_bwd")
+    args, consts = mod.example_args()
+    cands = mod.candidates(consts, args)
+    for spec, one_pass in (("cuda:sm_80", True), ("cuda:sm_90a", True), ("hip:gfx942", False),
+                           ("hip:gfx950", False), ("reference", False)):
+        cfg = kern.choose_config(cands, *args, backend=spec)
+        assert bool(cfg.get("ONE_PASS")) == one_pass, (spec, cfg)
