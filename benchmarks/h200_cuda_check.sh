@@ -143,6 +143,7 @@ if want ncu && command -v ncu >/dev/null; then
 fi
 step sweep 560 "$OUT/sweep.log" python3 benchmarks/config_sweep.py --json "$OUT/config_sweep.json"
 step gemmcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/gemm_configs.py --json "$OUT/gemm_configs.json"
+step normcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/norm_bwd_configs.py --json "$OUT/norm_bwd_configs.json"
 step attncfg 300 "$OUT/gemmcfg.log" python3 benchmarks/attention_configs.py --json "$OUT/attention_configs.json"
 
 # ---------------------------------------------------------------------------------------------- summary
@@ -161,6 +162,6 @@ PY
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer|=== " "$OUT/sanitizer.log" 2>/dev/null | head -30
 grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
 grep -A6 "launch path" "$OUT/pytest.log" 2>/dev/null
-[ -f "$OUT/gemmcfg.log" ] && grep -vE "^=== (gemmcfg|attncfg)" "$OUT/gemmcfg.log" | tail -30
+[ -f "$OUT/gemmcfg.log" ] && grep -vE "^=== (gemmcfg|attncfg|normcfg)" "$OUT/gemmcfg.log" | tail -40
 [ -f "$OUT/sweep.log" ] && grep -vE "^=== sweep" "$OUT/sweep.log" | tail -40
 [ -f "$OUT/bench.log" ] && grep -vE "^(=== bench|wrote )" "$OUT/bench.log" | tail -40

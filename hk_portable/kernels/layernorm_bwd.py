@@ -13,9 +13,10 @@ dw and db are summed in two deterministic steps: each block writes its column su
 [num_blocks, d_model] buffer, then norm_bwd_reduce_kernel sums those rows in a fixed order. No atomics:
 reruns are bitwise equal.
 Two shapes, as in the forward: ONE_PASS (a row fits one column tile, BC >= d_model): each of ROW_BLOCKS
-blocks walks the row tiles block, block + num_blocks, ... with the row in registers, reading h and dy once
-and carrying its dw/db partial sums across its rows; otherwise one block per BR rows sweeps column tiles
-(three passes for layernorm, two for RMSNorm)."""
+blocks (at most; the wrapper sizes the grid and the partial sums with it) walks the row tiles block,
+block + num_blocks, ... with the row in registers, reading h and dy once and carrying its dw/db partial sums
+across its rows; otherwise one block per BR rows sweeps column tiles (three passes for layernorm, two for
+RMSNorm)."""
 from __future__ import annotations
 
 import torch
@@ -32,7 +33,7 @@ def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: G
                          dw_part: GL[2], db_part: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                          offset_lo: int, offset_hi: int, *, BR: hk.const = 64, BC: hk.const = 64,
                          DROPOUT: hk.const = True, RMS: hk.const = False, BIAS: hk.const = True,
-                         DH_IN: hk.const = True, ONE_PASS: hk.const = False):
+                         DH_IN: hk.const = True, ONE_PASS: hk.const = False, ROW_BLOCKS: hk.const = 4096):
     r = hk.block_idx(0)
     d = h.shape[1]
     n_tiles = hk.cdiv(d, BC)
@@ -142,8 +143,8 @@ def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 16, BC: hk
 # and sm_90a (255 registers and up to 300 bytes of stack at BR = 16..32); 64 x 64 needs ~170-220, no spills.
 DEFAULT_CONFIG = dict(BR=64, BC=64)
 REDUCE_CONFIG = dict(BR=16, BC=128)
-ROW_BLOCKS = 1024           # one-pass shape: blocks walking the rows (and rows of the dw/db partial sums)
 ONE_PASS_MAX_PER_LANE = 16  # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
+ONE_PASS_ROW_BLOCKS = 4096  # blocks walking the rows (and rows of the f32 dw/db partial sums)
 
 
 def candidates(consts: dict, args: tuple) -> list[dict]:
@@ -155,14 +156,14 @@ def candidates(consts: dict, args: tuple) -> list[dict]:
     for warps in (1, 2, 4, 8, 16):
         bc = hk.cdiv(d, 256 * warps) * 256 * warps             # whole 8-element chunks on every lane
         if bc // (32 * warps) <= ONE_PASS_MAX_PER_LANE:
-            one_pass.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps))
+            one_pass.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps, ROW_BLOCKS=ONE_PASS_ROW_BLOCKS))
     return [{**DEFAULT_CONFIG, **consts, **c} for c in one_pass + [{}]]
 
 
 def _grid_rows(cfg: dict, rows: int) -> int:
     """Blocks of the main kernel, which is also the rows of the dw/db partial sums."""
     tiles = hk.cdiv(rows, cfg["BR"])
-    return min(tiles, ROW_BLOCKS) if cfg.get("ONE_PASS") else tiles
+    return min(tiles, cfg.get("ROW_BLOCKS", ONE_PASS_ROW_BLOCKS)) if cfg.get("ONE_PASS") else tiles
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
 
