@@ -15,7 +15,7 @@ import torch
 
 def configs(d: int) -> list[dict]:
     out = []
-    for br, warps, blocks in itertools.product((1, 2, 4), (4, 8, 16), (1024, 4096, 16384)):
+    for br, warps, blocks in itertools.product((1, 2), (4, 8, 16), (256, 512, 1024)):
         bc = -(-d // (256 * warps)) * 256 * warps
         if br * bc // (32 * warps) <= 32:
             out.append(dict(BR=br, BC=bc, ONE_PASS=True, num_warps=warps, ROW_BLOCKS=blocks))
@@ -60,7 +60,18 @@ def main():
         except Exception as e:  # noqa: BLE001 - a refused configuration is a row of the table
             results.append({"config": cfg, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             print(f"{str(cfg):90s} refused: {type(e).__name__}: {str(e)[:120]}", flush=True)
-    to_json({"shape": [rows, d], "p": p, "results": results}, args.json)
+    # the second step alone: the partial sums' column reduction over as many rows as blocks of the first
+    from hk_portable.kernels.layernorm_bwd import norm_bwd_reduce_kernel
+    reduce = []
+    for part_rows, (br, bc) in itertools.product((256, 512, 1024), ((16, 128), (64, 32), (32, 64), (128, 32), (64, 64))):
+        part = torch.randn(part_rows, d, device="cuda")
+        out = torch.empty(d, device="cuda")
+        fn = lambda i: norm_bwd_reduce_kernel(part, out, grid=(-(-d // bc),), BR=br, BC=bc)  # noqa: E731
+        t = time_fn(fn, 1, "cuda", args.budget)
+        err = float((out.double() - part.double().sum(0)).abs().max() / part.double().abs().sum(0).max())
+        reduce.append({"part_rows": part_rows, "BR": br, "BC": bc, "ms": t.ms, "rel_err": err})
+        print(f"reduce {part_rows:5d} rows BR={br:3d} BC={bc:3d} {t.ms * 1e3:8.1f} us  err {err:.1e}", flush=True)
+    to_json({"shape": [rows, d], "p": p, "results": results, "reduce": reduce}, args.json)
 
 
 if __name__ == "__main__":
