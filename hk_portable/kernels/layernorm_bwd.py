@@ -33,7 +33,7 @@ def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: G
                          dw_part: GL[2], db_part: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                          offset_lo: int, offset_hi: int, *, BR: hk.const = 64, BC: hk.const = 64,
                          DROPOUT: hk.const = True, RMS: hk.const = False, BIAS: hk.const = True,
-                         DH_IN: hk.const = True, ONE_PASS: hk.const = False, ROW_BLOCKS: hk.const = 4096):
+                         DH_IN: hk.const = True, ONE_PASS: hk.const = False, ROW_BLOCKS: hk.const = 256):
     r = hk.block_idx(0)
     d = h.shape[1]
     n_tiles = hk.cdiv(d, BC)
@@ -142,9 +142,12 @@ def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 16, BC: hk
 # Column tiles of 64: with 128 the column vectors (w, the dweight/dbias sums) and the row tiles spilled on sm_80
 # and sm_90a (255 registers and up to 300 bytes of stack at BR = 16..32); 64 x 64 needs ~170-220, no spills.
 DEFAULT_CONFIG = dict(BR=64, BC=64)
-REDUCE_CONFIG = dict(BR=16, BC=128)
-ONE_PASS_MAX_PER_LANE = 16  # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
-ONE_PASS_ROW_BLOCKS = 4096  # blocks walking the rows (and rows of the f32 dw/db partial sums)
+REDUCE_CONFIG = dict(BR=128, BC=32)    # H200, 256-1024 partial rows: 27-29 us against 40-87 us for 16 x 128
+# One-pass shape, from benchmarks/norm_bwd_configs.py on the H200 (2026-12-02, 16384 x 4096): 16 warps over a
+# row beat 8 and 4 (0.68 / 0.79 / 0.72 ms), and 256 row blocks beat 512 and 1024 (the partial sums' reduction
+# grows with them: 0.68 / 0.74 / 0.87 ms); two-row tiles lost to one-row tiles.
+ONE_PASS_MAX_PER_LANE = 8   # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
+ONE_PASS_ROW_BLOCKS = 256   # blocks walking the rows (and rows of the f32 dw/db partial sums)
 
 
 def candidates(consts: dict, args: tuple) -> list[dict]:
