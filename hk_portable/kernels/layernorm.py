@@ -95,17 +95,22 @@ DEFAULT_CONFIG = dict(BR=64, BC=128)
 ONE_PASS_MAX_PER_LANE = 16      # f32 elements of one row tile per thread: x, residual and h stay in registers
 
 
-def candidates(consts: dict, args: tuple) -> list[dict]:
-    """For a call with these consts and kernel arguments (x first): one-pass configurations for its rows
-    of d features (one row per block, the row spread over 1 to 16 warps, at most ONE_PASS_MAX_PER_LANE
-    elements per thread; the fewest warps first), then the swept baseline, which every target takes."""
-    d = args[0].shape[1]
-    one_pass = []
+def one_pass_shapes(d: int, max_per_lane: int) -> list[dict]:
+    """One-row tiles holding a whole row of d features over 1 to 16 warps (whole 8-element chunks on every
+    lane), at most max_per_lane f32 elements per thread; the fewest warps first."""
+    out = []
     for warps in (1, 2, 4, 8, 16):
-        bc = hk.cdiv(d, 256 * warps) * 256 * warps           # whole 8-element chunks on every lane
-        if bc // (32 * warps) <= ONE_PASS_MAX_PER_LANE:
-            one_pass.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps))
-    return [{**DEFAULT_CONFIG, **consts, **c} for c in one_pass + [{}]]
+        bc = hk.cdiv(d, 256 * warps) * 256 * warps
+        if bc // (32 * warps) <= max_per_lane:
+            out.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps))
+    return out
+
+
+def candidates(consts: dict, args: tuple) -> list[dict]:
+    """For a call with these consts and kernel arguments (x first): the one-pass shapes for its rows, then the
+    swept baseline, which every target takes."""
+    shapes = one_pass_shapes(args[0].shape[1], ONE_PASS_MAX_PER_LANE)
+    return [{**DEFAULT_CONFIG, **consts, **c} for c in shapes + [{}]]
 
 
 def _words(value: int, what: str, fn: str = "dropout_residual_layernorm") -> tuple[int, int]:

@@ -25,7 +25,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .layernorm import _words
+from .layernorm import _words, one_pass_shapes
 
 
 @hk.kernel(num_warps=4)
@@ -151,16 +151,11 @@ ONE_PASS_ROW_BLOCKS = 256   # blocks walking the rows (and rows of the f32 dw/db
 
 
 def candidates(consts: dict, args: tuple) -> list[dict]:
-    """For a call with these consts and kernel arguments (h first): one-pass configurations (one row per
-    tile, the row over 1 to 16 warps, at most ONE_PASS_MAX_PER_LANE elements per thread, fewest warps
-    first), then the swept baseline, which every target takes."""
-    d = args[0].shape[1]
-    one_pass = []
-    for warps in (1, 2, 4, 8, 16):
-        bc = hk.cdiv(d, 256 * warps) * 256 * warps             # whole 8-element chunks on every lane
-        if bc // (32 * warps) <= ONE_PASS_MAX_PER_LANE:
-            one_pass.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps, ROW_BLOCKS=ONE_PASS_ROW_BLOCKS))
-    return [{**DEFAULT_CONFIG, **consts, **c} for c in one_pass + [{}]]
+    """For a call with these consts and kernel arguments (h first): the one-pass shapes (layernorm.py's, with
+    ONE_PASS_MAX_PER_LANE and ONE_PASS_ROW_BLOCKS), then the swept baseline, which every target takes."""
+    shapes = one_pass_shapes(args[0].shape[1], ONE_PASS_MAX_PER_LANE)
+    shapes = [{**c, "ROW_BLOCKS": ONE_PASS_ROW_BLOCKS} for c in shapes]
+    return [{**DEFAULT_CONFIG, **consts, **c} for c in shapes + [{}]]
 
 
 def _grid_rows(cfg: dict, rows: int) -> int:
