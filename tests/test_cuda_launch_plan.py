@@ -1,4 +1,4 @@
-"""The cuda LaunchPlan without a GPU (a fake driver records cuLaunchKernel): the parameter buffer holds
+"""The cuda LaunchPlan without a GPU (a fake cudrv records cuLaunchKernel): the parameter buffer holds
 exactly the data pointers, shapes, strides and scalars in the kernel's ABI, bad arguments are
 ArgumentErrors that name the argument, and concurrent launching threads use separate buffers."""
 from __future__ import annotations
@@ -12,34 +12,39 @@ import torch
 
 from hk_portable.backends.cuda import driver
 from hk_portable.codegen.abi import param_layout
-from hk_portable.interface import ArgumentError
+from hk_portable.interface import ArgumentError, BackendError
 from hk_portable.interface.backend import Artifact
 from hk_portable.interface.dtypes import bf16, f32, i32
 from hk_portable.interface.ir import GlobalType, ScalarType
 
 
 class FakeDriver:
+    """Stands in for cudrv (libcuda through ctypes): records cuLaunchKernel's arguments."""
     def __init__(self):
         self.launches = []
 
-    def ctxGetCurrent(self):
+    def current_context(self):
         return 1
 
-    def moduleLoadData(self, image):
+    def load_module(self, image):
         return 7
 
-    def moduleGetFunction(self, module, name):
+    def get_function(self, module, name):
         return 11
 
-    def funcSetAttribute(self, f, attr, value):
-        self.attr = (attr, value)
+    def set_max_dynamic_shared(self, f, value):
+        self.attr = value
 
-    def launchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    def launcher(self):
+        return self.launch_kernel
+
+    def launch_kernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         words = (ctypes.c_void_p * 5).from_address(extra)
         size = ctypes.c_size_t.from_address(words[3]).value
         self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "stream": stream,
                               "bytes": ctypes.string_at(words[1], size), "buffer": words[1],
                               "thread": threading.get_ident()})
+        return 0                                        # CUDA_SUCCESS
 
 
 PARAMS = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarType(i32)), ("s", ScalarType(f32))]
@@ -48,7 +53,7 @@ PARAMS = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarTyp
 @pytest.fixture
 def plan(monkeypatch):
     drv = FakeDriver()
-    monkeypatch.setattr(driver, "_driver", lambda: drv)
+    monkeypatch.setattr(driver, "cudrv", drv)
     fmt, size, params = param_layout(PARAMS)
     art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
                    launch={"threads": 128, "shared_bytes": 64 * 1024, "params": params, "param_format": fmt,
@@ -65,7 +70,7 @@ def test_parameter_buffer_is_the_kernel_abi(plan):
     (rec,) = plan.drv.launches
     assert rec["grid"] == (3, 2, 1) and rec["block"] == (128, 1, 1) and rec["shared"] == 64 * 1024
     assert rec["stream"] == 1234
-    assert plan.drv.attr == (driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024)
+    assert plan.drv.attr == 64 * 1024
     vals = struct.unpack(plan.packer.format, rec["bytes"])
     assert vals == (x.data_ptr(), 7, 8, 9, 1, y.data_ptr(), 4, 3, 2, 1, 4, 12, -5, 2.5)
     # gl<bf16,2> at 0 (32 bytes), gl<f32,3> at 32 (8 + 16 pad-free + 24 = 48 bytes), int at 80, float at 84
@@ -112,3 +117,12 @@ def test_threads_pack_into_their_own_buffers(plan):
     assert len(by_thread) == 4
     for seen in by_thread.values():
         assert len(seen) == 1, "a thread's launches carried another thread's scalars"
+
+
+def test_a_failed_launch_is_an_error_that_names_the_driver_result(plan, monkeypatch):
+    monkeypatch.setattr(plan, "launch_kernel", lambda *a: 701)          # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+    monkeypatch.setattr(driver.cudrv, "error_name", lambda rc: f"CUDA_ERROR_{rc}", raising=False)
+    x = torch.zeros(4, 4, dtype=torch.bfloat16)
+    y = torch.zeros(2, 2, 2)
+    with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_701"):
+        plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")

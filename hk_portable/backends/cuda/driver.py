@@ -1,6 +1,6 @@
 """The cuda backend's device side: the device probe, module loading, argument packing and launch.
 
-A GPU launch goes through the driver API (`cuLaunchKernel`, cupy's low-level binding) with the kernel
+A GPU launch goes through the driver API (`cuLaunchKernel` through ctypes, cudrv.py) with the kernel
 parameters packed into one byte buffer (CU_LAUNCH_PARAM_BUFFER_POINTER): no DLPack, no cupy arrays, one
 struct.pack per call. An artifact of the emulated target runs the same buffer through the host build
 (emulator.py) on CPU tensors. The buffer's layout is the shared hk::gl ABI (codegen/abi.py).
@@ -12,11 +12,10 @@ import struct
 import threading
 
 from ...codegen.abi import make_packer
-from ...interface.errors import ArgumentError
-from . import archs, emulator, tma
+from ...interface.errors import ArgumentError, BackendError
+from . import archs, cudrv, emulator, tma
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
-CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 DEFAULT_DYNAMIC_SMEM = 48 * 1024
 MAX_GRID_YZ = 65535
 EMULATED_HINT = f" (CPU tensors run on the emulated target: backend 'cuda:{archs.EMULATED}:emulated')"
@@ -25,11 +24,6 @@ EMULATED_HINT = f" (CPU tensors run on the emulated target: backend 'cuda:{archs
 def _torch():
     import torch
     return torch
-
-
-def _driver():
-    from cupy_backends.cuda.api import driver
-    return driver
 
 
 def _runtime():
@@ -44,10 +38,9 @@ def probe() -> tuple[bool, str | None, list[dict]]:
     own runtime is asked only to explain why there is no usable GPU (starting a second CUDA runtime costs
     a first kernel call tens of milliseconds)."""
     torch = _torch()
-    try:
-        _driver()                                          # what launching needs from cupy
-    except ImportError as e:
-        return False, f"cupy is not installed ({e}); install hk-portable[cuda]", []
+    import importlib.util
+    if importlib.util.find_spec("cupy_backends") is None:      # NVRTC's binding (found, not imported: it is slow)
+        return False, "cupy is not installed (the NVRTC binding); install hk-portable[cuda]", []
     if getattr(torch.version, "hip", None):
         return False, f"torch {torch.__version__} is a ROCm build; the cuda backend launches on torch's CUDA streams", []
     try:
@@ -155,25 +148,24 @@ class LaunchPlan(_Packing):
 
     def __init__(self, artifact, device_index: int):
         torch = _torch()
-        driver = _driver()
-        if driver.ctxGetCurrent() == 0:
+        if cudrv.current_context() == 0:
             torch.cuda.set_device(device_index)           # makes the primary context current
-        self.ctx = driver.ctxGetCurrent()
+        self.ctx = cudrv.current_context()
         self.device_index = device_index
-        self.module = driver.moduleLoadData(artifact.binary)
-        self.func = driver.moduleGetFunction(self.module, artifact.kernel_name)
+        self.module = cudrv.load_module(artifact.binary)
+        self.func = cudrv.get_function(self.module, artifact.kernel_name)
         launch = artifact.launch
         self.threads = int(launch["threads"])
         self.shared = int(launch["shared_bytes"])
         if self.shared > DEFAULT_DYNAMIC_SMEM:
-            driver.funcSetAttribute(self.func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
+            cudrv.set_max_dynamic_shared(self.func, self.shared)
         self._init_packing(launch)
         self.params = launch["params"]
         self.maps = tma.TensorMaps(launch["tma"], self.size) if launch.get("tma") else None
         if self.maps is not None:
             self.size = self.maps.size                      # the maps and their flag follow the params
         self.tls = threading.local()                       # one parameter buffer per launching thread
-        self.launch_kernel = driver.launchKernel
+        self.launch_kernel = cudrv.launcher()
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     def _buffer(self):
@@ -227,10 +219,13 @@ class LaunchPlan(_Packing):
         if self.maps is not None:
             self.maps.fill(args, slot[0])
         gx, gy, gz = grid
-        self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
+        rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
+        if rc:
+            raise BackendError(f"{kernel_name}: cuLaunchKernel failed: {cudrv.error_name(rc)} (grid {grid}, "
+                               f"{self.threads} threads, {self.shared} bytes of dynamic shared memory)")
 
     def unload(self) -> None:
         try:
-            _driver().moduleUnload(self.module)
+            cudrv.unload_module(self.module)
         except Exception:  # noqa: BLE001 - the context may already be gone at exit
             pass

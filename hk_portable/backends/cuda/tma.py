@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import ctypes
 from collections import OrderedDict
-from functools import lru_cache
 
 from ...codegen.resources import round_up
+from . import cudrv
 
 TMAP_BYTES, TMAP_ALIGN = 128, 64
 DTYPE = {"f16": 6, "bf16": 9}              # CUtensorMapDataType
@@ -46,15 +46,8 @@ def describe(tensor, spec: dict) -> tuple | None:
     return dims, strides, box
 
 
-@lru_cache(maxsize=None)
 def _encoder():
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuTensorMapEncodeTiled
-    u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
+    return cudrv.lib().cuTensorMapEncodeTiled
 
 
 def encode(tensor, spec: dict) -> bytes | None:
