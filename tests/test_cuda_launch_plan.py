@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from hk_portable.backends.cuda import cudrv, driver
+from hk_portable.backends.cuda import driver
 from hk_portable.codegen.abi import param_layout
 from hk_portable.interface import ArgumentError, BackendError
 from hk_portable.interface.backend import Artifact
@@ -19,10 +19,7 @@ from hk_portable.interface.ir import GlobalType, ScalarType
 
 
 class FakeDriver:
-    """Stands in for cudrv (libcuda through ctypes): records cuLaunchKernel's arguments. The ctypes helpers
-    are the real ones (they need no driver)."""
-    LaunchArgs, pointer, error_name = cudrv.LaunchArgs, staticmethod(cudrv.pointer), staticmethod(cudrv.error_name)
-
+    """Stands in for cudrv (libcuda through ctypes): records cuLaunchKernel's arguments."""
     def __init__(self):
         self.launches = []
 
@@ -41,9 +38,7 @@ class FakeDriver:
     def launcher(self):
         return self.launch_kernel
 
-    def launch_kernel(self, *args):
-        # the plan passes ctypes objects for what is constant per kernel (cudrv.LaunchArgs) and ints for the grid
-        f, gx, gy, gz, bx, by, bz, shared, stream, params, extra = (getattr(a, "value", a) for a in args)
+    def launch_kernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         words = (ctypes.c_void_p * 5).from_address(extra)
         size = ctypes.c_size_t.from_address(words[3]).value
         self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "stream": stream,

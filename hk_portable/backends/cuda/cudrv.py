@@ -74,38 +74,6 @@ def unload_module(module: int) -> None:
     lib().cuModuleUnload(module)
 
 
-def _entry_point(name: str, version: int = 12000) -> int:
-    """The driver's versioned entry point for `name` (cuGetProcAddress, what the CUDA runtime itself calls),
-    0 where the query is unavailable; the exported symbol of the same name is the fallback."""
-    fn, status = _vp(), _int()
-    try:
-        get = ctypes.CDLL("libcuda.so.1").cuGetProcAddress_v2
-        get.argtypes, get.restype = [ctypes.c_char_p, ctypes.POINTER(_vp), _int, ctypes.c_uint64, ctypes.POINTER(_int)], _int
-        rc = get(name.encode(), ctypes.byref(fn), version, 0, ctypes.byref(status))
-    except AttributeError:
-        return 0
-    return fn.value or 0 if rc == 0 and status.value == 0 else 0
-
-
-@lru_cache(maxsize=None)
 def launcher():
-    """cuLaunchKernel (the versioned entry point where the driver gives one) as a bare function pointer: no
-    argtypes, so a call converts nothing but the grid; its caller passes the other arguments as ctypes objects
-    prepared once (`LaunchArgs`, `pointer`). PyDLL keeps the GIL over the call, which only queues work."""
-    dll = ctypes.PyDLL("libcuda.so.1")
-    addr = _entry_point("cuLaunchKernel")
-    fn = dll._FuncPtr(addr) if addr else dll.cuLaunchKernel
-    fn.restype = _int
-    return fn
-
-
-def pointer(value: int) -> ctypes.c_void_p:
-    return _vp(value)
-
-
-class LaunchArgs:
-    """The constant arguments of one kernel's launches as ctypes objects (converted once, not per call)."""
-    __slots__ = ("func", "threads", "one", "shared")
-
-    def __init__(self, func: int, threads: int, shared: int):
-        self.func, self.threads, self.one, self.shared = _vp(func), _u32(threads), _u32(1), _u32(shared)
+    """cuLaunchKernel itself: (func, gx, gy, gz, bx, by, bz, shared, stream, kernelParams, extra) -> CUresult."""
+    return lib().cuLaunchKernel

@@ -166,11 +166,10 @@ class LaunchPlan(_Packing):
             self.size = self.maps.size                      # the maps and their flag follow the params
         self.tls = threading.local()                       # one parameter buffer per launching thread
         self.launch_kernel = cudrv.launcher()
-        self.const_args = cudrv.LaunchArgs(self.func, self.threads, self.shared)
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     def _buffer(self):
-        """(buffer, kernelParams pointer, `extra` pointer, keep-alives): cuLaunchKernel copies the
+        """(buffer, kernelParams address, `extra` address, keep-alives): cuLaunchKernel copies the
         parameters at the call. One packed buffer either way; a kernel with tensor maps (64-byte-aligned
         parameters) gets a kernelParams array of pointers into it, which the driver takes where the
         `extra` buffer form fails (H200, 2026-12-01: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
@@ -179,12 +178,12 @@ class LaunchPlan(_Packing):
             base = ctypes.addressof(buf)
             offsets = [p["offset"] for p in self.params] + self.maps.offsets()
             ptrs = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
-            slot = self.tls.slot = (buf, cudrv.pointer(ctypes.addressof(ptrs)), cudrv.pointer(0), ptrs)
+            slot = self.tls.slot = (buf, ctypes.addressof(ptrs), 0, ptrs)
             return slot
         size = ctypes.c_size_t(self.size)
         extra = (ctypes.c_void_p * 5)(CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buf),
                                       CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), CU_LAUNCH_PARAM_END)
-        slot = self.tls.slot = (buf, cudrv.pointer(0), cudrv.pointer(ctypes.addressof(extra)), (size, extra))
+        slot = self.tls.slot = (buf, 0, ctypes.addressof(extra), (size, extra))
         return slot
 
     def wrong_device(self, name: str, a, kernel_name: str) -> ArgumentError:
@@ -220,9 +219,7 @@ class LaunchPlan(_Packing):
         if self.maps is not None:
             self.maps.fill(args, slot[0])
         gx, gy, gz = grid
-        a = self.const_args
-        rc = self.launch_kernel(a.func, gx, gy, gz, a.threads, a.one, a.one, a.shared, cudrv.pointer(handle),
-                                slot[1], slot[2])
+        rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
         if rc:
             raise BackendError(f"{kernel_name}: cuLaunchKernel failed: {cudrv.error_name(rc)} (grid {grid}, "
                                f"{self.threads} threads, {self.shared} bytes of dynamic shared memory)")
