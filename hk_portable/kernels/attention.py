@@ -208,9 +208,10 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     if config:
         cfg = {**config_for(D), **config, "MASKED": mask is not None}
     else:                   # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        cfg = attention_fwd_kernel.choose_config(candidates({"D": D, "MASKED": mask is not None}), *args,
-                                                 backend=backend, launch=launch,
-                                                 bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]))
+        consts = {"D": D, "MASKED": mask is not None}
+        cfg = attention_fwd_kernel.choose_config(lambda: candidates(consts), *args, backend=backend, launch=launch,
+                                                 bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
+                                                 key=tuple(consts.items()))
     launch(cfg)
     return out, lse
 

@@ -75,7 +75,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, o
         gemm_kernel(a, b, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
 
     if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        config = gemm_kernel.choose_config(candidates({}), a, b, out, backend=backend, launch=launch,
+        config = gemm_kernel.choose_config(lambda: candidates({}), a, b, out, backend=backend, launch=launch, key=(),
                                            bucket=hk.shape_bucket(M, N, a.shape[1]))
     launch({**DEFAULT_CONFIG, **config})
     return out

@@ -184,8 +184,8 @@ def _fused(fn, rms, x, residual, weight, bias, p, seed, offset, eps, out, h_out,
 
     if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
         config = dropout_residual_layernorm_kernel.choose_config(
-            candidates(flags, args), *args, backend=backend, launch=launch,
-            bucket=hk.shape_bucket(*x.shape))
+            lambda: candidates(flags, args), *args, backend=backend, launch=launch,
+            bucket=hk.shape_bucket(*x.shape), key=(tuple(flags.items()), x.shape[1]))
     launch({**DEFAULT_CONFIG, **config, **flags})
     return y, h
 

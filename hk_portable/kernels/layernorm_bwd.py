@@ -245,8 +245,9 @@ def _backward(fn, rms, dy, h, weight, bias, dh, p, seed, offset, eps, outs, back
         def launch(c):
             layernorm_bwd_kernel(*args(_grid_rows(c, rows)), grid=(_grid_rows(c, rows),), backend=backend, **c)
         example = args(1)
-        config = layernorm_bwd_kernel.choose_config(candidates(flags, example), *example, backend=backend,
-                                                    launch=launch, bucket=hk.shape_bucket(rows, d))
+        config = layernorm_bwd_kernel.choose_config(lambda: candidates(flags, example), *example, backend=backend,
+                                                    launch=launch, bucket=hk.shape_bucket(rows, d),
+                                                    key=(tuple(flags.items()), d))
     cfg = {**DEFAULT_CONFIG, **config, **flags}
     n_blocks = _grid_rows(cfg, rows)
     kernel_args = args(n_blocks)

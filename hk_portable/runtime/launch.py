@@ -97,14 +97,34 @@ class Kernel(KernelDef):
         return self.compile_for(prog, selected.backend, selection.target_for(selected, target))
 
     def choose_config(self, candidates, *args, backend=None, target: str | Target | None = None, launch=None,
-                      bucket: tuple | None = None, tune: bool | None = None) -> dict:
+                      bucket: tuple | None = None, tune: bool | None = None, key=None) -> dict:
         """The configuration (consts and num_warps) to call this kernel with on these arguments: among
         `candidates` (dicts, the kernel's portable baseline last), those the selected backend's target
         accepts; then a tuned winner for the shape `bucket` (runtime/tuning.py: looked up, or timed through
         `launch(config)` when tuning is on and the target runs), else the backend's choice
         (Backend.choose_config). Memoised per backend, target, argument kinds, bucket and candidates.
-        `backend=` as for a call; a spec string may name a compile-only target (`hk compile`)."""
-        candidates = tuple(dict(c) for c in candidates)
+        `backend=` as for a call; a spec string may name a compile-only target (`hk compile`).
+
+        A wrapper on a hot path passes `key`, a hashable of everything its candidates depend on, and may pass
+        `candidates` as a function that builds them: a repeat call is then answered from the call fast path's
+        key (argument kinds, backend, target, context, HK_BACKEND) plus bucket and key, about 1 us, without
+        building candidates or selecting a backend."""
+        fast = None
+        if key is not None:
+            fast = self._fast_key(args, {}, backend, target)
+            fast = fast and (fast, bucket, key)
+            hit = self._configs.get(fast) if fast is not None else None
+            if hit is not None:
+                return dict(hit)
+        if callable(candidates):
+            candidates = candidates()
+        choice = self._choose_config(tuple(dict(c) for c in candidates), args, backend, target, launch, bucket, tune)
+        if fast is not None:
+            with self._lock:
+                self._configs[fast] = choice
+        return dict(choice)
+
+    def _choose_config(self, candidates, args, backend, target, launch, bucket, tune) -> dict:
         if not candidates:
             raise ArgumentError(f"{self.name}: choose_config needs at least one candidate configuration")
         if isinstance(backend, str):
@@ -118,7 +138,7 @@ class Kernel(KernelDef):
         with self._lock:
             hit = self._configs.get(key)
         if hit is not None:
-            return dict(hit)
+            return hit
         ok, refusal = [], None
         for cfg in candidates:
             runtime, consts = self.bind(args, cfg)
@@ -135,7 +155,7 @@ class Kernel(KernelDef):
         choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune) or dict(be.choose_config(ok, tgt))
         with self._lock:
             self._configs[key] = choice
-        return dict(choice)
+        return choice
 
     def _tuned(self, ok, args, be, tgt, sig, bucket, launch, tune) -> dict | None:
         """A stored winner for this bucket, or one timed now (tuning on, a runnable target, a launcher)."""

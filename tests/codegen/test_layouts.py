@@ -116,3 +116,15 @@ def test_norm_kernels_choose_the_one_pass_strip_on_cuda_and_the_swept_baseline_e
                            ("hip:gfx950", False), ("reference", False)):
         cfg = kern.choose_config(cands, *args, backend=spec)
         assert bool(cfg.get("ONE_PASS")) == one_pass, (spec, cfg)
+
+
+def test_a_keyed_config_choice_follows_the_selected_backend():
+    """Wrappers memoise choose_config by `key` on the call fast path's key: a change of backend context must
+    give that backend's choice, not the memo of another."""
+    from hk_portable.kernels import load
+    mod, kern = load("dropout_residual_layernorm")
+    args, consts = mod.example_args()
+    choose = lambda: kern.choose_config(lambda: mod.candidates(consts, args), *args, key=("test", 1))  # noqa: E731
+    for spec, one_pass in (("cuda:sm_80:emulated", True), ("reference", False), ("cuda:sm_80:emulated", True)):
+        with hk.use_backend(spec):
+            assert bool(choose().get("ONE_PASS")) == one_pass, spec
