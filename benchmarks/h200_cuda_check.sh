@@ -90,6 +90,7 @@ step conformance 280 "$OUT/conformance.log" $HK conformance --backend cuda --jso
 step pytest 280 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_gpu.py \
     tests/test_cuda_numerics.py tests/test_gpu_torch.py tests/test_cuda_hopper.py \
     tests/hardening/test_hostile_names.py::test_a_hostile_name_runs_on_the_gpu tests/test_gpu_large_tensors.py \
+    "tests/hardening/test_threads.py::test_eight_threads_with_different_shapes_and_dtypes[cuda]" \
     -k "not conformance_cases_on_cuda" &
 if command -v compute-sanitizer >/dev/null; then
     step memcheck 200 "$OUT/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \

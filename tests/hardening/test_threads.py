@@ -51,19 +51,24 @@ def _expected(x, s):
     return (x.double() * s).to(x.dtype)     # f32 math on exactly representable inputs, rounded once
 
 
-@pytest.mark.parametrize("backends", [("reference",), ("reference", "hip:gfx942:emulated")], ids=["reference", "mixed"])
+@pytest.mark.parametrize("backends", [("reference",), ("reference", "hip:gfx942:emulated"), ("cuda", "reference")],
+                         ids=["reference", "mixed", "cuda"])
 def test_eight_threads_with_different_shapes_and_dtypes(backends):
     k = hk.kernel(_scale, name="threads_scale")
-    if len(backends) > 1 and not registry.load("hip").target("gfx942", emulated=True).has("run"):
+    if "hip:gfx942:emulated" in backends and not registry.load("hip").target("gfx942", emulated=True).has("run"):
         pytest.skip("the hip emulator cannot run here")
+    if "cuda" in backends and not registry.load("cuda").status().available:
+        pytest.skip(f"cuda backend unusable here: {registry.load('cuda').status().reason}")
     jobs = [(i, backends[i % len(backends)]) for i in range(THREADS)]
 
     def call(i, backend):
         outs = []
         for rep in range(3):
             x, y, s = _case(i)
+            if backend == "cuda":                       # cuda threads launch on the GPU, each on torch's stream
+                x, y = x.cuda(), y.cuda()
             k(x, y, s, grid=_grid(x), backend=backend)
-            outs.append((x, y, s))
+            outs.append((x.cpu(), y.cpu(), s))
         return outs
 
     for outs in _run_together(call, jobs):
