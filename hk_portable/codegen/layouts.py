@@ -7,9 +7,9 @@ Two layouts exist:
   blocks; inside a block the lane map of mma.sync m16n8k16 / the MFMA). Every tile can take it, and an
   mma operand, accumulator or a tile moved to or from shared memory must.
 - `Strip(wr, wc)`: rows over `wr` warp-rows, each row cut into 8-element chunks dealt round robin to the
-  32 lanes of `wc` warps (wr * wc = the block's warps). A lane's chunk is 16 contiguous bytes of a 16-bit
-  tensor, so loads and stores are whole vectors and a warp touches whole 512-byte lines; a row is reduced
-  with lane shuffles plus, when wc > 1, one exchange through shared memory. Any row count works, which is
+  lanes (32 on NVIDIA, 64 on AMD) of `wc` warps (wr * wc = the block's warps). A lane's chunk is 16
+  contiguous bytes of a 16-bit tensor, so loads and stores are whole vectors and a warp touches whole lines;
+  a row is reduced with lane shuffles (DPP on AMD) plus, when wc > 1, one exchange through shared memory. Any row count works, which is
   what a memory-bound kernel (a norm over one row per block) needs.
 
 Values are joined into components that must share a layout (operands and result of an elementwise op,
@@ -28,7 +28,6 @@ from ..interface.ir import Op, Program, TileType, Value
 
 ROW, COL = "ROW", "COL"
 CHUNK = 8                   # elements per lane chunk of a strip (16 bytes of a 16-bit tensor)
-LANES = 32
 
 ELEMENTWISE = ("unary", "binary", "compare", "where", "cast")
 PINNED_TO_FRAGMENT = ("mma", "shared_to_register", "register_to_shared")
@@ -46,7 +45,7 @@ class Fragment:
 @dataclass(frozen=True)
 class Strip:
     wr: int                 # warp-rows: row r lives in warp-row r % wr
-    wc: int                 # warps across a row: chunk q lives in lane q % 32 of warp (q // 32) % wc
+    wc: int                 # warps across a row: chunk q lives in lane q % lanes of warp (q // lanes) % wc
 
     def template_arg(self) -> str:
         return f"hk::strip<{self.wr}>"
@@ -144,7 +143,7 @@ def _components(program: Program) -> tuple[_UnionFind, set[Value]]:
     return uf, pinned
 
 
-def _strip_for(members: list[Value], axes: dict[Value, str], warps: int) -> Strip | None:
+def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: int) -> Strip | None:
     """The strip with the most warp-rows (rows stay inside a warp: row reductions need no shared memory)
     that divides every tile of the component into whole chunks; None if there is none or no tile."""
     rows = {v.type.shape[0] for v in members if v.type.space == "rt"}
@@ -156,14 +155,15 @@ def _strip_for(members: list[Value], axes: dict[Value, str], warps: int) -> Stri
     wr = warps
     while wr >= 1:
         wc = warps // wr
-        if warps % wr == 0 and all(r % wr == 0 for r in rows) and all(c % (CHUNK * LANES * wc) == 0 for c in cols):
+        if warps % wr == 0 and all(r % wr == 0 for r in rows) and all(c % (CHUNK * lanes * wc) == 0 for c in cols):
             return Strip(wr, wc)
         wr //= 2
     return None
 
 
-def assign_layouts(program: Program, warps: int, strips: bool) -> dict[Value, Fragment | Strip]:
-    """Every RT and RV value's layout. `strips`: whether the backend's library implements Strip."""
+def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32) -> dict[Value, Fragment | Strip]:
+    """Every RT and RV value's layout for a block of `warps` warps/waves of `lanes` lanes. `strips`: whether
+    the backend's library implements Strip."""
     axes = assign_vector_axes(program)
     uf, pinned = _components(program)
     values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
@@ -174,10 +174,16 @@ def assign_layouts(program: Program, warps: int, strips: bool) -> dict[Value, Fr
     for members in groups.values():
         layout = None
         if strips and not any(v in pinned for v in members):
-            layout = _strip_for(members, axes, warps)
+            layout = _strip_for(members, axes, warps, lanes)
         for v in members:
             out[v] = layout or FRAGMENT
     return out
+
+
+def all_strips(layouts: dict[Value, Fragment | Strip]) -> bool:
+    """Whether a Program has register tiles and every register value is in a strip: a memory-bound kernel laid
+    out for whole-vector accesses (what a backend's configuration choice looks for)."""
+    return any(v.type.space == "rt" for v in layouts) and all(isinstance(x, Strip) for x in layouts.values())
 
 
 def describe(program: Program, layouts: dict[Value, Fragment | Strip]) -> list[str]:

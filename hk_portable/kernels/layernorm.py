@@ -96,13 +96,16 @@ ONE_PASS_MAX_PER_LANE = 16      # f32 elements of one row tile per thread: x, re
 
 
 def one_pass_shapes(d: int, max_per_lane: int) -> list[dict]:
-    """One-row tiles holding a whole row of d features over 1 to 16 warps (whole 8-element chunks on every
-    lane), at most max_per_lane f32 elements per thread; the fewest warps first."""
+    """One-row tiles holding a whole row of d features over 1 to 16 warps, at most max_per_lane f32 elements
+    per thread, the fewest warps first: first with the row in whole 8-element chunks on every lane of warps
+    of 32 lanes, then of 64 (a backend takes the first its layouts fit)."""
     out = []
-    for warps in (1, 2, 4, 8, 16):
-        bc = hk.cdiv(d, 256 * warps) * 256 * warps
-        if bc // (32 * warps) <= max_per_lane:
-            out.append(dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps))
+    for lanes in (32, 64):
+        for warps in (1, 2, 4, 8, 16):
+            bc = hk.cdiv(d, 8 * lanes * warps) * 8 * lanes * warps
+            shape = dict(BR=1, BC=bc, ONE_PASS=True, num_warps=warps)
+            if bc // (lanes * warps) <= max_per_lane and shape not in out:
+                out.append(shape)
     return out
 
 

@@ -105,15 +105,15 @@ def test_the_strip_lane_map_holds_each_element_once_at_its_place(tile):
 
 @pytest.mark.parametrize("module", ["layernorm", "layernorm_bwd"])
 def test_norm_kernels_choose_the_one_pass_strip_on_cuda_and_the_swept_baseline_elsewhere(module):
-    """The kernel files offer both shapes; each backend's choice follows its layouts: cuda (every target)
-    takes the one-pass shape, whose register values are all strips; hip and the reference, which have no
-    strips, keep the swept baseline."""
+    """The kernel files offer both shapes; each backend's choice follows its layouts: cuda and hip (every
+    target) take the one-pass shape, whose register values are all strips; the reference, which has no
+    layouts, keeps the swept baseline."""
     from hk_portable.kernels import load
     mod, kern = load("dropout_residual_layernorm" if module == "layernorm" else "layernorm_bwd")
     args, consts = mod.example_args()
     cands = mod.candidates(consts, args)
-    for spec, one_pass in (("cuda:sm_80", True), ("cuda:sm_90a", True), ("hip:gfx942", False),
-                           ("hip:gfx950", False), ("reference", False)):
+    for spec, one_pass in (("cuda:sm_80", True), ("cuda:sm_90a", True), ("hip:gfx942", True),
+                           ("hip:gfx950", True), ("reference", False)):
         cfg = kern.choose_config(cands, *args, backend=spec)
         assert bool(cfg.get("ONE_PASS")) == one_pass, (spec, cfg)
 
@@ -125,6 +125,7 @@ def test_a_keyed_config_choice_follows_the_selected_backend():
     mod, kern = load("dropout_residual_layernorm")
     args, consts = mod.example_args()
     choose = lambda: kern.choose_config(lambda: mod.candidates(consts, args), *args, key=("test", 1))  # noqa: E731
-    for spec, one_pass in (("cuda:sm_80:emulated", True), ("reference", False), ("cuda:sm_80:emulated", True)):
+    for spec, one_pass in (("cuda:sm_80:emulated", True), ("reference", False), ("hip:gfx950:emulated", True),
+                           ("reference", False)):
         with hk.use_backend(spec):
             assert bool(choose().get("ONE_PASS")) == one_pass, spec

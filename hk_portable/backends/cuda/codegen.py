@@ -12,6 +12,7 @@ from pathlib import Path
 from ...codegen import library, resources
 from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel
 from ...codegen.layouts import Strip, assign_layouts, assign_vector_axes
+from ...codegen.layouts import all_strips as layouts_all_strips
 from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -44,10 +45,8 @@ def layouts(program: Program, warps: int) -> dict:
 
 
 def all_strips(program: Program, warps: int) -> bool:
-    """Whether the Program has register tiles and the layout pass put every register value in a strip
-    (a memory-bound kernel laid out for whole-vector accesses)."""
-    lay = layouts(program, warps)
-    return any(v.type.space == "rt" for v in lay) and all(isinstance(x, Strip) for x in lay.values())
+    """Whether the layout pass put every register value of the Program in a strip (layouts.all_strips)."""
+    return layouts_all_strips(layouts(program, warps))
 
 
 def _op_scratch(op, warps: int, lay: dict) -> int:

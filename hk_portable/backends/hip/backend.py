@@ -10,6 +10,8 @@ from typing import Any, Sequence
 import torch
 
 from ... import __version__
+from ...codegen.layouts import all_strips
+from ...codegen.layouts import describe as describe_layouts
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
 from ...interface.ir import Program
@@ -67,6 +69,19 @@ class HipBackend(Backend):
     def check(self, program: Program, target: Target, options=None) -> None:
         self._require_arch(target)
         codegen.check(program, target, codegen.make_plan(program, target, options))
+
+    def choose_config(self, candidates, target: Target) -> dict:
+        """The first candidate of a kernel without mma whose register values all took strips (the norms'
+        one-pass shapes); else the kernel's baseline."""
+        for cfg, program in candidates:
+            if all_strips(codegen.layouts(program, int(program.num_warps))):
+                return cfg
+        return super().choose_config(candidates, target)
+
+    def lowered(self, program: Program, target: Target) -> str:
+        waves = codegen.make_plan(program, target).waves
+        lay = describe_layouts(program, codegen.layouts(program, waves))
+        return (super().lowered(program, target) + f"\n// layouts ({waves} waves of 64)\n" + "\n".join(lay))
 
     def compile(self, program: Program, target: Target, options=None) -> Artifact:
         self._require_arch(target)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
+from ...codegen.layouts import Strip, assign_layouts
 from ...codegen.resources import mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -37,8 +38,19 @@ def _blocks(n: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------- scratch
-def _op_scratch(op: Op, waves: int) -> int:
+def layouts(program: Program, waves: int) -> dict:
+    """The layout pass's choice for this backend (its library implements strips over 64 lanes)."""
+    return assign_layouts(program, waves, strips=True, lanes=LANES)
+
+
+def _op_scratch(op: Op, waves: int, lay: dict | None = None) -> int:
     """Scratch bytes one op needs, as hk_hip.h computes them (each use static_asserts it fits)."""
+    layout = (lay or {}).get(op.operands[0]) if op.opcode == "reduce" else None
+    if isinstance(layout, Strip):            # partials of the waves sharing a row / a column
+        rows, cols = op.operands[0].type.shape
+        if op.attrs["axis"] == "row":
+            return waves * (rows // layout.wr) * 4 if layout.wc > 1 else 0
+        return layout.wr * cols * 4 if layout.wr > 1 else 0
     if op.opcode == "reduce" and op.attrs["axis"] == "col":
         rows, cols = op.operands[0].type.shape
         return waves * _blocks(cols) * 16 * 4 if _blocks(rows) > 1 else 0
@@ -48,25 +60,26 @@ def _op_scratch(op: Op, waves: int) -> int:
 
 
 def scratch_bytes(program: Program, waves: int) -> int:
-    return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, waves), SCRATCH_ALIGN)
+    lay = layouts(program, waves)
+    return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, waves, lay), SCRATCH_ALIGN)
 
 
 
 # ---------------------------------------------------------------------------------------- schedule
-def _talks_across_waves(region: Region, waves: int) -> str | None:
+def _talks_across_waves(region: Region, waves: int, lay: dict | None = None) -> str | None:
     """Why a pipeline's compute step needs other waves (barriers inside), or None if it is wave-local."""
     for op in region.walk():
         if op.opcode in ("global_to_shared", "register_to_shared"):
             return f"it writes shared memory ('{op.opcode}')"
         if op.opcode == "pipeline":
             return "it contains a pipeline"
-        if _op_scratch(op, waves):
+        if _op_scratch(op, waves, lay):
             what = "a column reduction" if op.opcode == "reduce" else "an mma with a register operand"
             return f"{what} exchanges data between waves"
     return None
 
 
-def pipeline_schedule(op: Op, waves: int, requested: str) -> tuple[str, str]:
+def pipeline_schedule(op: Op, waves: int, requested: str, lay: dict | None = None) -> tuple[str, str]:
     """(schedule, why) for one pipeline op."""
     stages = op.attrs["stages"]
     blocker = None
@@ -75,7 +88,7 @@ def pipeline_schedule(op: Op, waves: int, requested: str) -> tuple[str, str]:
     elif stages < 3:
         blocker = f"ping-pong needs stages >= 3 (a stage in flight per wave group), got {stages}"
     else:
-        why = _talks_across_waves(op.regions[1], waves)
+        why = _talks_across_waves(op.regions[1], waves, lay)
         if why:
             blocker = f"the compute step is not wave-local: {why}"
     if requested == "pingpong" and blocker:
@@ -109,9 +122,10 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                                f"of {LANES} lanes on {target.arch}")
     requested = options.schedule
     scheds = []
+    lay = layouts(program, waves)
     for op in program.body.walk():
         if op.opcode == "pipeline":
-            s, why = pipeline_schedule(op, waves, requested)
+            s, why = pipeline_schedule(op, waves, requested, lay)
             scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
                            "schedule": s, "why": why})
     scratch = scratch_bytes(program, waves)
@@ -144,6 +158,7 @@ def check(program: Program, target: Target, plan: Plan) -> None:
 # ------------------------------------------------------------------------------------------ emitter
 class HipEmitter(CStyleEmitter):
     lanes = LANES
+    strip_layouts = True
 
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan

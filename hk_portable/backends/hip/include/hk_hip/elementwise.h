@@ -39,6 +39,19 @@ template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C>& dst, const rv
       for (int k = 0; k < 4; ++k) dst.data[(s * D::CB + cb) * 4 + k] = v.data[cb];
 }
 
+template<class T, int R, int C, int WR>
+HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, R, ROW, strip<WR>>& v) {
+  using D = rt<T, R, C, strip<WR>>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = v.data[e / (D::CS * 8)];
+}
+template<class T, int R, int C, int WR>
+HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, C, COL, strip<WR>>& v) {
+  using D = rt<T, R, C, strip<WR>>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = v.data[e % (D::CS * 8)];
+}
+
 template<class F, class D, class X> HK_DEV void unary(D& dst, const X& x) {
 #pragma unroll
   for (int e = 0; e < D::NE; ++e)

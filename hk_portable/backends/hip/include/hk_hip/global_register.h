@@ -3,6 +3,17 @@
 namespace hk {
 
 // ============================================================================ global <-> registers
+namespace detail {
+// A register vector's tensor (made uniform) and where its N elements sit in it
+template<class U, int RANK> struct vec_origin { gl<U, RANK> g; span sp; };
+template<class U, int RANK, class... I> HK_DEV vec_origin<U, RANK> vector_origin(const gl<U, RANK>& g0, int n, I... idx) {
+  vec_origin<U, RANK> o{uniform(g0), {}};
+  const int ix[RANK] = {uni(idx)...};
+  o.sp = locate1(o.g, ix, n);
+  return o;
+}
+}  // namespace detail
+
 // Pad elements of a tile (rows >= R, cols >= C) read like elements outside the tensor.
 template<class T, int R, int C, class U, int RANK, class... I>
 HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
@@ -26,43 +37,80 @@ HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g0, float fill, I... idx) 
   });
 }
 
-template<class T, int N, class U, int RANK, class... I>
-HK_DEV void load(rv<T, N, ROW>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
-  using D = rv<T, N, ROW>;
+// strip tiles: a lane reads whole 8-element chunks; a whole tile with unit column stride reads each chunk
+// as 8 consecutive elements (which LLVM merges into wide loads); a partial tile reads clamped and selects.
+template<class T, int R, int C, int WR, class U, int RANK, class... I>
+HK_DEV void load(rt<T, R, C, strip<WR>>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+  using D = rt<T, R, C, strip<WR>>;
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};
-  const detail::span sp = detail::locate1(g, ix, N);
+  const detail::span sp = detail::locate2(g, ix, R, C);
   const T f = convert<T>(fill);
+  if constexpr (sizeof(U) == 2 || sizeof(U) == 4) {
+    if (detail::vec_ok(g.ptr, sp)) {           // whole tile, unit stride, 16-byte aligned rows: 16-byte loads
+      const int ln = detail::lane();
+#pragma unroll
+      for (int e0 = 0; e0 < D::NE; e0 += 8) {
+        const U* p = g.ptr + sp.base + (long long)D::row_of(e0) * sp.sr + D::col_of(e0, ln);
+#pragma unroll
+        for (int q = 0; q < (int)sizeof(U) / 2; ++q) {
+          const u32x4 v = *reinterpret_cast<const u32x4*>(p + q * (16 / (int)sizeof(U)));
+#pragma unroll
+          for (int i = 0; i < 16 / (int)sizeof(U); ++i) {
+            const unsigned w = v[i * (int)sizeof(U) / 4];
+            const unsigned b = sizeof(U) == 4 ? w : (w >> (16 * (i & 1))) & 0xFFFFu;
+            dst.data[e0 + q * (16 / (int)sizeof(U)) + i] = convert<T>(from_bits<U>(b));
+          }
+        }
+      }
+      return;
+    }
+  }
   detail::by_mode(sp, [&](auto mode, int ln) {
 #pragma unroll
-    for (int s = 0; s < D::RBW; ++s)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int n = 16 * detail::blk<D::RB>(s) + detail::row_in_blk(k, ln);
-        const bool pad = N % 16 != 0 && n >= N;
-        const T v = detail::read_mode(mode, g.ptr, sp, 0, pad ? 0 : n, f);
-        dst.data[s * 4 + k] = pad ? f : v;
-      }
+    for (int e = 0; e < D::NE; ++e) dst.data[e] = detail::read_mode(mode, g.ptr, sp, D::row_of(e), D::col_of(e, ln), f);
   });
 }
-
-template<class T, int N, class U, int RANK, class... I>
-HK_DEV void load(rv<T, N, COL>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
-  using D = rv<T, N, COL>;
-  const auto g = detail::uniform(g0);
-  const int ix[RANK] = {detail::uni(idx)...};
-  const detail::span sp = detail::locate1(g, ix, N);
+// Register vectors of every layout: element i sits at D::pos(i, lane); positions past N (pad of a frag vector
+// whose length is not a multiple of 16) read the fill.
+template<class T, int N, class AX, class L, class U, int RANK, class... I>
+HK_DEV void load(rv<T, N, AX, L>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+  using D = rv<T, N, AX, L>;
+  const auto o = detail::vector_origin(g0, N, idx...);
   const T f = convert<T>(fill);
-  detail::by_mode(sp, [&](auto mode, int ln) {
+  detail::by_mode(o.sp, [&](auto mode, int ln) {
 #pragma unroll
-    for (int cb = 0; cb < D::CB; ++cb) {
-      const int n = 16 * cb + detail::col_in_blk(ln);
+    for (int i = 0; i < D::NE; ++i) {
+      const int n = D::pos(i, ln);
       const bool pad = N % 16 != 0 && n >= N;
-      const T v = detail::read_mode(mode, g.ptr, sp, 0, pad ? 0 : n, f);
-      dst.data[cb] = pad ? f : v;
+      const T v = detail::read_mode(mode, o.g.ptr, o.sp, 0, pad ? 0 : n, f);
+      dst.data[i] = pad ? f : v;
     }
   });
 }
+
+namespace detail {
+// strip tiles hold each element once; strip vectors name their writers (owner)
+template<class T, int R, int C, int WR, class Fn>
+HK_DEV void each_owned(const rt<T, R, C, strip<WR>>& x, Fn fn, int ln = lane()) {
+  using D = rt<T, R, C, strip<WR>>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) fn(D::row_of(e), D::col_of(e, ln), x.data[e]);
+}
+template<class T, int N, class AX, int WR, class Fn>
+HK_DEV void each_owned(const rv<T, N, AX, strip<WR>>& x, Fn fn, int ln = lane()) {
+  using D = rv<T, N, AX, strip<WR>>;
+#pragma unroll
+  for (int i = 0; i < D::NE; ++i) {
+    const int pos = D::pos(i, ln);              // wave-level (readfirstlane) work outside the owner branch
+    if (D::owner(i, ln)) fn(0, pos, x.data[i]);
+  }
+}
+template<class T, int R, int C, int WR, class U, int RANK>
+HK_DEV span locate(const rt<T, R, C, strip<WR>>&, const gl<U, RANK>& g, const int* ix) { return locate2(g, ix, R, C); }
+template<class T, int N, class AX, int WR, class U, int RANK>
+HK_DEV span locate(const rv<T, N, AX, strip<WR>>&, const gl<U, RANK>& g, const int* ix) { return locate1(g, ix, N); }
+}  // namespace detail
 
 namespace detail {
 // One writer per element: owner slots of rt rows; one lane per row value of ROW vectors; wave 0's
@@ -119,6 +167,36 @@ template<class X, class U, class W> HK_DEV void write_owned(const X& x, const sp
 }  // namespace detail
 
 // registers -> global, converting to the tensor dtype; elements outside the tensor are dropped
+template<class U, int RANK, class T, int R, int C, int WR, class... I>
+HK_DEV void store(const gl<U, RANK>& g0, const rt<T, R, C, strip<WR>>& x, I... idx) {
+  using D = rt<T, R, C, strip<WR>>;
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate2(g, ix, R, C);
+  if constexpr (sizeof(U) == 2 || sizeof(U) == 4) {
+    if (detail::vec_ok(g.ptr, sp)) {           // whole tile, unit stride, 16-byte aligned rows: 16-byte stores
+      const int ln = detail::lane();
+#pragma unroll
+      for (int e0 = 0; e0 < D::NE; e0 += 8) {
+        U* p = g.ptr + sp.base + (long long)D::row_of(e0) * sp.sr + D::col_of(e0, ln);
+#pragma unroll
+        for (int q = 0; q < (int)sizeof(U) / 2; ++q) {
+          u32x4 v = {0u, 0u, 0u, 0u};
+#pragma unroll
+          for (int i = 0; i < 16 / (int)sizeof(U); ++i) {
+            const unsigned b = to_bits(convert<U>(x.data[e0 + q * (16 / (int)sizeof(U)) + i]));
+            if constexpr (sizeof(U) == 4) v[i] = b;
+            else v[i >> 1] |= b << (16 * (i & 1));
+          }
+          *reinterpret_cast<u32x4*>(p + q * (16 / (int)sizeof(U))) = v;
+        }
+      }
+      return;
+    }
+  }
+  detail::write_owned<D, U>(x, sp, [&](long long off, T v) { detail::gstore(g.ptr + off, convert<U>(v)); });
+}
+
 template<class U, int RANK, class X, class... I> HK_DEV void store(const gl<U, RANK>& g0, const X& x, I... idx) {
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};

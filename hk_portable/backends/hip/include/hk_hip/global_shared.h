@@ -31,11 +31,6 @@ template<class T, int R, int C, class Fn> HK_DEV void each_elem(Fn fn, int ln = 
 template<class T, int R, int C> constexpr bool chunked() {
   return C % (16 / (int)sizeof(T)) == 0 && st<T, R, C>::ROWB % 16 == 0;
 }
-// whole tile inside, rows contiguous and every chunk 16-byte aligned: one 16-byte access per chunk
-template<class T> HK_DEV bool vec_ok(const T* ptr, const span& sp) {
-  return sp.full && sp.sc == 1 && ((unsigned long long)(ptr + sp.base) & 15) == 0 &&
-         ((unsigned long long)sp.sr * sizeof(T)) % 16 == 0;
-}
 }  // namespace detail
 
 #if HK_GFX950

@@ -66,6 +66,11 @@ template<class T, int RANK> HK_DEV span locate1(const gl<T, RANK>& g, const int*
 }
 HK_DEV bool inside(const span& s, int r, int c) { return r >= s.rlo && r < s.rhi && c >= s.clo && c < s.chi; }
 HK_DEV long long at(const span& s, int r, int c) { return s.base + r * s.sr + c * s.sc; }
+// whole tile inside, rows contiguous and every chunk 16-byte aligned: one 16-byte access per chunk
+template<class T> HK_DEV bool vec_ok(const T* ptr, const span& sp) {
+  return sp.full && sp.sc == 1 && ((unsigned long long)(ptr + sp.base) & 15) == 0 &&
+         ((unsigned long long)sp.sr * sizeof(T)) % 16 == 0;
+}
 HK_DEV int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 template<class T> HK_DEV T gload(const T* p) { return *p; }

@@ -13,14 +13,20 @@ template<int R, int C, class Fn> HK_DEV void each_pos(rt<bool, R, C>& dst, Fn fn
       for (int k = 0; k < 4; ++k)
         dst.data[(s * D::CB + cb) * 4 + k] = put(fn(16 * blk<D::RB>(s) + row_in_blk(k), 16 * cb + col_in_blk()));
 }
+template<int R, int C, int WR, class Fn> HK_DEV void each_pos(rt<bool, R, C, strip<WR>>& dst, Fn fn) {
+  using D = rt<bool, R, C, strip<WR>>;
+  const int ln = lane();
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = put(fn(D::row_of(e), D::col_of(e, ln)));
+}
 }  // namespace detail
 
-template<int R, int C> HK_DEV void causal_mask(rt<bool, R, C>& dst, int ro, int co) {
+template<int R, int C, class L> HK_DEV void causal_mask(rt<bool, R, C, L>& dst, int ro, int co) {
   ro = detail::uni(ro);
   co = detail::uni(co);
   detail::each_pos(dst, [&](int r, int c) { return (long long)ro + r >= (long long)co + c; });
 }
-template<int R, int C> HK_DEV void bounds_mask(rt<bool, R, C>& dst, int ro, int co, int nr, int nc) {
+template<int R, int C, class L> HK_DEV void bounds_mask(rt<bool, R, C, L>& dst, int ro, int co, int nr, int nc) {
   ro = detail::uni(ro);
   co = detail::uni(co);
   nr = detail::uni(nr);
@@ -31,8 +37,8 @@ template<int R, int C> HK_DEV void bounds_mask(rt<bool, R, C>& dst, int ro, int 
   });
 }
 // keep iff (philox(g)[0] >> 8) >= floor(p * 2^24), g = offset + (ro + r) * stride + (co + c) mod 2^64
-template<int R, int C>
-HK_DEV void dropout_mask(rt<bool, R, C>& dst, float p, int seed_lo, int seed_hi, int off_lo, int off_hi, int ro,
+template<int R, int C, class L>
+HK_DEV void dropout_mask(rt<bool, R, C, L>& dst, float p, int seed_lo, int seed_hi, int off_lo, int off_hi, int ro,
                          int co, int stride) {
   // scalars through uni(): the hoisted Philox key schedule alone would take 20 scalar registers
   seed_lo = detail::uni(seed_lo);

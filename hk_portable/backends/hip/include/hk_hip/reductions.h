@@ -107,4 +107,80 @@ template<class F, class AX, class T, int N, class X> HK_DEV void reduce(rv<T, N,
   }
 }
 
+// strip, ROW: a lane folds its chunks, the wave its 64 lanes (DPP rows, then across row groups), then the WC
+// waves of a wave-row meet in the scratch LDS in a fixed order (identical in every wave)
+template<class F, class AX, class T, int R, int C, int WR>
+HK_DEV void reduce(rv<T, R, ROW, strip<WR>>& dst, const rt<T, R, C, strip<WR>>& x) {
+  static_assert(same<AX, ROW>::value, "a row reduction gives a row vector");
+  using D = rt<T, R, C, strip<WR>>;
+  using S = strip<WR>;
+  using A = typename calc_t<T>::type;
+  using Rd = detail::red<F, A>;
+  constexpr int PER_ROW = D::CS * 8;
+  A part[D::RS];
+#pragma unroll
+  for (int k = 0; k < D::RS; ++k) {
+    A acc = calc(x.data[k * PER_ROW]);
+#pragma unroll
+    for (int i = 1; i < PER_ROW; ++i) acc = Rd::op(acc, calc(x.data[k * PER_ROW + i]));
+    part[k] = detail::reduce_groups<F>(detail::reduce16<F>(acc));
+  }
+  if constexpr (S::WC > 1) {
+    static_assert(NW * D::RS * 4 <= HK_SCRATCH_BYTES, "HK_SCRATCH_BYTES too small for a strip row reduction");
+    unsigned char* sc = detail::scratch();
+    const int w = detail::wave();
+    sync();
+    if (detail::lane() == 0)
+#pragma unroll
+      for (int k = 0; k < D::RS; ++k) HK_LDS_STORE(A, sc + (w * D::RS + k) * 4, part[k]);
+    sync();
+#pragma unroll
+    for (int k = 0; k < D::RS; ++k) {
+      A acc = HK_LDS_LOAD(A, sc + (S::wr() * S::WC * D::RS + k) * 4);
+      for (int c = 1; c < S::WC; ++c) acc = Rd::op(acc, HK_LDS_LOAD(A, sc + ((S::wr() * S::WC + c) * D::RS + k) * 4));
+      part[k] = acc;
+    }
+    sync();
+  }
+#pragma unroll
+  for (int k = 0; k < D::RS; ++k) dst.data[k] = uncalc<T>(part[k]);
+}
+
+// strip, COL: a lane folds its rows (every lane holds distinct columns), then the WR wave-rows meet in LDS
+template<class F, class AX, class T, int R, int C, int WR>
+HK_DEV void reduce(rv<T, C, COL, strip<WR>>& dst, const rt<T, R, C, strip<WR>>& x) {
+  static_assert(same<AX, COL>::value, "a column reduction gives a column vector");
+  using D = rt<T, R, C, strip<WR>>;
+  using V = rv<T, C, COL, strip<WR>>;
+  using A = typename calc_t<T>::type;
+  using Rd = detail::red<F, A>;
+  constexpr int PER_ROW = D::CS * 8;
+  A part[PER_ROW];
+#pragma unroll
+  for (int i = 0; i < PER_ROW; ++i) {
+    A acc = calc(x.data[i]);
+#pragma unroll
+    for (int k = 1; k < D::RS; ++k) acc = Rd::op(acc, calc(x.data[k * PER_ROW + i]));
+    part[i] = acc;
+  }
+  if constexpr (WR > 1) {
+    static_assert(WR * C * 4 <= HK_SCRATCH_BYTES, "HK_SCRATCH_BYTES too small for a strip column reduction");
+    unsigned char* sc = detail::scratch();
+    const int ln = detail::lane();
+    sync();
+#pragma unroll
+    for (int i = 0; i < PER_ROW; ++i) HK_LDS_STORE(A, sc + (strip<WR>::wr() * C + V::pos(i, ln)) * 4, part[i]);
+    sync();
+#pragma unroll
+    for (int i = 0; i < PER_ROW; ++i) {
+      A acc = HK_LDS_LOAD(A, sc + V::pos(i, ln) * 4);
+      for (int r = 1; r < WR; ++r) acc = Rd::op(acc, HK_LDS_LOAD(A, sc + (r * C + V::pos(i, ln)) * 4));
+      part[i] = acc;
+    }
+    sync();
+  }
+#pragma unroll
+  for (int i = 0; i < PER_ROW; ++i) dst.data[i] = uncalc<T>(part[i]);
+}
+
 }  // namespace hk

@@ -15,7 +15,20 @@ HK_DEV int put(bool v) { return __builtin_amdgcn_update_dpp(0, v ? 1 : 0, 0xE4, 
 // A register tile; data[(slot * CB + cb) * 4 + k] is row 16*blk(slot) + 4*(lane/16) + k, column
 // 16*cb + lane%16, where blk(slot) = (wave + slot*NW) % RB and the slot is a replica when
 // wave + slot*NW >= RB.
-template<class T, int R, int C> struct rt {
+// Layout tags (codegen/layouts.py chooses): frag, the MFMA layout below; strip<WR>, rows over WR wave-rows
+// (row r in wave-row r % WR), each row in 8-element chunks dealt to the 64 lanes of the WC = NW / WR waves
+// across it (chunk q: lane q % 64 of wave-column (q / 64) % WC); wave w is wave-row w / WC, column w % WC.
+struct frag {};
+template<int WR_> struct strip {
+  static_assert(NW % WR_ == 0, "a strip's wave-rows divide the block's waves");
+  static constexpr int WR = WR_, WC = NW / WR_, V = 8, TC = 64 * WC;   // TC: lanes across a row
+  static HK_DEV int wr() { return detail::wave() / WC; }
+  static HK_DEV int wc() { return detail::wave() % WC; }
+  static HK_DEV int chunk(int j, int ln) { return j * TC + wc() * 64 + ln; }
+};
+
+template<class T, int R, int C, class LAYOUT = frag> struct rt;
+template<class T, int R, int C> struct rt<T, R, C, frag> {
   using dtype = T;
   static constexpr int rows = R, cols = C;
   static constexpr int RB = (R + 15) / 16, CB = (C + 15) / 16, RBW = (RB + NW - 1) / NW;
@@ -31,5 +44,18 @@ HK_DEV int col_in_blk(int ln) { return ln & 15; }
 HK_DEV int row_in_blk(int k) { return row_in_blk(k, lane()); }
 HK_DEV int col_in_blk() { return col_in_blk(lane()); }
 }  // namespace detail
+
+// A strip tile holds whole chunks only (the layout pass picks WR with R % WR == 0 and C % (8 * TC) == 0).
+// Element (k * CS + j) * 8 + e: row k * WR + wr, column chunk(j) * 8 + e.
+template<class T, int R, int C, int WR> struct rt<T, R, C, strip<WR>> {
+  using S = strip<WR>;
+  static_assert(R % WR == 0 && C % (S::V * S::TC) == 0, "a strip tile is whole chunks on every lane");
+  using dtype = T;
+  static constexpr int rows = R, cols = C, RS = R / WR, CS = C / (S::V * S::TC), NE = RS * CS * S::V;
+  typename storage<T>::type data[NE];
+  static HK_DEV int row(int k) { return k * WR + S::wr(); }
+  static HK_DEV int row_of(int e) { return row(e / (CS * S::V)); }
+  static HK_DEV int col_of(int e, int ln) { return S::chunk((e / S::V) % CS, ln) * S::V + e % S::V; }
+};
 
 }  // namespace hk

@@ -2,16 +2,38 @@
 // rv<T, N, COL> (its columns).
 namespace hk {
 
-template<class T, int N, class AX> struct rv;
-template<class T, int N> struct rv<T, N, ROW> {        // one value per row of an rt<_, N, _>
+template<class T, int N, class AX, class LAYOUT = frag> struct rv;
+template<class T, int N> struct rv<T, N, ROW, frag> {        // one value per row of an rt<_, N, _>
   using dtype = T;
   static constexpr int n = N, RB = (N + 15) / 16, RBW = (RB + NW - 1) / NW, NE = RBW * 4;
   typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int ln) { return 16 * detail::blk<RB>(i / 4) + detail::row_in_blk(i % 4, ln); }
 };
-template<class T, int N> struct rv<T, N, COL> {        // one value per column of an rt<_, _, N>
+template<class T, int N> struct rv<T, N, COL, frag> {        // one value per column of an rt<_, _, N>
   using dtype = T;
   static constexpr int n = N, CB = (N + 15) / 16, NE = CB;
   typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int ln) { return 16 * i + detail::col_in_blk(ln); }
+};
+
+// strip<WR>: a row vector holds this wave-row's rows (replicated over its lanes and wave-columns), a column
+// vector this lane's chunks (replicated over the wave-rows)
+template<class T, int N, int WR> struct rv<T, N, ROW, strip<WR>> {
+  static_assert(N % WR == 0, "a strip row vector has whole wave-rows");
+  using dtype = T;
+  static constexpr int n = N, NE = N / WR;
+  typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int) { return i * WR + strip<WR>::wr(); }
+  static HK_DEV bool owner(int, int ln) { return strip<WR>::wc() == 0 && ln == 0; }
+};
+template<class T, int N, int WR> struct rv<T, N, COL, strip<WR>> {
+  using S = strip<WR>;
+  static_assert(N % (S::V * S::TC) == 0, "a strip column vector is whole chunks on every lane");
+  using dtype = T;
+  static constexpr int n = N, CS = N / (S::V * S::TC), NE = CS * S::V;
+  typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int ln) { return S::chunk(i / S::V, ln) * S::V + i % S::V; }
+  static HK_DEV bool owner(int, int) { return S::wr() == 0; }
 };
 
 }  // namespace hk
