@@ -194,7 +194,19 @@ HK_DEV void store(const gl<U, RANK>& g0, const rt<T, R, C, strip<WR>>& x, I... i
       return;
     }
   }
-  detail::write_owned<D, U>(x, sp, [&](long long off, T v) { detail::gstore(g.ptr + off, convert<U>(v)); });
+  if (sp.empty) return;
+  // a partial tile: one block-uniform branch per row slot, a column test per element
+  const int ln = detail::opaque_lane();
+#pragma unroll
+  for (int k = 0; k < D::RS; ++k) {
+    const int r = D::row(k);
+    if (r < sp.rlo || r >= sp.rhi) continue;
+#pragma unroll
+    for (int i = 0; i < D::CS * 8; ++i) {
+      const int c = D::col_of(k * D::CS * 8 + i, ln);
+      if (c >= sp.clo && c < sp.chi) detail::gstore(g.ptr + detail::at(sp, r, c), convert<U>(x.data[k * D::CS * 8 + i]));
+    }
+  }
 }
 
 template<class U, int RANK, class X, class... I> HK_DEV void store(const gl<U, RANK>& g0, const X& x, I... idx) {
