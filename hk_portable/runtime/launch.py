@@ -222,7 +222,10 @@ _GRIDS: dict = {}
 
 
 def _grid3(grid) -> tuple[int, int, int]:
-    """grid as three ints, validated; memoised because it is on every launch's path."""
+    """grid as three ints, validated; memoised because it is on every launch's path. bools hash like ints
+    (True == 1), so a grid holding one skips the memo and is refused by the check."""
+    if grid.__class__ is bool or (grid.__class__ is tuple and any(v.__class__ is bool for v in grid)):
+        return _check_grid(grid)
     try:
         return _GRIDS[grid]
     except (KeyError, TypeError):
