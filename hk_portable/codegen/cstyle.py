@@ -89,7 +89,7 @@ class CStyleEmitter:
         self.p = program
         self.axes = assign_vector_axes(program)
         self.layouts = assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts,
-                                      self.lanes)
+                                      self.lanes, self.axes)
         self.lines: list[str] = []
         self.indent = 1
         buffers = [op.result for op in program.shared_buffers()]

@@ -9,8 +9,8 @@ Two layouts exist:
 - `Strip(wr, wc)`: rows over `wr` warp-rows, each row cut into 8-element chunks dealt round robin to the
   lanes (32 on NVIDIA, 64 on AMD) of `wc` warps (wr * wc = the block's warps). A lane's chunk is 16
   contiguous bytes of a 16-bit tensor, so loads and stores are whole vectors and a warp touches whole lines;
-  a row is reduced with lane shuffles (DPP on AMD) plus, when wc > 1, one exchange through shared memory. Any row count works, which is
-  what a memory-bound kernel (a norm over one row per block) needs.
+  a row is reduced with lane shuffles (DPP on AMD) plus, when wc > 1, one exchange through shared memory.
+  Any row count works, which is what a memory-bound kernel (a norm over one row per block) needs.
 
 Values are joined into components that must share a layout (operands and result of an elementwise op,
 a reduction's tile and vector, a broadcast's vector and tile, a loop's init, carry, yield and result).
@@ -161,10 +161,11 @@ def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: 
     return None
 
 
-def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32) -> dict[Value, Fragment | Strip]:
+def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
+                   axes: dict[Value, str] | None = None) -> dict[Value, Fragment | Strip]:
     """Every RT and RV value's layout for a block of `warps` warps/waves of `lanes` lanes. `strips`: whether
-    the backend's library implements Strip."""
-    axes = assign_vector_axes(program)
+    the backend's library implements Strip; `axes`: assign_vector_axes(program), if the caller has it."""
+    axes = assign_vector_axes(program) if axes is None else axes
     uf, pinned = _components(program)
     values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
     groups: dict[Value, list[Value]] = {}
@@ -178,6 +179,16 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32) 
         for v in members:
             out[v] = layout or FRAGMENT
     return out
+
+
+def strip_reduce_scratch(op: Op, layout: Strip, warps: int) -> int:
+    """Shared bytes a reduction over a strip tile exchanges between warps, as both libraries lay it out: one
+    f32 partial per warp and row slot (row: when a row spans warps), or per warp-row and column (col: when
+    the rows span warp-rows); 0 when the reduction stays inside each warp."""
+    rows, cols = op.operands[0].type.shape
+    if op.attrs["axis"] == "row":
+        return warps * (rows // layout.wr) * 4 if layout.wc > 1 else 0
+    return layout.wr * cols * 4 if layout.wr > 1 else 0
 
 
 def all_strips(layouts: dict[Value, Fragment | Strip]) -> bool:

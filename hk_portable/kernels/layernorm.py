@@ -47,22 +47,25 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
         hk.store(h_out, h.to(h_out.dtype), (r, c))
         return total + hk.row_sum(h * h if RMS else h)
 
-    def normalise(centred, rstd, c):
+    def normalise(centred_of, rstd, c):
+        """y of column tile c; the weight and bias are loaded before centred_of() builds the centred h (in
+        the swept shape that recomputes h: fewer live registers)."""
         w = hk.load(RV[f32, BC], weight, (c,))
-        yt = centred * rstd[:, None] * w[None, :]
+        b = hk.load(RV[f32, BC], bias, (c,)) if BIAS else None
+        yt = centred_of() * rstd[:, None] * w[None, :]
         if BIAS:
-            yt = yt + hk.load(RV[f32, BC], bias, (c,))[None, :]
+            yt = yt + b[None, :]
         hk.store(y, yt.to(y.dtype), (r, c))
 
     if ONE_PASS:            # the whole row in one tile (BC >= d): h never leaves registers
         h = h_tile(0)
         hk.store(h_out, h.to(h_out.dtype), (r, 0))
         if RMS:
-            normalise(h, hk.rsqrt(hk.row_sum(h * h) * inv_d + eps), 0)
+            normalise(lambda: h, hk.rsqrt(hk.row_sum(h * h) * inv_d + eps), 0)
         else:
             in_row = hk.bounds_mask(h, 0, 0, BR, d)              # padding columns must not count
             centred = hk.where(in_row, h - (hk.row_sum(h) * inv_d)[:, None], 0.0)
-            normalise(centred, hk.rsqrt(hk.row_sum(centred * centred) * inv_d + eps), 0)
+            normalise(lambda: centred, hk.rsqrt(hk.row_sum(centred * centred) * inv_d + eps), 0)
         return
 
     if RMS:
@@ -79,13 +82,7 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
         rstd = hk.rsqrt(hk.fori_loop(0, n_tiles, var_pass, hk.zeros(RV[f32, BR])) * inv_d + eps)
 
     def out_pass(c, unused):
-        w = hk.load(RV[f32, BC], weight, (c,))
-        b = hk.load(RV[f32, BC], bias, (c,)) if BIAS else None    # loaded before h: fewer live registers
-        centred = h_tile(c) if RMS else h_tile(c) - mean[:, None]
-        yt = centred * rstd[:, None] * w[None, :]
-        if BIAS:
-            yt = yt + b[None, :]
-        hk.store(y, yt.to(y.dtype), (r, c))
+        normalise(lambda: h_tile(c) if RMS else h_tile(c) - mean[:, None], rstd, c)
         return unused
 
     hk.fori_loop(0, n_tiles, out_pass, hk.zeros(RV[f32, BR]))

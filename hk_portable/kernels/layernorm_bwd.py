@@ -27,13 +27,20 @@ from hk_portable.interface.kernel import check_no_overlap
 
 from .layernorm import _words, one_pass_shapes
 
+# One-pass shape, from benchmarks/norm_bwd_configs.py on the H200 (2026-12-02, 16384 x 4096): 16 warps over a
+# row beat 8 and 4 (0.68 / 0.79 / 0.72 ms), and 256 row blocks beat 512 and 1024 (the partial sums' reduction
+# grows with them: 0.68 / 0.74 / 0.87 ms); two-row tiles lost to one-row tiles.
+ONE_PASS_MAX_PER_LANE = 8   # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
+ONE_PASS_ROW_BLOCKS = 256   # blocks walking the rows (and rows of the f32 dw/db partial sums)
+
 
 @hk.kernel(num_warps=4)
 def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: GL[2], dres: GL[2],
                          dw_part: GL[2], db_part: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                          offset_lo: int, offset_hi: int, *, BR: hk.const = 64, BC: hk.const = 64,
                          DROPOUT: hk.const = True, RMS: hk.const = False, BIAS: hk.const = True,
-                         DH_IN: hk.const = True, ONE_PASS: hk.const = False, ROW_BLOCKS: hk.const = 256):
+                         DH_IN: hk.const = True, ONE_PASS: hk.const = False,
+                         ROW_BLOCKS: hk.const = ONE_PASS_ROW_BLOCKS):
     r = hk.block_idx(0)
     d = h.shape[1]
     n_tiles = hk.cdiv(d, BC)
@@ -143,11 +150,6 @@ def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 16, BC: hk
 # and sm_90a (255 registers and up to 300 bytes of stack at BR = 16..32); 64 x 64 needs ~170-220, no spills.
 DEFAULT_CONFIG = dict(BR=64, BC=64)
 REDUCE_CONFIG = dict(BR=128, BC=32)    # H200, 256-1024 partial rows: 27-29 us against 40-87 us for 16 x 128
-# One-pass shape, from benchmarks/norm_bwd_configs.py on the H200 (2026-12-02, 16384 x 4096): 16 warps over a
-# row beat 8 and 4 (0.68 / 0.79 / 0.72 ms), and 256 row blocks beat 512 and 1024 (the partial sums' reduction
-# grows with them: 0.68 / 0.74 / 0.87 ms); two-row tiles lost to one-row tiles.
-ONE_PASS_MAX_PER_LANE = 8   # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
-ONE_PASS_ROW_BLOCKS = 256   # blocks walking the rows (and rows of the f32 dw/db partial sums)
 
 
 def candidates(consts: dict, args: tuple) -> list[dict]:
@@ -162,6 +164,8 @@ def _grid_rows(cfg: dict, rows: int) -> int:
     """Blocks of the main kernel, which is also the rows of the dw/db partial sums."""
     tiles = hk.cdiv(rows, cfg["BR"])
     return min(tiles, cfg.get("ROW_BLOCKS", ONE_PASS_ROW_BLOCKS)) if cfg.get("ONE_PASS") else tiles
+
+
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
 

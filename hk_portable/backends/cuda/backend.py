@@ -98,7 +98,7 @@ class CudaBackend(Backend):
         for cfg, program in candidates:
             if target.arch == "sm_90a" and not target.emulated and schedule.fast_path(program, target):
                 return cfg
-            if codegen.all_strips(program, codegen.num_warps(program, target)):
+            if layouts.all_strips(codegen.layouts(program, codegen.num_warps(program, target))):
                 return cfg
         return super().choose_config(candidates, target)
 

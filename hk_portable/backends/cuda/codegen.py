@@ -11,8 +11,7 @@ from pathlib import Path
 
 from ...codegen import library, resources
 from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel
-from ...codegen.layouts import Strip, assign_layouts, assign_vector_axes
-from ...codegen.layouts import all_strips as layouts_all_strips
+from ...codegen.layouts import Strip, assign_layouts, assign_vector_axes, strip_reduce_scratch
 from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -44,20 +43,13 @@ def layouts(program: Program, warps: int) -> dict:
     return assign_layouts(program, warps, strips=True)
 
 
-def all_strips(program: Program, warps: int) -> bool:
-    """Whether the layout pass put every register value of the Program in a strip (layouts.all_strips)."""
-    return layouts_all_strips(layouts(program, warps))
-
-
 def _op_scratch(op, warps: int, lay: dict) -> int:
     """Scratch bytes one op needs, as hk_cuda's reductions and mma compute them."""
     if op.opcode == "reduce":
         rows, cols = op.operands[0].type.shape
         layout = lay.get(op.operands[0])
-        if isinstance(layout, Strip):           # partials of the warps sharing a row / a column
-            if op.attrs["axis"] == "row":
-                return warps * (rows // layout.wr) * 4 if layout.wc > 1 else 0
-            return layout.wr * cols * 4 if layout.wr > 1 else 0
+        if isinstance(layout, Strip):
+            return strip_reduce_scratch(op, layout, warps)
         if op.attrs["axis"] == "col":
             return warps * cols * 4 if min(rows // 16, warps) > 1 else 0
     if op.opcode == "mma":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
-from ...codegen.layouts import Strip, assign_layouts
+from ...codegen.layouts import Strip, assign_layouts, strip_reduce_scratch
 from ...codegen.resources import mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -46,11 +46,8 @@ def layouts(program: Program, waves: int) -> dict:
 def _op_scratch(op: Op, waves: int, lay: dict | None = None) -> int:
     """Scratch bytes one op needs, as hk_hip.h computes them (each use static_asserts it fits)."""
     layout = (lay or {}).get(op.operands[0]) if op.opcode == "reduce" else None
-    if isinstance(layout, Strip):            # partials of the waves sharing a row / a column
-        rows, cols = op.operands[0].type.shape
-        if op.attrs["axis"] == "row":
-            return waves * (rows // layout.wr) * 4 if layout.wc > 1 else 0
-        return layout.wr * cols * 4 if layout.wr > 1 else 0
+    if isinstance(layout, Strip):
+        return strip_reduce_scratch(op, layout, waves)
     if op.opcode == "reduce" and op.attrs["axis"] == "col":
         rows, cols = op.operands[0].type.shape
         return waves * _blocks(cols) * 16 * 4 if _blocks(rows) > 1 else 0

@@ -3,17 +3,6 @@
 namespace hk {
 
 // ============================================================================ global <-> registers
-namespace detail {
-// A register vector's tensor (made uniform) and where its N elements sit in it
-template<class U, int RANK> struct vec_origin { gl<U, RANK> g; span sp; };
-template<class U, int RANK, class... I> HK_DEV vec_origin<U, RANK> vector_origin(const gl<U, RANK>& g0, int n, I... idx) {
-  vec_origin<U, RANK> o{uniform(g0), {}};
-  const int ix[RANK] = {uni(idx)...};
-  o.sp = locate1(o.g, ix, n);
-  return o;
-}
-}  // namespace detail
-
 // Pad elements of a tile (rows >= R, cols >= C) read like elements outside the tensor.
 template<class T, int R, int C, class U, int RANK, class... I>
 HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
@@ -37,8 +26,8 @@ HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g0, float fill, I... idx) 
   });
 }
 
-// strip tiles: a lane reads whole 8-element chunks; a whole tile with unit column stride reads each chunk
-// as 8 consecutive elements (which LLVM merges into wide loads); a partial tile reads clamped and selects.
+// strip tiles: a lane reads whole 8-element chunks; a whole, unit-stride, 16-byte aligned tile reads each
+// chunk as 16-byte loads; any other tile reads clamped and selects, element by element.
 template<class T, int R, int C, int WR, class U, int RANK, class... I>
 HK_DEV void load(rt<T, R, C, strip<WR>>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
   using D = rt<T, R, C, strip<WR>>;
@@ -76,14 +65,16 @@ HK_DEV void load(rt<T, R, C, strip<WR>>& dst, const gl<U, RANK>& g0, float fill,
 template<class T, int N, class AX, class L, class U, int RANK, class... I>
 HK_DEV void load(rv<T, N, AX, L>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
   using D = rv<T, N, AX, L>;
-  const auto o = detail::vector_origin(g0, N, idx...);
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate1(g, ix, N);
   const T f = convert<T>(fill);
-  detail::by_mode(o.sp, [&](auto mode, int ln) {
+  detail::by_mode(sp, [&](auto mode, int ln) {
 #pragma unroll
     for (int i = 0; i < D::NE; ++i) {
       const int n = D::pos(i, ln);
       const bool pad = N % 16 != 0 && n >= N;
-      const T v = detail::read_mode(mode, o.g.ptr, o.sp, 0, pad ? 0 : n, f);
+      const T v = detail::read_mode(mode, g.ptr, sp, 0, pad ? 0 : n, f);
       dst.data[i] = pad ? f : v;
     }
   });
