@@ -48,6 +48,48 @@ def test_sm90a_gemm_runs_on_tma_and_wgmma_and_sm80_keeps_the_ring():
     assert "wgmma" not in art80.asm and "cp.async.bulk" not in art80.asm and "tma" not in art80.launch
 
 
+def test_gemm_is_warp_specialised_and_hands_registers_to_its_consumers():
+    art, cfg = _gemm_artifact("sm_90a")
+    warps = cfg["num_warps"]
+    block, producer, consumer = schedule.register_split(warps, schedule.PRODUCER_WARPS)
+    assert art.launch["block"][0] == 32 * (warps + schedule.PRODUCER_WARPS)
+    assert f"setmaxnreg.dec.sync.aligned.u32 {producer};" in art.asm
+    assert f"setmaxnreg.inc.sync.aligned.u32 {consumer};" in art.asm
+    assert art.resources["registers"] == block, "the hand-over balances only at exactly this allocation"
+    # the Program's barriers name the consumer threads only; the producer warpgroup exits after its loads
+    assert f"bar.sync 1, {32 * warps};" in art.asm and "exit;" in art.asm
+    assert (block, producer, consumer) == (168, 40, 232)
+
+
+def test_specialisation_needs_a_producer_safe_prologue():
+    """The producer warpgroup runs the Program up to the pipeline, so anything there that divides work over
+    the block's threads (a tile load, a store) keeps the pipeline unspecialised; so does a ring (sm_80)."""
+    @hk.kernel(num_warps=8)
+    def prologue_load(a: GL[2], b: GL[2], c: GL[2], *, BK: hk.const = 64):
+        a_s = hk.shared(ST[a.dtype, 128, BK], stages=2)
+        b_s = hk.shared(ST[b.dtype, BK, 128], stages=2)
+        q = hk.shared(ST[a.dtype, 128, BK])
+        hk.load(q, a, (0, 0))
+
+        def load(k, s):
+            hk.load(a_s[s], a, (0, k))
+            hk.load(b_s[s], b, (k, 0))
+
+        acc = hk.pipeline(hk.cdiv(a.shape[1], BK), load, lambda k, s, acc: hk.mma(a_s[s], b_s[s], acc),
+                          carry=hk.zeros(RT[f32, 128, 128]), stages=2)
+        hk.store(c, acc.to(c.dtype), (0, 0))
+
+    args = (_meta(128, 256), _meta(256, 128), _meta(128, 128, dtype=torch.float32))
+    hopper = hk.get_backend("cuda").target("sm_90a")
+    plan = schedule.plan(prologue_load.trace(*args), hopper)
+    assert [pp.producer_warps for pp in plan.pipelines.values()] == [0]
+    gemm_prog = gemm_kernel.trace(*args, **CANDIDATES[0])
+    assert schedule.plan(gemm_prog, hopper).producer_warps == schedule.PRODUCER_WARPS
+    assert schedule.plan(gemm_prog, hk.get_backend("cuda").target("sm_80")).producer_warps == 0
+    # a block of 4 consumer warps already gets 248 registers a thread: no hand-over, still a producer
+    assert schedule.register_split(4, schedule.PRODUCER_WARPS)[2] <= 248
+
+
 def test_hk_compile_shows_wgmma_and_tma_for_sm90a(capsys):
     from hk_portable import cli
     assert cli.main(["compile", "gemm", "--backend", "cuda", "--target", "sm_90a", "--emit", "ptx"]) == 0

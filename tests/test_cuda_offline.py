@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import precompile
+from hk_portable.backends.cuda import precompile, schedule
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 
 ARCHS = ("sm_80", "sm_90a")
@@ -43,6 +43,13 @@ def _check(results):
     assert not spills, "local-memory spills:\n" + "\n".join(spills)
     no_mma = [f"{r['name']} [{r['arch']}]" for r in results if r["has_mma"] and not r["mma"]]
     assert not no_mma, f"mma in the Program but neither mma.sync nor wgmma in the PTX: {no_mma}"
+    # a register hand-over only balances when ptxas gave the block exactly the count it was planned for:
+    # otherwise the consumers' setmaxnreg.inc waits forever on the GPU
+    for r in results:
+        if r["setmaxnreg"]:
+            warps = r["threads"] // 32 - schedule.PRODUCER_WARPS
+            block, producer, consumer = schedule.register_split(warps, schedule.PRODUCER_WARPS)
+            assert r["resources"]["registers"] == block and r["setmaxnreg"] == [producer, consumer], r
 
 
 def test_library_kernels_compile_for_sm80_and_sm90a():
@@ -66,6 +73,8 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
     _check(results)
     by = {r["name"]: r for r in results}
     assert by["gemm@sm_90a"]["wgmma"] and by["gemm@sm_90a"]["tma"]
+    # ... warp-specialised: 8 consumer warps and a producer warpgroup that hands its registers over
+    assert by["gemm@sm_90a"]["threads"] == 384 and by["gemm@sm_90a"]["setmaxnreg"] == [40, 232]
     for arch in ARCHS:
         for name in ("dropout_residual_layernorm", "layernorm_bwd"):
             assert {**chosen, **chosen80}[f"{name}@{arch}"].consts["ONE_PASS"]

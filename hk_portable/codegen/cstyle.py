@@ -71,7 +71,12 @@ class CStyleEmitter:
         return f"HK_SMEM_ARENA(hk_smem, {max(shared_bytes, 16)});"
 
     def num_threads(self, program: Program) -> int:
+        """Threads that run the Program's ops (what the layouts and the device library divide work over)."""
         return program.num_warps * self.lanes
+
+    def block_threads(self, program: Program) -> int:
+        """Threads the block launches with: a backend's schedule may add warps of its own (a producer)."""
+        return self.num_threads(program)
 
     def extra_params(self) -> list[str]:
         """Kernel parameters after the Program's (declarations), known once the body is emitted."""
@@ -95,7 +100,7 @@ class CStyleEmitter:
         buffers = [op.result for op in program.shared_buffers()]
         offsets, shared = arena_layout((v.type for v in buffers), self.smem_align)
         self.smem_offsets: dict[Value, int] = dict(zip(buffers, offsets))
-        nt = self.num_threads(program)
+        nt = self.block_threads(program)
         params = [(prm.name, prm.type) for prm in program.params]
         self.line(self.smem_arena(shared))
         self.region(program.body)

@@ -137,6 +137,12 @@ class CudaBackend(Backend):
             r2 = compiler.parse_ptxas(retry.log)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
                 emitted, compiled, resources, min_blocks = again, retry, r2, 1
+        wanted = emitted.extras.get("hand_over_registers")
+        if wanted and resources["registers"] != wanted:
+            # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over
+            emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False)
+            compiled = compiler.compile_source(emitted.source, emitted.kernel_name, target.arch, flags)
+            resources = compiler.parse_ptxas(compiled.log)
         resources["shared_bytes"] = shared
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,

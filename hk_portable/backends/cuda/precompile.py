@@ -104,6 +104,8 @@ def _compile(job):
             "mma": "mma.sync.aligned.m16n8k16" in (art.asm or "") or "wgmma.mma_async" in (art.asm or ""),
             "wgmma": "wgmma.mma_async" in (art.asm or ""), "tma": "cp.async.bulk.tensor" in (art.asm or ""),
             "cp_async": "cp.async.cg.shared.global" in (art.asm or ""),
+            "setmaxnreg": sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32 (\d+)", art.asm or "")}),
+            "threads": art.launch.get("threads"),
             "vector_io": bool(re.search(r"(ld|st)\.global(\.\w+)*\.v4\.(b|u|f)32", art.asm or "")),
             "pipeline": "pipeline" in program.opcodes(), "has_mma": "mma" in program.opcodes(),
             "cubin": len(art.binary or b"")}

@@ -29,6 +29,10 @@ from ...interface.ir import GlobalType, Op, Program, TileType, Value
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
+PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
+PRODUCER_REGS = 40               # what the producer keeps: a loop, two barriers' addresses and TMA coordinates
+REGISTER_FILE = 65536            # 32-bit registers per SM (sm_90a): what the warpgroups share out
+MAX_CONSUMER_REGS = 240          # below the ISA's 255 so ptxas keeps its reserved registers
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class PipelinePlan:
     tma_loads: dict[int, int] = field(default_factory=dict)   # global_to_shared op id -> tensor map index
     tx_bytes: int = 0                               # bytes one stage's TMA copies deliver
     async_mma: bool = False
+    producer_warps: int = 0                         # > 0: a producer warpgroup issues the loads (warp-specialised)
 
 
 @dataclass
@@ -64,6 +69,11 @@ class Plan:
     @property
     def uses_tma(self) -> bool:
         return bool(self.tensor_maps)
+
+    @property
+    def producer_warps(self) -> int:
+        """Warps the block runs beyond the Program's own (the producer warpgroup of a specialised pipeline)."""
+        return max((pp.producer_warps for pp in self.pipelines.values()), default=0)
 
 
 def grouped_blocks(program: Program) -> bool:
@@ -85,7 +95,29 @@ def plan(program: Program, target: Target) -> Plan:
     for op in program.body.walk():
         if op.opcode == "pipeline":
             out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
+    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
+    if len(pipes) == 1 and _specialisable(program, pipes[0], out.pipelines[id(pipes[0])]):
+        out.pipelines[id(pipes[0])].producer_warps = PRODUCER_WARPS
     return out
+
+
+# Ops the producer warpgroup may run before a specialised pipeline: uniform scalars and shared-memory
+# addresses (what its loads need) and register fills it drops at once; any tile move or barrier there
+# would count the producer's threads as workers of the Program.
+_PRODUCER_SAFE = {"scalar_const", "scalar_binary", "scalar_cast", "block_idx", "num_blocks", "global_dim",
+                  "alloc_shared", "shared_stage", "fill"}
+
+
+def _specialisable(program: Program, pipe: Op, pp: PipelinePlan) -> bool:
+    """Whether the pipeline runs warp-specialised: a producer warpgroup (few registers) issues every TMA
+    load and leaves; the Program's warps (more registers) only compute, release stages by mbarrier and
+    never wait on a load-issuing thread of their own. Taken for the Program's only pipeline when it is an
+    accumulator chain on TMA at the top level, everything before it is producer-safe and the Program's
+    warps are whole warpgroups (the register hand-over is per warpgroup)."""
+    ops = program.body.ops
+    if pp.schedule != "tma" or not pp.async_mma or pipe not in ops or program.num_warps % 4:
+        return False
+    return all(o.opcode in _PRODUCER_SAFE for o in ops[:ops.index(pipe)])
 
 
 def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> PipelinePlan:
@@ -112,6 +144,18 @@ def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> Pipeline
             t = g2s.operands[0].type
             pp.tx_bytes += t.rows * t.cols * t.dtype.itemsize
     return pp
+
+
+def register_split(warps: int, producer_warps: int) -> tuple[int, int, int]:
+    """(registers per thread the block compiles with, the producer's after setmaxnreg.dec, the consumers'
+    after setmaxnreg.inc) for a specialised block of `warps` consumer and `producer_warps` producer warps,
+    one block per SM. The incs draw only on what the decs gave back, so both sums must balance against
+    the block's own allocation (ptxas allocates the launch bounds' maximum when setmaxnreg is present)."""
+    threads = 32 * (warps + producer_warps)
+    block = min(255, REGISTER_FILE // threads) // 8 * 8
+    spare = (block - PRODUCER_REGS) * 32 * producer_warps
+    consumer = min(MAX_CONSUMER_REGS, (block + spare // (32 * warps)) // 8 * 8)
+    return block, PRODUCER_REGS, consumer
 
 
 def _stage_buffer(v: Value, producers: dict) -> int | None:
@@ -232,6 +276,10 @@ def describe(program: Program, p: Plan, target: Target) -> str:
         if op.opcode == "pipeline":
             pp = p.pipelines.get(id(op), PipelinePlan("cp_async"))
             extra = f", {len(pp.tma_loads)} tile loads/stage ({pp.tx_bytes} bytes)" if pp.schedule == "tma" else ""
+            if pp.producer_warps:
+                block, prod, cons = register_split(program.num_warps, pp.producer_warps)
+                extra += (f", warp-specialised ({pp.producer_warps} producer warps issue the loads; registers "
+                          f"{block} -> producer {prod}, consumers {max(cons, block)})")
             lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
         elif op.opcode == "mma" and not (hopper and wgmma_eligible(op, program.num_warps)):
             lines.append(f"mma {names[id(op)]}: mma.sync m16n8k16 (ldmatrix fragments)")

@@ -20,6 +20,9 @@
 #ifndef HK_NUM_WARPS
 #define HK_NUM_WARPS 4
 #endif
+#ifndef HK_PRODUCER_WARPS
+#define HK_PRODUCER_WARPS 0         // warps beyond HK_NUM_WARPS: a specialised pipeline's producer warpgroup
+#endif
 #ifndef HK_SCRATCH_OFFSET
 #define HK_SCRATCH_OFFSET 0
 #endif

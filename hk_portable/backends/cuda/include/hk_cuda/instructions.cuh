@@ -37,7 +37,13 @@ template <int A> HK_DEV int block_idx() {
 template <int A> HK_DEV int num_blocks() { return A == 0 ? gridDim.x : (A == 1 ? gridDim.y : gridDim.z); }
 
 #ifdef HK_PTX
+#if HK_PRODUCER_WARPS
+// A warp-specialised kernel (tma.cuh): the producer warpgroup has left by the time the Program's code
+// synchronises, so its barriers name the consumer threads only (barrier 1; 0 is __syncthreads).
+HK_DEV void sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(NUM_THREADS) : "memory"); }
+#else
 HK_DEV void sync() { __syncthreads(); }
+#endif
 
 HK_DEV u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 HK_DEV unsigned char* smem_base() {
