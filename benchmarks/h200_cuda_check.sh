@@ -138,9 +138,11 @@ fi
 
 # hardware counters of one warm gemm and one warm attention launch (stall reasons, pipe use, memory)
 if want ncu && command -v ncu >/dev/null; then
-    step ncu 240 "$OUT/ncu.log" ncu --clock-control none -k 'regex:gemm|attention' --launch-skip 2 --launch-count 2 \
-        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-        --section LaunchStats --section MemoryWorkloadAnalysis python3 benchmarks/ncu_probe.py
+    # NCU_KERNELS / NCU_PROBE_ARGS / NCU_EXTRA narrow it (e.g. 'gemm', '--cublas', '--section SourceCounters')
+    step ncu 240 "$OUT/ncu.log" ncu --clock-control none -k "regex:${NCU_KERNELS:-gemm|attention}" --launch-skip 2 \
+        --launch-count 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --section LaunchStats --section MemoryWorkloadAnalysis ${NCU_EXTRA:-} python3 benchmarks/ncu_probe.py \
+        ${NCU_PROBE_ARGS:-}
 fi
 step sweep 560 "$OUT/sweep.log" python3 benchmarks/config_sweep.py --json "$OUT/config_sweep.json"
 step gemmcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/gemm_configs.py --json "$OUT/gemm_configs.json"
