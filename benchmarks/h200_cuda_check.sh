@@ -140,7 +140,7 @@ fi
 if want ncu && command -v ncu >/dev/null; then
     # NCU_KERNELS / NCU_PROBE_ARGS / NCU_EXTRA narrow it (e.g. 'gemm', '--cublas', '--section SourceCounters')
     step ncu 240 "$OUT/ncu.log" ncu --clock-control none -k "regex:${NCU_KERNELS:-gemm|attention}" --launch-skip 2 \
-        --launch-count 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --launch-count ${NCU_COUNT:-2} --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis ${NCU_EXTRA:-} python3 benchmarks/ncu_probe.py \
         ${NCU_PROBE_ARGS:-}
 fi
