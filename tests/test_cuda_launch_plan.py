@@ -126,25 +126,3 @@ def test_a_failed_launch_is_an_error_that_names_the_driver_result(plan, monkeypa
     y = torch.zeros(2, 2, 2)
     with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_701"):
         plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")
-
-
-def test_a_persistent_kernel_launches_one_block_per_sm_over_its_logical_grid(monkeypatch):
-    """schedule.py's persistent kernels take the logical grid as three ints after their other parameters
-    and launch min(tiles, SMs) blocks that walk it."""
-    drv = FakeDriver()
-    monkeypatch.setattr(driver, "cudrv", drv)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"multi_processor_count": 132}))
-    fmt, size, params = param_layout(PARAMS)
-    art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
-                   launch={"threads": 384, "shared_bytes": 1024, "params": params, "param_format": fmt,
-                           "param_size": size, "persistent": True})
-    plan = driver.LaunchPlan(art, device_index=-1)
-    x = torch.zeros(4, 4, dtype=torch.bfloat16)
-    y = torch.zeros(2, 2, 2)
-    plan.launch([x, y, 1, 1.0], (64, 32, 1), 0, "k")
-    plan.launch([x, y, 1, 1.0], (3, 2, 1), 0, "k")
-    big, small = drv.launches
-    assert big["grid"] == (132, 1, 1) and small["grid"] == (6, 1, 1)
-    assert plan.size == size + 12
-    assert struct.unpack_from("=iii", big["bytes"], size) == (64, 32, 1)
-    assert struct.unpack_from("=iii", small["bytes"], size) == (3, 2, 1)

@@ -169,8 +169,6 @@ class CudaBackend(Backend):
                 "params": params, "param_format": fmt, "param_size": size}
         if emitted.extras.get("tma"):
             info["tma"] = emitted.extras["tma"]       # tensor maps + flag after the params (tma.py)
-        if emitted.extras.get("persistent"):
-            info["persistent"] = True                 # the logical grid follows; one block per SM runs it
         return info
 
     def restore(self, artifact: Artifact, program) -> Artifact | None:

@@ -82,90 +82,16 @@ class CudaEmitter(CStyleEmitter):
 
     # ---- the schedule pass's decisions (schedule.py)
     def extra_params(self) -> list[str]:
-        out = []
-        if self.plan.uses_tma:
-            out = [f"const __grid_constant__ hk::tmap hk_tm{i}" for i in range(len(self.plan.tensor_maps))]
-            out.append("int hk_tma_ok")
-        if self.plan.persistent:            # the logical grid: the launch runs one block per SM over it
-            out += ["int hk_grid_x", "int hk_grid_y", "int hk_grid_z"]
-        return out
+        if not self.plan.uses_tma:
+            return []
+        maps = [f"const __grid_constant__ hk::tmap hk_tm{i}" for i in range(len(self.plan.tensor_maps))]
+        return maps + ["int hk_tma_ok"]
 
     def launch_extras(self) -> dict:
         out = {"tma": [m.to_json() for m in self.plan.tensor_maps]} if self.plan.uses_tma else {}
         if self.hand_over_registers:
             out["hand_over_registers"] = self.hand_over_registers
-        if self.plan.persistent:
-            out["persistent"] = True
         return out
-
-    def op_block_idx(self, op):
-        if not self.plan.persistent:
-            return super().op_block_idx(op)
-        self.line(f"const int {self.name(op.result)} = hk::tile_idx<{op.attrs['axis']}>(hk_tile, hk_grid_x, "
-                  "hk_grid_y);")
-
-    def op_num_blocks(self, op):
-        if not self.plan.persistent:
-            return super().op_num_blocks(op)
-        self.line(f"const int {self.name(op.result)} = hk_grid_{'xyz'[op.attrs['axis']]};")
-
-    def region(self, reg, in_pipeline_load: bool = False) -> None:
-        if self.plan.persistent and reg is self.p.body:
-            return self._persistent_body(reg)
-        return super().region(reg, in_pipeline_load)
-
-    def _persistent_body(self, body) -> None:
-        """The body of a persistent specialised kernel: the producer warpgroup walks the tiles issuing the
-        pipeline's loads (the prologue's scalars recomputed per tile, its register fills skipped), then
-        exits; the consumers walk the same tiles running prologue, pipeline and epilogue. One ring of
-        barriers serves every tile, so loads for tile t+1 overlap the epilogue of tile t."""
-        ops = body.ops
-        (pipe,) = [op for op in ops if op.opcode == "pipeline"]
-        k = ops.index(pipe)
-        pp = self.plan.pipelines[id(pipe)]
-        stages, uid = pipe.attrs["stages"], self.pipeline_uid(pipe)
-        producer, consumer = self._register_hand_over()
-        tiles = "for (long long hk_tile = blockIdx.x; hk_tile < hk_tiles; hk_tile += gridDim.x) {"
-        self.line(f"__shared__ hk::u64 hk_full[{stages}], hk_empty[{stages}];")
-        self.line(f"hk::ws_init<{stages}>(hk_full, hk_empty);")
-        self.line("const long long hk_tiles = (long long)hk_grid_x * hk_grid_y * hk_grid_z;")
-        self.line("int hk_it = 0;                 // steps of the ring so far (this thread's role)")
-        self.line("if (hk::producer_thread()) {")
-        self.indent += 1
-        self.line(f"hk::setmaxnreg_dec<{producer}>();")
-        self.line("if (hk_tma_ok != 0 && threadIdx.x == HK_NUM_THREADS) {")
-        self.indent += 1
-        self.line(tiles)
-        self.indent += 1
-        self.emit_ops([op for op in ops[:k] if op.opcode != "fill"])
-        self._tma_loads = pp.tma_loads
-        try:
-            self.load_lambda(f"hk_load_tma{uid}", pipe.regions[0], ", hk::u64* hk_bar")
-        finally:
-            self._tma_loads = None
-        self.line(f"hk::ws_produce<{stages}, {pp.tx_bytes}>({self.name(pipe.operands[0])}, hk_it, hk_full, hk_empty, "
-                  f"hk_load_tma{uid});")
-        self.indent -= 1
-        self.line("}")
-        self.indent -= 1
-        self.line("}")
-        self.line("hk::exit_thread();")
-        self.indent -= 1
-        self.line("}")
-        self.line(f"hk::setmaxnreg_inc<{consumer}>();")
-        self.line(tiles)
-        self.indent += 1
-        self.emit_ops(ops[:k])
-        n, *inits = pipe.operands
-        carry = self._carry_vars(pipe, inits)
-        self.load_lambda(f"hk_load{uid}", pipe.regions[0])
-        self.compute_lambda(f"hk_compute{uid}", pipe.regions[1], carry)
-        self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}>({self.name(n)}, hk_it, hk_full, hk_empty, "
-                  f"hk_compute{uid});")
-        self.line(f"else hk::pipeline<{stages}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
-        self.emit_ops(ops[k + 1:])
-        self.indent -= 1
-        self.line("}")
 
     def mma_template_args(self, op):
         mode = self.plan.mma_modes.get(id(op), schedule.MMA_STANDALONE)

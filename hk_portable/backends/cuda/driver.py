@@ -18,7 +18,6 @@ from . import archs, cudrv, emulator, tma
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 DEFAULT_DYNAMIC_SMEM = 48 * 1024
 MAX_GRID_YZ = 65535
-PERSISTENT_GRID = struct.Struct("=iii")     # a persistent kernel's logical grid, after its other parameters
 EMULATED_HINT = f" (CPU tensors run on the emulated target: backend 'cuda:{archs.EMULATED}:emulated')"
 
 
@@ -165,11 +164,6 @@ class LaunchPlan(_Packing):
         self.maps = tma.TensorMaps(launch["tma"], self.size) if launch.get("tma") else None
         if self.maps is not None:
             self.size = self.maps.size                      # the maps and their flag follow the params
-        # a persistent kernel: the logical grid (three ints) follows; the launch runs one block per SM
-        self.grid_at = self.size if launch.get("persistent") else None
-        if self.grid_at is not None:
-            self.size += PERSISTENT_GRID.size
-            self.sms = int(torch.cuda.get_device_properties(device_index).multi_processor_count)
         self.tls = threading.local()                       # one parameter buffer per launching thread
         self.launch_kernel = cudrv.launcher()
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -183,8 +177,6 @@ class LaunchPlan(_Packing):
         if self.maps is not None:
             base = ctypes.addressof(buf)
             offsets = [p["offset"] for p in self.params] + self.maps.offsets()
-            if self.grid_at is not None:
-                offsets += [self.grid_at + 4 * i for i in range(3)]
             ptrs = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
             slot = self.tls.slot = (buf, ctypes.addressof(ptrs), 0, ptrs)
             return slot
@@ -227,9 +219,6 @@ class LaunchPlan(_Packing):
         if self.maps is not None:
             self.maps.fill(args, slot[0])
         gx, gy, gz = grid
-        if self.grid_at is not None:
-            PERSISTENT_GRID.pack_into(slot[0], self.grid_at, gx, gy, gz)
-            gx, gy, gz = min(gx * gy * gz, self.sms), 1, 1
         rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
         if rc:
             raise BackendError(f"{kernel_name}: cuLaunchKernel failed: {cudrv.error_name(rc)} (grid {grid}, "

@@ -24,8 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...interface.backend import Target
-from ...interface import opcodes
-from ...interface.ir import GlobalType, Op, Program, SharedBufType, TileType, Value
+from ...interface.ir import GlobalType, Op, Program, TileType, Value
 
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
@@ -66,7 +65,6 @@ class Plan:
     mma_modes: dict[int, int] = field(default_factory=dict)               # mma op id -> MMA_*
     tensor_maps: list[TmaLoad] = field(default_factory=list)
     grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
-    persistent: bool = False            # one block per SM walks the grid's tiles (a specialised pipeline's kernel)
 
     @property
     def uses_tma(self) -> bool:
@@ -100,25 +98,7 @@ def plan(program: Program, target: Target) -> Plan:
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
     if len(pipes) == 1 and _specialisable(program, pipes[0], out.pipelines[id(pipes[0])]):
         out.pipelines[id(pipes[0])].producer_warps = PRODUCER_WARPS
-        out.persistent = _persistable(program, pipes[0])
     return out
-
-
-def _persistable(program: Program, pipe: Op) -> bool:
-    """Whether a specialised kernel may run persistent: a block per SM walking the grid's tiles, its
-    producer filling the stages for the next tile while the consumers finish this one. Nothing after the
-    pipeline may touch the shared buffers then (the producer is already refilling them)."""
-    ops = program.body.ops
-    after = [o for op in ops[ops.index(pipe) + 1:] for o in [op, *(n for r in op.regions for n in r.walk())]]
-    return not any(_touches_shared(o) for o in after)
-
-
-def _touches_shared(op: Op) -> bool:
-    spec = opcodes.spec(op.opcode)
-    if spec is not None and ("shared" in spec.effects.reads or "shared" in spec.effects.writes):
-        return True
-    return any(isinstance(v.type, SharedBufType) or (isinstance(v.type, TileType) and v.type.space == "st")
-               for v in (*op.operands, *op.results))
 
 
 # Ops the producer warpgroup may run before a specialised pipeline: uniform scalars and shared-memory
@@ -308,9 +288,6 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                          f"{mode[p.mma_modes.get(id(op), MMA_STANDALONE)]}")
     lines.append("block order: " + ("grouped (runs of 8 x-rows sweep y: operand tiles shared in L2)"
                                      if p.grouped_blocks else "hardware (x fastest)"))
-    if p.persistent:
-        lines.append("grid: persistent (one block per SM walks the tiles in that order; the producer loads the "
-                     "next tile during this one's epilogue)")
     for i, tm in enumerate(p.tensor_maps):
         lines.append(f"tensor map {i}: param {tm.param} (rank {tm.rank}, {tm.dtype}), box {tm.box_rows}x{tm.box_cols}, "
                      "SWIZZLE_128B, zero fill out of bounds")
