@@ -226,8 +226,9 @@ def _rel_err(out, a, b):
 
 
 @pytest.mark.gpu
+# the last three run more tiles than SMs, with fewer k-steps per tile than stages (136: 3 steps, 64: 1 step)
 @pytest.mark.parametrize("M,N,K", [(256, 512, 256), (300, 520, 200), (129, 257, 64), (1, 1000, 1000), (1000, 3, 72),
-                                   (4000, 4000, 4000)])
+                                   (4000, 4000, 4000), (3000, 3000, 136), (2048, 4096, 64)])
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16)])
 def test_gemm_on_tma_and_wgmma_matches_float64(hopper, M, N, K, dtype, out_dtype):
     a = torch.randn(M, K, device="cuda", dtype=dtype)

@@ -126,11 +126,13 @@ template <int S, int TX, bool ASYNC> struct pipeline_tma {
 
 // Warp-specialised (schedule.py's producer_warps): the block runs one producer warpgroup after the
 // Program's NUM_WARPS warps. Its first thread issues every stage's TMA copies as soon as the stage's
-// empty barrier says all consumer warps are done with it; the whole warpgroup then gives its registers
-// back (setmaxnreg.dec to PREGS) and exits, so it never runs the Program's code after the pipeline (the
-// library's sync() is a named barrier of the consumer threads in such a kernel). The consumers take the
-// registers (setmaxnreg.inc to CREGS) and only wait on full barriers: no thread of theirs issues a load.
-// PREGS == 0: no register hand-over (the consumers already have what one block can give).
+// empty barrier says all consumer warps are done with it; the whole warpgroup gives its registers back
+// (setmaxnreg.dec to PREGS) and exits once its loads are issued, so it never runs the Program's code after
+// the pipeline (the library's sync() is a named barrier of the consumer threads in such a kernel). The
+// consumers take the registers (setmaxnreg.inc to CREGS) and only wait on full barriers: no thread of
+// theirs issues a load. PREGS == 0: no register hand-over (the consumers already have all one block can
+// give). The ring's step counter `it` is the caller's, so one ring could serve several pipelines (a
+// persistent kernel was tried on the H200 and lost at large shapes: docs/perf-notes.md, 2026-12-02).
 template <int PREGS> HK_DEV void setmaxnreg_dec() {
     if constexpr (PREGS > 0) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PREGS));
 }
@@ -138,70 +140,82 @@ template <int CREGS> HK_DEV void setmaxnreg_inc() {
     if constexpr (CREGS > 0) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CREGS));
 }
 HK_DEV bool producer_thread() { return threadIdx.x >= NUM_THREADS; }
+// A producer thread leaves the kernel: no barrier after this point counts it.
+HK_DEV void exit_thread() {
+    asm volatile("exit;\n");
+    __builtin_unreachable();
+}
 
-namespace detail {
-template <int S, int TX, bool ASYNC, int PREGS, int CREGS> struct pipeline_ws {
-    static_assert(S >= 2 && ASYNC, "specialised pipelines are TMA accumulator chains (schedule.py)");
-    template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
-        __shared__ u64 full[S], empty[S];
-        fence_proxy_async();                       // the consumers' generic writes before the pipeline
-        if (threadIdx.x == NUM_THREADS) {
+// Barriers of a specialised ring: full[s] (one arrival, the producer's, plus the stage's bytes) and
+// empty[s] (one arrival per consumer warp). Every thread of the block, producer included, calls this.
+template <int S> HK_DEV void ws_init(u64* full, u64* empty) {
+    if (threadIdx.x == NUM_THREADS) {
 #pragma unroll
-            for (int s = 0; s < S; ++s) {
-                mbar_init(&full[s], 1);
-                mbar_init(&empty[s], NUM_WARPS);
-            }
-            fence_mbar_init();
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], NUM_WARPS);
         }
-        __syncthreads();                           // every thread, the producer warpgroup too
-        if (producer_thread()) {
-            setmaxnreg_dec<PREGS>();
-            if (threadIdx.x == NUM_THREADS) {
-                for (int i = 0; i < n; ++i) {
-                    const int s = i % S;
-                    if (i >= S) mbar_wait(&empty[s], ((i - S) / S) & 1);   // step i - S's readers are done
-                    mbar_expect_tx(&full[s], TX);
-                    load(i, s, &full[s]);
-                }
-            }
-            asm volatile("exit;\n");
-            __builtin_unreachable();
-        }
-        setmaxnreg_inc<CREGS>();
-        for (int i = 0; i < n; ++i) {
-            const int s = i % S;
-            mbar_wait(&full[s], (i / S) & 1);
-            compute(i, s);
-            wgmma_wait<1>();                       // group i - 1 retired: its stage is free
-            if (i > 0) {
-                __syncwarp();
-                if (lane_id() == 0) mbar_arrive(&empty[(i - 1) % S]);
-            }
-        }
-        wgmma_wait<0>();
-        sync();                                    // later code may reuse the buffers; the producer is done
-        if (threadIdx.x == 0) {
-#pragma unroll
-            for (int s = 0; s < S; ++s) {
-                mbar_inval(&full[s]);
-                mbar_inval(&empty[s]);
-            }
-        }
+        fence_mbar_init();
     }
-};
-}  // namespace detail
+    __syncthreads();
+}
+// The producer's n loads (one thread): step `it` of the ring fills stage it % S once its previous use,
+// step it - S, has been released by every consumer warp.
+template <int S, int TX, class L> HK_DEV void ws_produce(int n, int& it, u64* full, u64* empty, L& load) {
+    for (int i = 0; i < n; ++i, ++it) {
+        const int s = it % S;
+        if (it >= S) mbar_wait(&empty[s], (it / S - 1) & 1);
+        mbar_expect_tx(&full[s], TX);
+        load(i, s, &full[s]);
+    }
+}
+// A consumer warp's n steps: compute(i) leaves its wgmma group in flight; once group i - 1 retired its
+// stage is released. The last stage is released after the final wait, so the ring stays balanced for a
+// next call.
+HK_DEV void ws_release(u64* empty) {
+    __syncwarp();
+    if (lane_id() == 0) mbar_arrive(empty);
+}
+template <int S, class C> HK_DEV void ws_consume(int n, int& it, u64* full, u64* empty, C& compute) {
+    for (int i = 0; i < n; ++i, ++it) {
+        const int s = it % S;
+        mbar_wait(&full[s], (it / S) & 1);
+        compute(i, s);
+        wgmma_wait<1>();
+        if (i > 0) ws_release(&empty[(it - 1) % S]);
+    }
+    wgmma_wait<0>();
+    if (n > 0) ws_release(&empty[(it - 1) % S]);
+}
 
+// One specialised pipeline in a kernel that is not persistent: the barriers live for this call.
 template <int S, int TX, bool ASYNC, int PREGS, int CREGS, class L, class LT, class C>
 HK_DEV void pipeline_ws(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {
-    if (use_tma) {
-        detail::pipeline_ws<S, TX, ASYNC, PREGS, CREGS>::run(n, load_tma, compute);
+    static_assert(S >= 2 && ASYNC, "specialised pipelines are TMA accumulator chains (schedule.py)");
+    if (!use_tma) {                                // the ring's loads are the consumers' own
+        if (producer_thread()) exit_thread();
+        pipeline<S>(n, load, compute);
         return;
     }
-    if (producer_thread()) {                       // the ring's loads are the consumers' own
-        asm volatile("exit;\n");
-        __builtin_unreachable();
+    __shared__ u64 full[S], empty[S];
+    fence_proxy_async();                           // the consumers' generic writes before the pipeline
+    ws_init<S>(full, empty);
+    int it = 0;
+    if (producer_thread()) {
+        setmaxnreg_dec<PREGS>();
+        if (threadIdx.x == NUM_THREADS) ws_produce<S, TX>(n, it, full, empty, load_tma);
+        exit_thread();
     }
-    pipeline<S>(n, load, compute);
+    setmaxnreg_inc<CREGS>();
+    ws_consume<S>(n, it, full, empty, compute);
+    sync();                                        // later code may reuse the buffers; the producer is done
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            mbar_inval(&full[s]);
+            mbar_inval(&empty[s]);
+        }
+    }
 }
 
 // Run on TMA when the launch encoded every tensor map (use_tma), else on the cp.async ring.
