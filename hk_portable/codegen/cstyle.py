@@ -21,7 +21,7 @@ from ..interface import dtypes as D
 from ..interface import opcodes
 from ..interface.errors import UnsupportedError
 from ..interface.ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value
-from .layouts import COL, FRAGMENT, ROW, assign_layouts, assign_vector_axes  # noqa: F401 - re-exported
+from .layouts import COL, FRAGMENT, ROW, assign_layouts, assign_shared_storage, assign_vector_axes  # noqa: F401 - re-exported
 from .resources import SMEM_ALIGN, arena_layout  # noqa: F401 - SMEM_ALIGN: re-exported for emitters
 
 CTYPE = {"bf16": "hk::bf16", "f16": "hk::f16", "f32": "float", "fp8e4m3": "hk::fp8e4m3",
@@ -63,6 +63,7 @@ class CStyleEmitter:
 
     smem_align = SMEM_ALIGN         # where each shared buffer starts (a backend may need more)
     strip_layouts = False           # whether the device library implements layouts.Strip
+    col_major_shared = False        # ... and column-major shared tiles (layouts.assign_shared_storage)
 
     def kernel_qualifiers(self, num_threads: int) -> str:
         return "extern \"C\" __global__"
@@ -95,6 +96,8 @@ class CStyleEmitter:
         self.axes = assign_vector_axes(program)
         self.layouts = assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts,
                                       self.lanes, self.axes)
+        if self.col_major_shared:
+            self.layouts.update(assign_shared_storage(program))
         self.lines: list[str] = []
         self.indent = 1
         buffers = [op.result for op in program.shared_buffers()]
@@ -127,14 +130,14 @@ class CStyleEmitter:
             return CTYPE[t.dtype.name]
         if isinstance(t, GlobalType):
             return f"hk::gl<{CTYPE[t.dtype.name]}, {t.rank}>"
-        if isinstance(t, SharedBufType):
-            return f"hk::sbuf<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}, {t.stages}>"
         lay = self.layouts.get(v, FRAGMENT).template_arg() if v is not None else ""
         lay = f", {lay}" if lay else ""
+        if isinstance(t, SharedBufType):
+            return f"hk::sbuf<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}, {t.stages}{lay}>"
         if t.space == "rt":
             return f"hk::rt<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}{lay}>"
         if t.space == "st":
-            return f"hk::st<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}>"
+            return f"hk::st<{CTYPE[t.dtype.name]}, {t.shape[0]}, {t.shape[1]}{lay}>"
         ax = self.axes.get(v, ROW) if v is not None else ROW
         return f"hk::rv<{CTYPE[t.dtype.name]}, {t.shape[0]}, hk::{ax}{lay}>"
 

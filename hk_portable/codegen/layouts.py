@@ -57,6 +57,20 @@ class Strip:
 FRAGMENT = Fragment()
 
 
+@dataclass(frozen=True)
+class ColMajor:
+    """Shared-memory storage of a tile with its columns contiguous (the transpose of the default row-major
+    storage): what a matrix operand whose K runs down the tile's rows needs to be read k-contiguous."""
+    def template_arg(self) -> str:
+        return "hk::colmajor"
+
+    def __str__(self) -> str:
+        return "column-major storage (k-contiguous mma reads)"
+
+
+COL_MAJOR = ColMajor()
+
+
 class _UnionFind:
     def __init__(self):
         self.parent: dict[Value, Value] = {}
@@ -181,6 +195,41 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
     return out
 
 
+# ------------------------------------------------------------------------------- shared storage
+def assign_shared_storage(program: Program) -> dict[Value, ColMajor]:
+    """The shared buffers (and their stage views) stored column-major: those whose only uses are copies in
+    from global memory and mma operands that read K down the tile's rows (B not transposed: [K, N]; A
+    transposed: [K, M]). Stored transposed on the way in, such a tile gives the mma k-contiguous
+    fragments (vector reads) instead of one 16-bit gather per element. Buffers with any other use keep
+    row-major storage."""
+    producers = {r: op for op in program.body.walk() for r in op.results}
+    stages: dict[Value, list[Value]] = {}
+    for op in program.body.walk():
+        if op.opcode == "shared_stage":
+            stages.setdefault(op.operands[0], []).append(op.result)
+    ok: dict[Value, bool] = {}
+    for op in program.body.walk():
+        for i, v in enumerate(op.operands):
+            src = producers.get(v)
+            if src is None or src.opcode not in ("shared_stage", "alloc_shared"):
+                continue
+            buf = v if src.opcode == "alloc_shared" else src.operands[0]
+            if op.opcode == "shared_stage" and i == 0:
+                continue
+            k_down_rows = op.opcode == "mma" and ((i == 1 and not op.attrs["trans_b"]) or
+                                                  (i == 0 and op.attrs["trans_a"]))
+            if k_down_rows:
+                ok.setdefault(buf, True)
+            elif not (op.opcode == "global_to_shared" and i == 0):
+                ok[buf] = False
+    out: dict[Value, ColMajor] = {}
+    for buf, good in ok.items():
+        if good:
+            out[buf] = COL_MAJOR
+            out.update({st: COL_MAJOR for st in stages.get(buf, [])})
+    return out
+
+
 def strip_reduce_scratch(op: Op, layout: Strip, warps: int) -> int:
     """Shared bytes a reduction over a strip tile exchanges between warps, as both libraries lay it out: one
     f32 partial per warp and row slot (row: when a row spans warps), or per warp-row and column (col: when
@@ -194,11 +243,13 @@ def strip_reduce_scratch(op: Op, layout: Strip, warps: int) -> int:
 def all_strips(layouts: dict[Value, Fragment | Strip]) -> bool:
     """Whether a Program has register tiles and every register value is in a strip: a memory-bound kernel laid
     out for whole-vector accesses (what a backend's configuration choice looks for)."""
-    return any(v.type.space == "rt" for v in layouts) and all(isinstance(x, Strip) for x in layouts.values())
+    regs = {v: x for v, x in layouts.items() if is_tile(v, "rt", "rv")}
+    return any(v.type.space == "rt" for v in regs) and all(isinstance(x, Strip) for x in regs.values())
 
 
-def describe(program: Program, layouts: dict[Value, Fragment | Strip]) -> list[str]:
-    """One line per tile value that is not in the Fragment layout, and a count of those that are."""
+def describe(program: Program, layouts: dict[Value, Fragment | Strip | ColMajor]) -> list[str]:
+    """One line per value that is not in the default layout (register values: Fragment; shared tiles:
+    row-major), and a count of the register values that are."""
     lines, frag = [], 0
     for v in sorted(layouts, key=lambda v: v.id):
         if isinstance(layouts[v], Fragment):

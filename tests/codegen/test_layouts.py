@@ -129,3 +129,32 @@ def test_a_keyed_config_choice_follows_the_selected_backend():
                            ("reference", False)):
         with hk.use_backend(spec):
             assert bool(choose().get("ONE_PASS")) == one_pass, spec
+
+
+def test_shared_storage_transposes_operands_whose_k_runs_down_the_rows():
+    """gemm's B ([K, N]) and attention's V are column-major; A, Q and K (k already contiguous) are not; a
+    buffer with any use besides global loads and such mma reads keeps row-major storage."""
+    from hk_portable.codegen.layouts import COL_MAJOR, assign_shared_storage
+    from hk_portable.interface import GL, RT, ST, f32
+    from hk_portable.kernels import attention
+    from hk_portable.kernels.gemm import gemm_kernel
+
+    def buffers(program):
+        store = assign_shared_storage(program)
+        return [store.get(op.result) is COL_MAJOR for op in program.shared_buffers()]
+
+    x = torch.zeros(64, 64, dtype=torch.bfloat16)
+    assert buffers(gemm_kernel.trace(x, x, x.float())) == [False, True]                 # a_s, b_s
+    args, cfg = attention.example_args()
+    assert buffers(attention.attention_fwd_kernel.trace(*args, **cfg)) == [False, False, True]   # q_s, k_s, v_s
+
+    @hk.kernel
+    def also_read(a: GL[2], b: GL[2], c: GL[2]):
+        a_s = hk.shared(ST[a.dtype, 64, 64])
+        b_s = hk.shared(ST[b.dtype, 64, 64])
+        hk.load(a_s, a, (0, 0))
+        hk.load(b_s, b, (0, 0))
+        acc = hk.mma(a_s, b_s, hk.zeros(RT[f32, 64, 64]))
+        hk.store(c, acc + hk.load(RT[b.dtype, 64, 64], b_s).to(f32), (0, 0))
+
+    assert buffers(also_read.trace(x, x, x.float())) == [False, False]

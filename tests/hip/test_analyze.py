@@ -238,3 +238,19 @@ def test_cli_analyze_errors(capsys):
     assert "no machine-code analyser" in capsys.readouterr().err
     assert main(["analyze", "gemm", "--backend", "reference", "--arg", "nonsense"]) == 2
     assert "--arg 'nonsense': expected NAME=VALUE" in capsys.readouterr().err
+
+
+@needs_clang
+@pytest.mark.parametrize("kernel,example", [("gemm", {}), ("attention_fwd", {"D": 128})])
+def test_gfx942_reads_mma_operands_without_gathers(kernel, example):
+    """gfx942 stores the operands whose K runs down their rows (gemm's B, attention's V) column-major,
+    so the main loop reads every fragment as a vector: no 16-bit LDS gathers (gfx950 keeps row-major
+    storage for its direct-to-LDS loads, and gathers)."""
+    r = {}
+    for arch in ("gfx942", "gfx950"):
+        be, art = _compiled(kernel, arch, **example)
+        main_loop = next(lp for lp in be.analyze(art)["loops"] if lp["main"])
+        lo, hi = main_loop["lines"]
+        body = art.asm.splitlines()[lo - 1:hi]
+        r[arch] = sum(1 for line in body if re.match(r"\s+ds_read_u16\b", line))
+    assert r["gfx942"] == 0 and r["gfx950"] > 0, r

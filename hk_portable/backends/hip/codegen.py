@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
-from ...codegen.layouts import Strip, assign_layouts, strip_reduce_scratch
+from ...codegen.layouts import Strip, assign_layouts, assign_shared_storage, strip_reduce_scratch
 from ...codegen.resources import mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
@@ -38,9 +38,12 @@ def _blocks(n: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------- scratch
-def layouts(program: Program, waves: int) -> dict:
-    """The layout pass's choice for this backend (its library implements strips over 64 lanes)."""
-    return assign_layouts(program, waves, strips=True, lanes=LANES)
+def layouts(program: Program, waves: int, arch: str | None = None) -> dict:
+    """The layout pass's choice for this backend (its library implements strips over 64 lanes and
+    column-major shared tiles): register values, then, where `arch` stores mma operands transposed
+    (archs.py), shared buffers and their stages."""
+    regs = assign_layouts(program, waves, strips=True, lanes=LANES)
+    return {**regs, **assign_shared_storage(program)} if arch and ARCHS[arch].col_major_operands else regs
 
 
 def _op_scratch(op: Op, waves: int, lay: dict | None = None) -> int:
@@ -159,6 +162,7 @@ class HipEmitter(CStyleEmitter):
 
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
+        self.col_major_shared = ARCHS[plan.arch].col_major_operands
         pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
         self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
 

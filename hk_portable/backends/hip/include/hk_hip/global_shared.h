@@ -96,6 +96,38 @@ HK_DEV void load(st<T, R, C> dst, const gl<T, RANK>& g0, float fill, I... idx) {
   }
 }
 
+// GL -> column-major ST: each lane reads its row chunks as for a row-major tile (16-byte loads when the tile
+// is whole) and scatters the elements down the stored columns (ds_write_b16 and its d16_hi form).
+template<class T, int R, int C, int RANK, class... I>
+HK_DEV void load(st<T, R, C, colmajor> dst, const gl<T, RANK>& g0, float fill, I... idx) {
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate2(g, ix, R, C);
+  const T f = convert<T>(fill);
+  if constexpr (C % (16 / (int)sizeof(T)) == 0) {
+    constexpr int E = 16 / (int)sizeof(T);
+    if (detail::vec_ok(g.ptr, sp)) {
+      detail::each_chunk<T, R, C>([&](int r, int c) {
+        const auto t = __builtin_bit_cast(detail::chunk16<T>, detail::gload((const u32x4*)(g.ptr + detail::at(sp, r, c))));
+#pragma unroll
+        for (int e = 0; e < E; ++e) dst.set(r, c + e, t.e[e]);
+      });
+      return;
+    }
+    detail::by_mode(sp, [&](auto mode, int ln) {
+      detail::each_chunk<T, R, C>([&](int r, int c) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) dst.set(r, c + e, detail::read_mode(mode, g.ptr, sp, r, c + e, f));
+      }, ln);
+    });
+  } else {
+    detail::by_mode(sp, [&](auto mode, int ln) {
+      detail::each_elem<T, R, C>([&](int r, int c) { dst.set(r, c, detail::read_mode(mode, g.ptr, sp, r, c, f)); },
+                                 ln);
+    });
+  }
+}
+
 // ST -> GL, converting to the tensor dtype
 template<class U, int RANK, class T, int R, int C, class... I>
 HK_DEV void store(const gl<U, RANK>& g0, const st<T, R, C>& s, I... idx) {

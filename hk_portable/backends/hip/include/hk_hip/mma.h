@@ -4,19 +4,21 @@ namespace hk {
 
 namespace detail {
 // An operand fragment of a 16 x KS step: lane l holds element (m0 + l%16, kbase + KV*(l/16) + s),
-// s < KV, of a matrix viewed as [m][k] -- A as op(a), B as op(b) transposed. KC: the shared tile
-// stores [m][k] (k contiguous: one vector read) rather than [k][m] (KV scalar reads).
-// Elements outside the tile read 0, so ragged K never mixes in stale LDS.
-template<bool KC, int KV, class T, int SR, int SC> struct st_src {
-  st<T, SR, SC> s;
-  static constexpr int MM = KC ? SR : SC, KK = KC ? SC : SR;
+// s < KV, of a matrix viewed as [m][k] -- A as op(a), B as op(b) transposed. KC: the tile is [m][k]
+// rather than [k][m]. Stored k-contiguous (a row-major [m][k] or a column-major [k][m] tile: KC != S::COL)
+// a fragment is one vector read, else KV scalar reads. Elements outside the tile read 0, so ragged K
+// never mixes in stale LDS.
+template<bool KC, int KV, class S> struct st_src {
+  using T = typename S::dtype;
+  S s;
+  static constexpr int MM = KC ? S::rows : S::cols, KK = KC ? S::cols : S::rows;
   HK_DEV frag<KV> get(int m0, int kbase) const {
     const int m = m0 + col_in_blk(), k0 = kbase + KV * (lane() >> 4);
     frag<KV> f;
-    if constexpr (KC && st<T, SR, SC>::ROWB % (2 * KV) == 0) {
+    if constexpr (KC != S::COL && S::ROWB % (2 * KV) == 0) {
       if ((MM % 16 == 0 && KK % (4 * KV) == 0) || (m < MM && k0 + KV <= KK)) {
         using V = typename frag_vec<KV>::type;
-        const unsigned char* at = s.p + st<T, SR, SC>::offset(m, k0);
+        const unsigned char* at = s.p + (KC ? S::offset(m, k0) : S::offset(k0, m));
         return __builtin_bit_cast(frag<KV>, HK_LDS_LOAD(V, at));
       }
     }
@@ -118,8 +120,8 @@ HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M,
   constexpr int K = TA ? A::rows : A::cols;
   constexpr int KV = detail::kv_for<T, K>();
   constexpr int RB = rt<float, M, N>::RB;
-  constexpr bool A_RT = !same<A, st<T, A::rows, A::cols>>::value;
-  constexpr bool B_RT = !same<B, st<T, B::rows, B::cols>>::value;
+  constexpr bool A_RT = !is_st<A>::value;
+  constexpr bool B_RT = !is_st<B>::value;
   constexpr bool A_STAGE = A_RT && TA, B_STAGE = B_RT;
   constexpr int A_BYTES = A_STAGE ? detail::align16(A::rows * A::cols * (int)sizeof(T)) : 0;
   dst = acc;
@@ -138,12 +140,12 @@ HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M,
     else return b;
   }();
   if constexpr (A_STAGE || B_STAGE) sync();   // staged operands visible to every wave
-  const detail::st_src<TB, KV, T, B::rows, B::cols> bsrc{b_st};
+  const detail::st_src<TB, KV, typename bare<decltype(b_st)>::type> bsrc{b_st};
   if constexpr (A_RT && !TA) {
     const detail::rt_a_src<KV, T, A::rows, A::cols> asrc{a};
     detail::mma_core<T, KV>(dst, asrc, bsrc, K);
   } else {
-    const detail::a_rows<detail::st_src<!TA, KV, T, A::rows, A::cols>, RB> asrc{{a_st}};
+    const detail::a_rows<detail::st_src<!TA, KV, typename bare<decltype(a_st)>::type>, RB> asrc{{a_st}};
     detail::mma_core<T, KV>(dst, asrc, bsrc, K);
   }
   if constexpr (A_STAGE || B_STAGE) sync();   // the scratch is free again

@@ -2,9 +2,15 @@
 // sbuf, and the scratch LDS of exchanges between waves.
 namespace hk {
 
-// Shared tiles: a view of R*C elements in LDS, row-major with XOR-swizzled 16-byte chunks.
-template<class T, int R, int C> struct st {
+// Shared tiles: a view of R*C elements in LDS. Storage tags (codegen/layouts.py chooses): rowmajor, rows of
+// XOR-swizzled 16-byte chunks; colmajor, the transpose stored that way (element (r, c) where the row-major
+// tile of C rows and R columns keeps (c, r)), for mma operands whose K runs down the rows.
+struct rowmajor {};
+struct colmajor {};
+template<class T, int R, int C, class L = rowmajor> struct st;
+template<class T, int R, int C> struct st<T, R, C, rowmajor> {
   using dtype = T;
+  static constexpr bool COL = false;
   static constexpr int rows = R, cols = C, BYTES = R * C * (int)sizeof(T);
   static constexpr int ROWB = C * (int)sizeof(T), NCH = ROWB / 16;
   static constexpr bool SWZ = ROWB % 16 == 0 && NCH >= 2 && (NCH & (NCH - 1)) == 0;
@@ -19,10 +25,26 @@ template<class T, int R, int C> struct st {
   HK_DEV T get(int r, int c) const { return HK_LDS_LOAD(T, p + offset(r, c)); }
   HK_DEV void set(int r, int c, T v) const { HK_LDS_STORE(T, p + offset(r, c), v); }
 };
-template<class T, int R, int C, int S> struct sbuf {
+template<class T, int R, int C> struct st<T, R, C, colmajor> {
+  using dtype = T;
+  using STORED = st<T, C, R, rowmajor>;
+  static constexpr bool COL = true;
+  static constexpr int rows = R, cols = C, BYTES = R * C * (int)sizeof(T);
+  static constexpr int ROWB = STORED::ROWB;   // bytes of one stored line (a column)
+  unsigned char* p;
+  HK_DEV static int offset(int r, int c) { return STORED::offset(c, r); }
+  HK_DEV T get(int r, int c) const { return HK_LDS_LOAD(T, p + offset(r, c)); }
+  HK_DEV void set(int r, int c, T v) const { HK_LDS_STORE(T, p + offset(r, c), v); }
+};
+template<class X> struct bare { using type = X; };
+template<class X> struct bare<const X> { using type = X; };
+template<class X> struct is_st { static constexpr bool value = false; };
+template<class T, int R, int C, class L> struct is_st<st<T, R, C, L>> { static constexpr bool value = true; };
+
+template<class T, int R, int C, int S, class L = rowmajor> struct sbuf {
   unsigned char* p;
   HK_DEV explicit sbuf(unsigned char* q) : p(q) {}
-  HK_DEV st<T, R, C> stage(int s) const { return st<T, R, C>{p + s * (R * C * (int)sizeof(T))}; }
+  HK_DEV st<T, R, C, L> stage(int s) const { return st<T, R, C, L>{p + s * (R * C * (int)sizeof(T))}; }
 };
 
 // LDS the library needs for exchanges between waves (column reductions, register operands of mma);
