@@ -52,7 +52,9 @@ def text(top: Path) -> str:
 
 class DeviceLibrary:
     """A backend's device library as its codegen uses it: the header-free text for the prelude and the
-    fingerprint (every piece, the backend's emitter file and the shared emitter) for the cache key."""
+    fingerprint for the cache key: every piece, and every Python file that decides what is generated (the
+    backend's modules beside its emitter: schedules, arch tables; the shared codegen package: the
+    emitter, the layout pass)."""
 
     def __init__(self, top: Path, emitter: Path):
         self.top, self.emitter = Path(top), Path(emitter)
@@ -63,4 +65,5 @@ class DeviceLibrary:
     @lru_cache(maxsize=None)    # noqa: B019 - one instance per backend module, alive for the process
     def fingerprint(self) -> str:
         from .cstyle import source_fingerprint
-        return source_fingerprint(*pieces(self.top), self.emitter)
+        modules = sorted(self.emitter.parent.glob("*.py")) + sorted(Path(__file__).parent.glob("*.py"))
+        return source_fingerprint(*pieces(self.top), *modules)

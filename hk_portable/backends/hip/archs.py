@@ -13,15 +13,11 @@ class Arch:
     name: str
     lds_bytes: int                 # LDS one block may use
     mma_shapes: tuple[str, ...]
-    # an mma operand whose K runs down its rows is stored transposed in LDS (k-contiguous vector reads
-    # instead of 16-bit gathers). gfx950 keeps row-major storage: its loads go global -> LDS directly
-    # (LDS-DMA), which cannot transpose, and the ISA analyser counts the DMA path cheaper there.
-    col_major_operands: bool
 
 
 ARCHS = {a.name: a for a in (
-    Arch("gfx942", 64 * 1024, ("16x16x16",), col_major_operands=True),                 # CDNA3: MI300X / MI325X
-    Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32"), col_major_operands=False),    # CDNA4: MI350X / MI355X
+    Arch("gfx942", 64 * 1024, ("16x16x16",)),                  # CDNA3: MI300X / MI325X
+    Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32")),      # CDNA4: MI350X / MI355X
 )}
 NAMES = tuple(ARCHS)
 LANES = 64

@@ -18,9 +18,10 @@ from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
 from ...codegen.layouts import Strip, assign_layouts, assign_shared_storage, strip_reduce_scratch
 from ...codegen.resources import mma_scratch_bytes
+from ...interface import dtypes as D
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
-from ...interface.ir import Op, Program, Region, TileType
+from ...interface.ir import Op, Program, Region, TileType, Value
 from .archs import ARCHS, LANES
 from .options import MAX_WAVES, HipOptions
 
@@ -38,12 +39,10 @@ def _blocks(n: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------- scratch
-def layouts(program: Program, waves: int, arch: str | None = None) -> dict:
+def layouts(program: Program, waves: int) -> dict:
     """The layout pass's choice for this backend (its library implements strips over 64 lanes and
-    column-major shared tiles): register values, then, where `arch` stores mma operands transposed
-    (archs.py), shared buffers and their stages."""
-    regs = assign_layouts(program, waves, strips=True, lanes=LANES)
-    return {**regs, **assign_shared_storage(program)} if arch and ARCHS[arch].col_major_operands else regs
+    column-major shared tiles): register values, then shared buffers and their stages."""
+    return {**assign_layouts(program, waves, strips=True, lanes=LANES), **assign_shared_storage(program)}
 
 
 def _op_scratch(op: Op, waves: int, lay: dict | None = None) -> int:
@@ -159,10 +158,10 @@ def check(program: Program, target: Target, plan: Plan) -> None:
 class HipEmitter(CStyleEmitter):
     lanes = LANES
     strip_layouts = True
+    col_major_shared = True
 
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
-        self.col_major_shared = ARCHS[plan.arch].col_major_operands
         pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
         self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
 
@@ -175,6 +174,28 @@ class HipEmitter(CStyleEmitter):
 
     def smem_arena(self, shared_bytes: int) -> str:
         return f"HK_SMEM_ARENA(hk_smem, {max(shared_bytes, 16)});"
+
+    # ---- pipeline load cursors (hk_hip/global_shared.h: make_cursor / load(dst, cursor, i, ...))
+    def op_pipeline(self, op: Op) -> None:
+        self._cursors = {}
+        for k, (g2s, (dim, ix0, step)) in enumerate(cursor_loads(op).items()):
+            st, gl = g2s.operands[:2]
+            name = f"hk_cur{self.pipeline_uid(op)}_{k}"
+            start = ", ".join("0" if v is None else str(v) if isinstance(v, int) else self.name(v) for v in ix0)
+            self.line(f"const auto {name} = hk::make_cursor<{self.ctype(st.type, st)}, {dim}>({self.name(gl)}, {start});")
+            self._cursors[id(g2s)] = (name, step)
+        try:
+            super().op_pipeline(op)
+        finally:
+            self._cursors = {}
+
+    def op_global_to_shared(self, op: Op) -> None:
+        if id(op) not in getattr(self, "_cursors", {}):
+            return super().op_global_to_shared(op)
+        name, step = self._cursors[id(op)]
+        st, gl, *idx = op.operands
+        fill = self.literal(op.attrs["fill"], D.f32)
+        self.line(f"hk::load({self.name(st)}, {name}, {self.name(step)}, {self.name(gl)}, {fill}, {self.args(idx)});")
 
     def pipeline_template_args(self, op: Op) -> str:
         sched = self._schedule[id(op)]
@@ -193,6 +214,42 @@ class HipEmitter(CStyleEmitter):
             header_text(),
         ]
         return "\n".join(lines)
+
+
+def cursor_loads(pipe: Op) -> dict[Op, tuple[int, list, Value]]:
+    """The loads of a pipeline's load region that walk one tensor index by the step, which hk_hip's
+    cursors run with their address math hoisted out of the loop: global_to_shared ops at the region's top
+    level into tiles of whole 16-byte chunks, whose indices are all loop-invariant but one, which is the
+    step or an invariant plus the step. {op: (the tensor dim walked, the start indices (None: 0 for the
+    walked one; an int: a constant), the step value)}."""
+    lreg = pipe.regions[0]
+    step = lreg.args[0]
+    inner = {r for o in lreg.walk() for r in o.results} | set(lreg.args)
+    producers = {r: o for o in lreg.walk() for r in o.results}
+    out = {}
+    for o in lreg.ops:
+        if o.opcode != "global_to_shared" or (o.operands[0].type.cols * o.operands[0].type.dtype.itemsize) % 16:
+            continue
+        walked, start = [], []
+        for d, v in enumerate(o.operands[2:]):
+            p = producers.get(v)
+            if v not in inner:
+                start.append(v)
+            elif p is not None and p.opcode == "scalar_const":
+                start.append(int(p.attrs["value"]))
+            elif v is step:
+                walked.append(d)
+                start.append(None)
+            elif (p is not None and p.opcode == "scalar_binary" and p.attrs["op"] == "add" and step in p.operands
+                  and all(x is step or x not in inner for x in p.operands)):
+                walked.append(d)
+                start.append(next(x for x in p.operands if x is not step))
+            else:
+                walked = []
+                break
+        if len(walked) == 1:
+            out[o] = (walked[0], start, step)
+    return out
 
 
 def emit(program: Program, plan: Plan) -> EmittedKernel:

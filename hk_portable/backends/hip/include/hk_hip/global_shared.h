@@ -33,6 +33,35 @@ template<class T, int R, int C> constexpr bool chunked() {
 }
 }  // namespace detail
 
+namespace detail {
+// Any tile, element by element (clamped reads and the fill outside the tensor): the general path of
+// the loads into LDS, and a cursor's path for the steps that are not whole.
+template<class T, int R, int C, class L, int RANK>
+HK_DEV void load_elements(st<T, R, C, L> dst, const gl<T, RANK>& g, const span& sp, T f) {
+  using S = st<T, R, C, L>;
+  if constexpr (C % (16 / (int)sizeof(T)) == 0 && (S::COL || S::ROWB % 16 == 0)) {
+    constexpr int E = 16 / (int)sizeof(T);
+    by_mode(sp, [&](auto mode, int ln) {
+      each_chunk<T, R, C>([&](int r, int c) {
+        chunk16<T> t;
+#pragma unroll
+        for (int e = 0; e < E; ++e) t.e[e] = read_mode(mode, g.ptr, sp, r, c + e, f);
+        if constexpr (S::COL) {
+#pragma unroll
+          for (int e = 0; e < E; ++e) dst.set(r, c + e, t.e[e]);
+        } else {
+          HK_LDS_STORE(u32x4, dst.p + S::offset(r, c), __builtin_bit_cast(u32x4, t));
+        }
+      }, ln);
+    });
+  } else {
+    by_mode(sp, [&](auto mode, int ln) {
+      each_elem<T, R, C>([&](int r, int c) { dst.set(r, c, read_mode(mode, g.ptr, sp, r, c, f)); }, ln);
+    });
+  }
+}
+}  // namespace detail
+
 #if HK_GFX950
 namespace detail {
 // gfx950 direct-to-LDS: global_load_lds_dwordx4 writes lane l's 16 bytes at lds + 16*l, so a wave fills
@@ -79,22 +108,10 @@ HK_DEV void load(st<T, R, C> dst, const gl<T, RANK>& g0, float fill, I... idx) {
       });
       return;
     }
-    detail::by_mode(sp, [&](auto mode, int ln) {
-      detail::each_chunk<T, R, C>([&](int r, int c) {
-        detail::chunk16<T> t;
-#pragma unroll
-        for (int e = 0; e < E; ++e) t.e[e] = detail::read_mode(mode, g.ptr, sp, r, c + e, f);
-        unsigned char* to = dst.p + st<T, R, C>::offset(r, c);
-        HK_LDS_STORE(u32x4, to, __builtin_bit_cast(u32x4, t));
-      }, ln);
-    });
-  } else {
-    detail::by_mode(sp, [&](auto mode, int ln) {
-      detail::each_elem<T, R, C>([&](int r, int c) { dst.set(r, c, detail::read_mode(mode, g.ptr, sp, r, c, f)); },
-                                 ln);
-    });
   }
+  detail::load_elements(dst, g, sp, f);
 }
+
 
 // GL -> column-major ST: each lane reads its row chunks as for a row-major tile (16-byte loads when the tile
 // is whole) and scatters the elements down the stored columns (ds_write_b16 and its d16_hi form).
@@ -114,17 +131,125 @@ HK_DEV void load(st<T, R, C, colmajor> dst, const gl<T, RANK>& g0, float fill, I
       });
       return;
     }
-    detail::by_mode(sp, [&](auto mode, int ln) {
-      detail::each_chunk<T, R, C>([&](int r, int c) {
+  }
+  detail::load_elements(dst, g, sp, f);
+}
+
+// ============================================================================ pipeline load cursors
+// A pipeline's load of one tile per step, walking one index: step i reads the tile at ix0 with index D
+// advanced by i (the emitter finds such loads: codegen.py, _cursor_loads). What does not change with i
+// is computed once before the loop: the steps whose tile is whole and vector-aligned, the element
+// offset of step 0 and of one step, and each lane's global and LDS offsets. A whole step then costs a
+// scalar multiply-add and one address add per chunk; any other step takes the general load.
+namespace detail {
+template<class S> struct chunk_plan {
+  using T = typename S::dtype;
+  static constexpr int E = 16 / (int)sizeof(T), CPR = S::cols / E, NCH = S::rows * CPR;
+  static constexpr int IT = (NCH + NT - 1) / NT;
+  static constexpr int LW = S::COL ? E : 1;            // LDS offsets per chunk: one vector, or E scattered
+#if HK_GFX950
+  static constexpr bool DMA = !S::COL && S::BYTES % 1024 == 0;   // direct-to-LDS (load_direct)
+#else
+  static constexpr bool DMA = false;
+#endif
+  static constexpr int WAVE_CHUNKS = S::BYTES / 1024, DJ = DMA ? (WAVE_CHUNKS + NW - 1) / NW : 1;
+};
+}  // namespace detail
+
+template<class S, class T, int RANK> struct cursor {
+  using P = detail::chunk_plan<S>;
+  long long base0, step;
+  int whole;                         // steps [0, whole) are whole, unit-stride and 16-byte aligned
+  long long goff[P::DMA ? P::DJ : P::IT];
+  int loff[P::DMA ? 1 : P::IT][P::LW];
+};
+
+template<class S, int D, class T, int RANK, class... I>
+HK_DEV cursor<S, T, RANK> make_cursor(const gl<T, RANK>& g0, I... idx) {
+  using P = detail::chunk_plan<S>;
+  static_assert(detail::chunked<T, S::rows, S::cols>() || S::COL, "cursors walk tiles of whole 16-byte chunks");
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate2(g, ix, S::rows, S::cols);
+  constexpr int EXT = D == RANK - 1 ? S::cols : (D == RANK - 2 ? S::rows : 1);   // the walked index's extent
+  const long long sd = g.stride[D];
+  cursor<S, T, RANK> c;
+  c.base0 = detail::sgpr64(sp.base);           // the walk's scalars live in SGPRs: its branch is uniform
+  c.step = detail::sgpr64(EXT * sd);
+  // every other index whole; the walked one from ix[D] on until the tensor's end
+  bool others = ix[D] >= 0;
 #pragma unroll
-        for (int e = 0; e < E; ++e) dst.set(r, c + e, detail::read_mode(mode, g.ptr, sp, r, c + e, f));
-      }, ln);
-    });
+  for (int d = 0; d < RANK; ++d) {
+    if (d == D) continue;
+    const long long ext = d == RANK - 1 ? S::cols : (d == RANK - 2 ? S::rows : 1);
+    const long long lo = (long long)ix[d] * ext;
+    others = others && lo >= 0 && lo + ext <= g.shape[d];
+  }
+  const bool aligned = sp.sc == 1 && ((unsigned long long)(g.ptr + sp.base) & 15) == 0 &&
+                       ((unsigned long long)sp.sr * sizeof(T)) % 16 == 0 && ((unsigned long long)c.step * sizeof(T)) % 16 == 0;
+  const long long steps = (long long)g.shape[D] / EXT - ix[D];
+  c.whole = detail::sgpr(others && aligned ? (int)(steps < 0 ? 0 : (steps > 0x7FFFFFFF ? 0x7FFFFFFF : steps)) : 0);
+  const int w = detail::wave(), l = detail::lane();
+  if constexpr (P::DMA) {
+#pragma unroll
+    for (int j = 0; j < P::DJ; ++j) {
+      const int pc = (w + j * NW) * 64 + l, r = pc / S::NCH;
+      int ch = pc % S::NCH;
+      if constexpr (S::SWZ) ch = (ch ^ (r / S::RP)) & (S::NCH - 1);
+      c.goff[j] = (long long)r * sp.sr + ch * P::E;
+    }
   } else {
-    detail::by_mode(sp, [&](auto mode, int ln) {
-      detail::each_elem<T, R, C>([&](int r, int c) { dst.set(r, c, detail::read_mode(mode, g.ptr, sp, r, c, f)); },
-                                 ln);
-    });
+#pragma unroll
+    for (int it = 0; it < P::IT; ++it) {
+      const int ch = w * 64 + l + it * NT;
+      const int r = ch / P::CPR, col = (ch % P::CPR) * P::E;
+      c.goff[it] = (long long)r * sp.sr + col;
+#pragma unroll
+      for (int e = 0; e < P::LW; ++e) c.loff[it][e] = S::offset(r, col + e);
+    }
+  }
+  return c;
+}
+
+// Step i of a cursor's walk into dst (idx...: the same tile's indices, for the general path).
+template<class S, class T, int RANK, class... I>
+HK_DEV void load(S dst, const cursor<S, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
+  using P = detail::chunk_plan<S>;
+  if (i >= c.whole) {                          // a partial (or unaligned) step: element by element
+    const auto gu = detail::uniform(g);
+    const int ix[RANK] = {detail::uni(idx)...};
+    detail::load_elements(dst, gu, detail::locate2(gu, ix, S::rows, S::cols), convert<T>(fill));
+    return;
+  }
+  const T* p = (const T*)(unsigned long long)detail::sgpr64((long long)(unsigned long long)g.ptr) + c.base0 +
+               (long long)i * c.step;
+#if HK_GFX950
+  if constexpr (P::DMA) {
+    const int w = detail::wave();
+#pragma unroll
+    for (int j = 0; j < P::DJ; ++j) {
+      const int wc = w + j * NW;
+      if (P::WAVE_CHUNKS % NW != 0 && wc >= P::WAVE_CHUNKS) break;
+      __builtin_amdgcn_global_load_lds((__attribute__((address_space(1))) void*)(p + c.goff[j]),
+                                       (__attribute__((address_space(3))) void*)(dst.p + wc * 1024), 16, 0, 0);
+    }
+    return;
+  }
+#endif
+  if constexpr (!P::DMA) {
+    const int t = detail::wave() * 64 + detail::lane();
+#pragma unroll
+    for (int it = 0; it < P::IT; ++it) {
+      if (P::NCH % NT != 0 && t + it * NT >= P::NCH) break;
+      const u32x4 v = detail::gload((const u32x4*)(p + c.goff[it]));
+      if constexpr (S::COL) {
+        const auto e8 = __builtin_bit_cast(detail::chunk16<T>, v);
+#pragma unroll
+        for (int e = 0; e < P::LW; ++e) HK_LDS_STORE(T, dst.p + c.loff[it][e], e8.e[e]);
+      } else {
+        HK_LDS_STORE(u32x4, dst.p + c.loff[it][0], v);
+      }
+    }
   }
 }
 

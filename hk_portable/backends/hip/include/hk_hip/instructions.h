@@ -50,6 +50,13 @@ HK_DEV long long uni64(long long x) {
   const unsigned lo = (unsigned)uni((int)(unsigned)x), hi = (unsigned)uni((int)(x >> 32));
   return (long long)(((unsigned long long)hi << 32) | lo);
 }
+// A wave-uniform value in scalar registers, on purpose: the few invariants a pipeline cursor hoists out
+// of its loop (global_shared.h), whose branch and address math must stay scalar.
+HK_DEV int sgpr(int x) { return __builtin_amdgcn_readfirstlane(x); }
+HK_DEV long long sgpr64(long long x) {
+  const unsigned lo = (unsigned)sgpr((int)(unsigned)x), hi = (unsigned)sgpr((int)(x >> 32));
+  return (long long)(((unsigned long long)hi << 32) | lo);
+}
 // The lane id through an identity DPP move: DPP is convergent, so LLVM never hoists it (or the lane
 // masks computed from it) out of loops. Used on rarely taken paths (partial tiles), whose per-element
 // compares would otherwise be hoisted out of pipeline loops and pin dozens of scalar registers.
