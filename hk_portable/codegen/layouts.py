@@ -58,6 +58,21 @@ FRAGMENT = Fragment()
 
 
 @dataclass(frozen=True)
+class WaveGrid:
+    """An mma accumulator over a wm x wn grid of warps: warp w holds the row blocks of grid row w // wn
+    and the column blocks of grid column w % wn (16x16 blocks in the fragment's lane map), so each warp
+    reads only its rows of A and its columns of B instead of all of B."""
+    wm: int
+    wn: int
+
+    def template_arg(self) -> str:
+        return f"hk::grid<{self.wm}, {self.wn}>"
+
+    def __str__(self) -> str:
+        return f"wave grid ({self.wm} x {self.wn} warps)"
+
+
+@dataclass(frozen=True)
 class ColMajor:
     """Shared-memory storage of a tile with its columns contiguous (the transpose of the default row-major
     storage): what a matrix operand whose K runs down the tile's rows needs to be read k-contiguous."""
@@ -141,12 +156,25 @@ def assign_vector_axes(program: Program) -> dict[Value, str]:
 
 
 # ------------------------------------------------------------------------------------ tile layouts
-def _components(program: Program) -> tuple[_UnionFind, set[Value]]:
-    """Join values that must share a layout; return the union-find and the values pinned to Fragment."""
+# what a wave-grid accumulator may meet besides its mma: ops that touch each element where it lies
+GRID_OPS = ("fill", "splat", "unary", "binary", "cast", "register_to_global", "atomic_add", "pipeline", "for",
+            "mma")
+
+
+def _shared_operand_mma(op: Op) -> bool:
+    return op.opcode == "mma" and all(is_tile(v, "st") for v in op.operands[:2])
+
+
+def _components(program: Program, grids: bool = False) -> tuple[_UnionFind, set[Value]]:
+    """Join values that must share a layout; return the union-find and the values pinned to Fragment.
+    With `grids`, an mma whose A and B are shared tiles joins its accumulator and result instead of
+    pinning them (they may take a WaveGrid)."""
     uf, pinned = _UnionFind(), set()
     for op in program.body.walk():
         tiles = [v for v in list(op.operands) + list(op.results) if is_tile(v, "rt", "rv")]
-        if op.opcode in PINNED_TO_FRAGMENT:
+        if grids and _shared_operand_mma(op):
+            uf.union(op.operands[2], op.result)
+        elif op.opcode in PINNED_TO_FRAGMENT:
             pinned.update(tiles)
         elif op.opcode in ELEMENTWISE + ("broadcast", "reduce"):
             for v in tiles[1:]:
@@ -175,20 +203,62 @@ def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: 
     return None
 
 
+def _grid_for(members: list[Value], uses: dict[Value, set[str]], warps: int) -> WaveGrid | None:
+    """The wave grid for a component of mma accumulators (only rt tiles, met only by GRID_OPS) that
+    divides every tile into whole 16x16 blocks per warp and reads the fewest operand rows and columns per
+    warp (R/wm + C/wn); None when no grid beats the fragment layout (one warp column)."""
+    if any(v.type.space != "rt" or uses.get(v, set()) - set(GRID_OPS) for v in members):
+        return None
+    if not any("mma" in uses.get(v, set()) for v in members):
+        return None
+    shapes = {v.type.shape for v in members}
+    best = None
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if all(r % (16 * wm) == 0 and c % (16 * wn) == 0 for r, c in shapes):
+            cost = max(r // wm + c // wn for r, c in shapes)
+            if best is None or cost < best[0]:
+                best = (cost, WaveGrid(wm, wn))
+    return best[1] if best is not None and best[1].wn > 1 else None
+
+
+def _uses(program: Program) -> dict[Value, set[str]]:
+    """The opcodes that define or use each tile value."""
+    out: dict[Value, set[str]] = {}
+    for op in program.body.walk():
+        for v in list(op.operands) + list(op.results):
+            out.setdefault(v, set()).add(op.opcode)
+        for r in op.regions:
+            for a in r.args:
+                out.setdefault(a, set()).add(op.opcode)
+            for y in r.yields:
+                out.setdefault(y, set()).add(op.opcode)
+    return out
+
+
 def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
-                   axes: dict[Value, str] | None = None) -> dict[Value, Fragment | Strip]:
+                   axes: dict[Value, str] | None = None,
+                   grids: bool = False) -> dict[Value, Fragment | Strip | WaveGrid]:
     """Every RT and RV value's layout for a block of `warps` warps/waves of `lanes` lanes. `strips`: whether
-    the backend's library implements Strip; `axes`: assign_vector_axes(program), if the caller has it."""
+    the backend's library implements Strip; `grids`: whether it implements WaveGrid accumulators;
+    `axes`: assign_vector_axes(program), if the caller has it."""
     axes = assign_vector_axes(program) if axes is None else axes
-    uf, pinned = _components(program)
+    uf, pinned = _components(program, grids)
+    uses = _uses(program) if grids else {}
     values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
     groups: dict[Value, list[Value]] = {}
     for v in values:
         groups.setdefault(uf.find(v), []).append(v)
-    out: dict[Value, Fragment | Strip] = {}
+    out: dict[Value, Fragment | Strip | WaveGrid] = {}
     for members in groups.values():
         layout = None
-        if strips and not any(v in pinned for v in members):
+        if any(v in pinned for v in members):
+            pass
+        elif grids and any("mma" in uses.get(v, set()) for v in members):
+            layout = _grid_for(members, uses, warps)      # an accumulator: a grid or the fragment layout
+        elif strips:
             layout = _strip_for(members, axes, warps, lanes)
         for v in members:
             out[v] = layout or FRAGMENT
@@ -245,6 +315,13 @@ def all_strips(layouts: dict[Value, Fragment | Strip]) -> bool:
     out for whole-vector accesses (what a backend's configuration choice looks for)."""
     regs = {v: x for v, x in layouts.items() if is_tile(v, "rt", "rv")}
     return any(v.type.space == "rt" for v in regs) and all(isinstance(x, Strip) for x in regs.values())
+
+
+def all_grids(program: Program, layouts: dict) -> bool:
+    """Whether a Program has mma ops and every mma accumulator is in a wave grid (what the hip backend's
+    configuration choice looks for: tiles large enough to share operand reads across warps)."""
+    accs = [op.operands[2] for op in program.body.walk() if op.opcode == "mma"]
+    return bool(accs) and all(isinstance(layouts.get(v), WaveGrid) for v in accs)
 
 
 def describe(program: Program, layouts: dict[Value, Fragment | Strip | ColMajor]) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from ... import __version__
-from ...codegen.layouts import all_strips
+from ...codegen.layouts import all_grids, all_strips
 from ...codegen.layouts import describe as describe_layouts
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
@@ -71,10 +71,12 @@ class HipBackend(Backend):
         codegen.check(program, target, codegen.make_plan(program, target, options))
 
     def choose_config(self, candidates, target: Target) -> dict:
-        """The first candidate of a kernel without mma whose register values all took strips (the norms'
-        one-pass shapes); else the kernel's baseline."""
+        """The first candidate whose register values all took strips (the norms' one-pass shapes) or
+        whose mma accumulators all took wave grids (gemm's wide tiles), among those the target accepts;
+        else the kernel's baseline."""
         for cfg, program in candidates:
-            if all_strips(codegen.layouts(program, int(program.num_warps))):
+            lay = codegen.layouts(program, int(program.num_warps))
+            if all_strips(lay) or all_grids(program, lay):
                 return cfg
         return super().choose_config(candidates, target)
 

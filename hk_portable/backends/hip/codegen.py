@@ -42,7 +42,7 @@ def _blocks(n: int) -> int:
 def layouts(program: Program, waves: int) -> dict:
     """The layout pass's choice for this backend (its library implements strips over 64 lanes and
     column-major shared tiles): register values, then shared buffers and their stages."""
-    return {**assign_layouts(program, waves, strips=True, lanes=LANES), **assign_shared_storage(program)}
+    return {**assign_layouts(program, waves, strips=True, lanes=LANES, grids=True), **assign_shared_storage(program)}
 
 
 def _op_scratch(op: Op, waves: int, lay: dict | None = None) -> int:
@@ -158,6 +158,7 @@ def check(program: Program, target: Target, plan: Plan) -> None:
 class HipEmitter(CStyleEmitter):
     lanes = LANES
     strip_layouts = True
+    grid_layouts = True
     col_major_shared = True
 
     def __init__(self, plan: Plan, program: Program):

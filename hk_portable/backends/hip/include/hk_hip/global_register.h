@@ -141,6 +141,21 @@ template<class T, int N, class Fn> HK_DEV void each_owned(const rv<T, N, COL>& x
     if (ln < 16 && (N % 16 == 0 || n < N)) fn(0, n, x.data[cb]);
   }
 }
+// wave-grid tiles hold each element once
+template<class T, int R, int C, int WM, int WN, class Fn>
+HK_DEV void each_owned(const rt<T, R, C, grid<WM, WN>>& x, Fn fn, int ln = lane()) {
+  using D = rt<T, R, C, grid<WM, WN>>;
+  const int r0 = D::row0(), c0 = D::col0();
+#pragma unroll
+  for (int i = 0; i < D::RBW; ++i)
+#pragma unroll
+    for (int j = 0; j < D::CBW; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        fn(r0 + 16 * i + row_in_blk(k, ln), c0 + 16 * j + col_in_blk(ln), x.data[(i * D::CBW + j) * 4 + k]);
+}
+template<class T, int R, int C, int WM, int WN, class U, int RANK>
+HK_DEV span locate(const rt<T, R, C, grid<WM, WN>>&, const gl<U, RANK>& g, const int* ix) { return locate2(g, ix, R, C); }
 template<class T, int R, int C, class U, int RANK>
 HK_DEV span locate(const rt<T, R, C>&, const gl<U, RANK>& g, const int* ix) { return locate2(g, ix, R, C); }
 template<class T, int N, class AX, class U, int RANK>

@@ -151,4 +151,36 @@ HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M,
   if constexpr (A_STAGE || B_STAGE) sync();   // the scratch is free again
 }
 
+// A wave-grid accumulator (layouts.py WaveGrid) with A and B in LDS: each wave reads the fragments of its
+// own row blocks of op(a) and column blocks of op(b) only, RBW + CBW reads for RBW * CBW MFMAs per step.
+template<bool TA, bool TB, class A, class B, int M, int N, int WM, int WN>
+HK_DEV void mma(rt<float, M, N, grid<WM, WN>>& dst, const A& a, const B& b, const rt<float, M, N, grid<WM, WN>>& acc) {
+  using D = rt<float, M, N, grid<WM, WN>>;
+  using T = typename A::dtype;
+  static_assert(is_st<A>::value && is_st<B>::value, "a wave-grid mma reads both operands from LDS (layouts.py)");
+  static_assert(same<T, typename B::dtype>::value && (same<T, bf16>::value || same<T, f16>::value),
+                "mma: a and b are bf16 or f16 of one dtype");
+  constexpr int K = TA ? A::rows : A::cols, KV = detail::kv_for<T, K>(), KS = 4 * KV;
+  const detail::st_src<!TA, KV, A> asrc{a};
+  const detail::st_src<TB, KV, B> bsrc{b};
+  const int r0 = D::row0(), c0 = D::col0();
+  dst = acc;
+  for (int kbase = 0; kbase < K; kbase += KS) {
+    detail::frag<KV> bf[D::CBW];
+#pragma unroll
+    for (int j = 0; j < D::CBW; ++j) bf[j] = bsrc.get(c0 + 16 * j, kbase);
+#pragma unroll
+    for (int i = 0; i < D::RBW; ++i) {
+      const detail::frag<KV> af = asrc.get(r0 + 16 * i, kbase);
+#pragma unroll
+      for (int j = 0; j < D::CBW; ++j) {
+        float* d = &dst.data[(i * D::CBW + j) * 4];
+        f32x4 c = {d[0], d[1], d[2], d[3]};
+        c = detail::mfma_t<T, KV>::run(af, bf[j], c);
+        d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
+      }
+    }
+  }
+}
+
 }  // namespace hk

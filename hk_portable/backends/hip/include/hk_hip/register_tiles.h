@@ -27,6 +27,17 @@ template<int WR_> struct strip {
   static HK_DEV int chunk(int j, int ln) { return j * TC + wc() * 64 + ln; }
 };
 
+// grid<WM, WN>: an mma accumulator over a WM x WN wave grid; wave w holds the RBW = RB / WM row blocks of
+// grid row w / WN and the CBW = CB / WN column blocks of grid column w % WN, each 16x16 block in the MFMA
+// lane map: data[(i * CBW + j) * 4 + k] is row 16 * (wm * RBW + i) + row_in_blk(k), column
+// 16 * (wn * CBW + j) + col_in_blk.
+template<int WM_, int WN_> struct grid {
+  static_assert(WM_ * WN_ == NW, "a wave grid covers the block's waves");
+  static constexpr int WM = WM_, WN = WN_;
+  static HK_DEV int wm() { return detail::wave() / WN; }
+  static HK_DEV int wn() { return detail::wave() % WN; }
+};
+
 template<class T, int R, int C, class LAYOUT = frag> struct rt;
 template<class T, int R, int C> struct rt<T, R, C, frag> {
   using dtype = T;
@@ -44,6 +55,17 @@ HK_DEV int col_in_blk(int ln) { return ln & 15; }
 HK_DEV int row_in_blk(int k) { return row_in_blk(k, lane()); }
 HK_DEV int col_in_blk() { return col_in_blk(lane()); }
 }  // namespace detail
+
+template<class T, int R, int C, int WM, int WN> struct rt<T, R, C, grid<WM, WN>> {
+  using G = grid<WM, WN>;
+  static_assert(R % (16 * WM) == 0 && C % (16 * WN) == 0, "a wave-grid tile is whole 16x16 blocks per wave");
+  using dtype = T;
+  static constexpr int rows = R, cols = C, RB = R / 16, CB = C / 16, RBW = RB / WM, CBW = CB / WN;
+  static constexpr int NE = RBW * CBW * 4;
+  typename storage<T>::type data[NE];
+  static HK_DEV int row0() { return 16 * RBW * G::wm(); }     // this wave's first row and column
+  static HK_DEV int col0() { return 16 * CBW * G::wn(); }
+};
 
 // A strip tile holds whole chunks only (the layout pass picks WR with R % WR == 0 and C % (8 * TC) == 0).
 // Element (k * CS + j) * 8 + e: row k * WR + wr, column chunk(j) * 8 + e.
