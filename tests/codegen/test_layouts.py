@@ -158,3 +158,26 @@ def test_shared_storage_transposes_operands_whose_k_runs_down_the_rows():
         hk.store(c, acc + hk.load(RT[b.dtype, 64, 64], b_s).to(f32), (0, 0))
 
     assert buffers(also_read.trace(x, x, x.float())) == [False, False]
+
+
+def test_mma_accumulators_take_a_wave_grid_where_the_library_has_one():
+    """With grids (hip), a gemm accumulator whose operands are shared tiles is dealt over a wave grid that
+    reads the fewest operand rows and columns per warp; without (cuda), it keeps the fragment layout. An
+    accumulator that meets a reduction (attention's scores) or a register operand (its PV) stays fragment."""
+    from hk_portable.codegen.layouts import WaveGrid, all_grids
+    from hk_portable.kernels import attention
+    from hk_portable.kernels.gemm import gemm_kernel
+    x = torch.zeros(256, 256, dtype=torch.bfloat16)
+    for cfg, warps, want in ((dict(BM=64, BN=64), 4, WaveGrid(2, 2)), (dict(BM=128, BN=128), 8, WaveGrid(2, 4)),
+                             (dict(BM=128, BN=64), 8, WaveGrid(4, 2)), (dict(BM=16, BN=64), 4, WaveGrid(1, 4)),
+                             (dict(BM=32, BN=16), 4, None)):
+        p = gemm_kernel.trace(x, x, x.float(), num_warps=warps, **cfg)
+        acc = next(op.operands[2] for op in p.body.walk() if op.opcode == "mma")
+        lay = assign_layouts(p, warps, strips=True, lanes=64, grids=True)
+        assert lay[acc] == (want or FRAGMENT), (cfg, lay[acc])
+        assert all_grids(p, lay) == (want is not None)
+        assert assign_layouts(p, warps, strips=True)[acc] == FRAGMENT
+    args, cfg = attention.example_args()
+    p = attention.attention_fwd_kernel.trace(*args, **cfg)
+    lay = assign_layouts(p, p.num_warps, strips=True, lanes=64, grids=True)
+    assert not any(isinstance(x, WaveGrid) for x in lay.values())
