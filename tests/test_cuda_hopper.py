@@ -61,32 +61,45 @@ def test_gemm_is_warp_specialised_and_hands_registers_to_its_consumers():
     assert (block, producer, consumer) == (168, 40, 232)
 
 
-def test_specialisation_needs_a_producer_safe_prologue():
-    """The producer warpgroup runs the Program up to the pipeline, so anything there that divides work over
-    the block's threads (a tile load, a store) keeps the pipeline unspecialised; so does a ring (sm_80)."""
+def _prologue_kernel(into_stage: bool):
     @hk.kernel(num_warps=8)
     def prologue_load(a: GL[2], b: GL[2], c: GL[2], *, BK: hk.const = 64):
         a_s = hk.shared(ST[a.dtype, 128, BK], stages=2)
         b_s = hk.shared(ST[b.dtype, BK, 128], stages=2)
         q = hk.shared(ST[a.dtype, 128, BK])
-        hk.load(q, a, (0, 0))
+        hk.load(a_s[0] if into_stage else q, a, (0, 0))     # a tile every step reads, like attention's Q
 
         def load(k, s):
             hk.load(a_s[s], a, (0, k))
             hk.load(b_s[s], b, (k, 0))
 
-        acc = hk.pipeline(hk.cdiv(a.shape[1], BK), load, lambda k, s, acc: hk.mma(a_s[s], b_s[s], acc),
+        acc = hk.pipeline(hk.cdiv(a.shape[1], BK), load,
+                          lambda k, s, acc: hk.mma(q, b_s[s], hk.mma(a_s[s], b_s[s], acc)),
                           carry=hk.zeros(RT[f32, 128, 128]), stages=2)
         hk.store(c, acc.to(c.dtype), (0, 0))
+    return prologue_load
 
+
+def test_specialisation_rules():
+    """A kernel runs warp-specialised on sm_90a when its pipelines are all on TMA at the top level with one
+    stage count, its warps are two or more warpgroups, and nothing but the pipelines touches a staged
+    buffer (the producer fills those whenever the ring lets it); a prologue tile in a buffer of its own is
+    the consumers' to load."""
+    hopper, ampere = (hk.get_backend("cuda").target(a) for a in ("sm_90a", "sm_80"))
     args = (_meta(128, 256), _meta(256, 128), _meta(128, 128, dtype=torch.float32))
-    hopper = hk.get_backend("cuda").target("sm_90a")
-    plan = schedule.plan(prologue_load.trace(*args), hopper)
-    assert [pp.producer_warps for pp in plan.pipelines.values()] == [0]
+    assert schedule.plan(_prologue_kernel(False).trace(*args), hopper).producer_warps == schedule.PRODUCER_WARPS
+    assert schedule.plan(_prologue_kernel(True).trace(*args), hopper).producer_warps == 0
     gemm_prog = gemm_kernel.trace(*args, **CANDIDATES[0])
     assert schedule.plan(gemm_prog, hopper).producer_warps == schedule.PRODUCER_WARPS
-    assert schedule.plan(gemm_prog, hk.get_backend("cuda").target("sm_80")).producer_warps == 0
-    # a block of 4 consumer warps already gets 248 registers a thread: no hand-over, still a producer
+    assert schedule.plan(gemm_prog, ampere).producer_warps == 0
+    q, o = _meta(2, 4, 512, 128), _meta(2, 4, 512, 128)
+    lse = _meta(2, 4, 512, dtype=torch.float32)
+    for cfg in attention.candidates({"D": 128}):      # 8 warps: specialised; the 4-warp baseline is not
+        p = attention.attention_fwd_kernel.trace(q, q, q, o, lse, 0.1, 0, 0, 0, **cfg)
+        plan = schedule.plan(p, hopper)
+        assert len(plan.pipelines) == 2
+        assert plan.producer_warps == (schedule.PRODUCER_WARPS if p.num_warps >= 8 else 0), cfg
+    # a block of 4 consumer warps would already get 248 registers a thread: no hand-over there
     assert schedule.register_split(4, schedule.PRODUCER_WARPS)[2] <= 248
 
 
@@ -174,7 +187,9 @@ def test_configuration_choice_is_per_target_and_memoised():
     args = (_meta(256, 256), _meta(256, 256), _meta(256, 256))
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_90a") == CANDIDATES[0]
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_80") == CANDIDATES[-1]
-    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx942") == CANDIDATES[-1]
+    # hip: the first whose accumulator takes a wave grid within the arch's LDS
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx942") == CANDIDATES[2]
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx950") == CANDIDATES[1]
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="reference") == CANDIDATES[-1]
     f16 = (_meta(256, 256, dtype=torch.float16),) * 2 + (args[2],)
     assert gemm_kernel.choose_config(CANDIDATES, *f16, backend="cuda:sm_90a") == CANDIDATES[0]

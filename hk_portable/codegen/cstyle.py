@@ -161,7 +161,10 @@ class CStyleEmitter:
 
     # ---- regions and ops
     def region(self, reg: Region, in_pipeline_load: bool = False) -> None:
-        for op in reg.ops:
+        self.emit_ops(reg.ops, in_pipeline_load)
+
+    def emit_ops(self, ops, in_pipeline_load: bool = False) -> None:
+        for op in ops:
             fn = getattr(self, "op_" + op.opcode, None)
             if fn is None:
                 raise UnsupportedError(f"the C++ emitter has no rule for opcode '{op.opcode}'")

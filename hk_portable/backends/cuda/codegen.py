@@ -113,19 +113,61 @@ class CudaEmitter(CStyleEmitter):
         carry = self._carry_vars(op, inits)
         uid = self.pipeline_uid(op)
         self.load_lambda(f"hk_load{uid}", lreg)
+        stages, async_mma = op.attrs["stages"], "true" if pp.async_mma else "false"
+        if pp.producer_warps:            # the consumers' side; the producer's is _producer_body's
+            self.compute_lambda(f"hk_compute{uid}", creg, carry)
+            self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, hk_full, "
+                      f"hk_empty, hk_compute{uid});")
+            self.line(f"else hk::pipeline<{stages}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
+            return
+        self._tma_load_lambda(op, pp)
+        self.compute_lambda(f"hk_compute{uid}", creg, carry)
+        self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}>({self.name(n)}, hk_tma_ok != 0, "
+                  f"hk_load{uid}, hk_load_tma{uid}, hk_compute{uid});")
+
+    def _tma_load_lambda(self, op, pp) -> None:
         self._tma_loads = pp.tma_loads
         try:
-            self.load_lambda(f"hk_load_tma{uid}", lreg, ", hk::u64* hk_bar")
+            self.load_lambda(f"hk_load_tma{self.pipeline_uid(op)}", op.regions[0], ", hk::u64* hk_bar")
         finally:
             self._tma_loads = None
-        self.compute_lambda(f"hk_compute{uid}", creg, carry)
-        args = f"{op.attrs['stages']}, {pp.tx_bytes}, {'true' if pp.async_mma else 'false'}"
-        form = "pipeline_tma"
-        if pp.producer_warps:
-            form = "pipeline_ws"
-            args += ", {}, {}".format(*self._register_hand_over())
-        self.line(f"hk::{form}<{args}>({self.name(n)}, hk_tma_ok != 0, hk_load{uid}, hk_load_tma{uid}, "
-                  f"hk_compute{uid});")
+
+    # ---- a warp-specialised kernel (schedule.py _specialisable)
+    def region(self, reg, in_pipeline_load: bool = False) -> None:
+        if self.plan.producer_warps and reg is self.p.body:
+            return self._specialised_body(reg)
+        return super().region(reg, in_pipeline_load)
+
+    def _specialised_body(self, body) -> None:
+        """One ring of stage barriers for every pipeline; the producer warpgroup runs the Program's scalars
+        and each pipeline's TMA loads into the ring, then exits; the consumers run the Program with each
+        pipeline waiting on the ring (or, where the launch could not encode the tensor maps, the ring of
+        cp.async copies, the producer having left at once)."""
+        stages = next(op.attrs["stages"] for op in body.walk() if op.opcode == "pipeline")
+        producer, consumer = self._register_hand_over()
+        self.line(f"__shared__ hk::u64 hk_full[{stages}], hk_empty[{stages}];")
+        self.line(f"hk::ws_init<{stages}>(hk_full, hk_empty);")
+        self.line("int hk_it = 0;                     // steps of the ring so far")
+        self.line("if (hk::producer_thread()) {")
+        self.indent += 1
+        self.line(f"hk::setmaxnreg_dec<{producer}>();")
+        self.line("if (hk_tma_ok != 0 && threadIdx.x == HK_NUM_THREADS) {")
+        self.indent += 1
+        for op in body.ops:
+            if op.opcode in schedule.PRODUCER_OPS:
+                self.emit_ops([op])
+            elif op.opcode == "pipeline":
+                pp = self.plan.pipelines[id(op)]
+                self._tma_load_lambda(op, pp)
+                self.line(f"hk::ws_produce<{stages}, {pp.tx_bytes}>({self.name(op.operands[0])}, hk_it, hk_full, "
+                          f"hk_empty, hk_load_tma{self.pipeline_uid(op)});")
+        self.indent -= 1
+        self.line("}")
+        self.line("hk::exit_thread();")
+        self.indent -= 1
+        self.line("}")
+        self.line(f"hk::setmaxnreg_inc<{consumer}>();")
+        super().region(body)
 
     def _register_hand_over(self) -> tuple[int, int]:
         """setmaxnreg counts (producer, consumers) of a specialised block; (0, 0) when the consumers would

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...interface.backend import Target
-from ...interface.ir import GlobalType, Op, Program, TileType, Value
+from ...interface.ir import GlobalType, Op, Program, SharedBufType, TileType, Value
 
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
@@ -72,7 +72,7 @@ class Plan:
 
     @property
     def producer_warps(self) -> int:
-        """Warps the block runs beyond the Program's own (the producer warpgroup of a specialised pipeline)."""
+        """Warps the block runs beyond the Program's own (the producer warpgroup of a specialised kernel)."""
         return max((pp.producer_warps for pp in self.pipelines.values()), default=0)
 
 
@@ -95,29 +95,35 @@ def plan(program: Program, target: Target) -> Plan:
     for op in program.body.walk():
         if op.opcode == "pipeline":
             out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
-    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
-    if len(pipes) == 1 and _specialisable(program, pipes[0], out.pipelines[id(pipes[0])]):
-        out.pipelines[id(pipes[0])].producer_warps = PRODUCER_WARPS
+    if _specialisable(program, out, producers):
+        for pp in out.pipelines.values():
+            pp.producer_warps = PRODUCER_WARPS
     return out
 
 
-# Ops the producer warpgroup may run before a specialised pipeline: uniform scalars and shared-memory
-# addresses (what its loads need) and register fills it drops at once; any tile move or barrier there
-# would count the producer's threads as workers of the Program.
-_PRODUCER_SAFE = {"scalar_const", "scalar_binary", "scalar_cast", "block_idx", "num_blocks", "global_dim",
-                  "alloc_shared", "shared_stage", "fill"}
+# What the producer warpgroup runs of the Program: the scalars and shared addresses its loads need.
+PRODUCER_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "block_idx", "num_blocks", "global_dim",
+                "alloc_shared", "shared_stage")
+MIN_SPECIALISED_WARPS = 8        # two consumer warpgroups: a smaller block would lose occupancy to the producer
 
 
-def _specialisable(program: Program, pipe: Op, pp: PipelinePlan) -> bool:
-    """Whether the pipeline runs warp-specialised: a producer warpgroup (few registers) issues every TMA
-    load and leaves; the Program's warps (more registers) only compute, release stages by mbarrier and
-    never wait on a load-issuing thread of their own. Taken for the Program's only pipeline when it is an
-    accumulator chain on TMA at the top level, everything before it is producer-safe and the Program's
-    warps are whole warpgroups (the register hand-over is per warpgroup)."""
+def _specialisable(program: Program, p: Plan, producers: dict) -> bool:
+    """Whether the kernel runs warp-specialised: a producer warpgroup (few registers) runs the Program's
+    scalars and issues every pipeline's TMA loads into one ring of stages, then leaves; the Program's warps
+    (more registers) run everything else, wait only on full barriers and release stages by mbarrier.
+    Taken when every pipeline is at the top level, on TMA, with one stage count (they share the ring), the
+    Program's warps are two or more whole warpgroups, and no other op touches a staged buffer (the
+    producer fills them whenever the ring lets it)."""
     ops = program.body.ops
-    if pp.schedule != "tma" or not pp.async_mma or pipe not in ops or program.num_warps % 4:
+    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
+    if (not pipes or program.num_warps % 4 or program.num_warps < MIN_SPECIALISED_WARPS
+            or any(op not in ops or p.pipelines[id(op)].schedule != "tma" for op in pipes)
+            or len({op.attrs["stages"] for op in pipes}) != 1):
         return False
-    return all(o.opcode in _PRODUCER_SAFE for o in ops[:ops.index(pipe)])
+    staged = set().union(*(_staged_buffers(op.regions[0], producers) for op in pipes))
+    others = [o for op in ops if op.opcode != "pipeline" for o in [op, *(n for r in op.regions for n in r.walk())]]
+    return not any(_buffer(v, producers) in staged for o in others if o.opcode != "shared_stage"
+                   for v in o.operands if isinstance(v.type, (TileType, SharedBufType)))
 
 
 def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> PipelinePlan:

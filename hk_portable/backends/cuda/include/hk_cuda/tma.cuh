@@ -124,15 +124,14 @@ template <int S, int TX, bool ASYNC> struct pipeline_tma {
 };
 }  // namespace detail
 
-// Warp-specialised (schedule.py's producer_warps): the block runs one producer warpgroup after the
-// Program's NUM_WARPS warps. Its first thread issues every stage's TMA copies as soon as the stage's
-// empty barrier says all consumer warps are done with it; the whole warpgroup gives its registers back
-// (setmaxnreg.dec to PREGS) and exits once its loads are issued, so it never runs the Program's code after
-// the pipeline (the library's sync() is a named barrier of the consumer threads in such a kernel). The
-// consumers take the registers (setmaxnreg.inc to CREGS) and only wait on full barriers: no thread of
-// theirs issues a load. PREGS == 0: no register hand-over (the consumers already have all one block can
-// give). The ring's step counter `it` is the caller's, so one ring could serve several pipelines (a
-// persistent kernel was tried on the H200 and lost at large shapes: docs/perf-notes.md, 2026-12-02).
+// Warp-specialised kernels (schedule.py's _specialisable; the emitter's _specialised_body): the block runs
+// one producer warpgroup after the Program's NUM_WARPS warps. Its first thread runs the Program's scalars
+// and issues every pipeline's TMA copies into one ring of S stages, each as soon as the stage's empty
+// barrier says all consumer warps are done with it; the warpgroup gives its registers back (setmaxnreg.dec
+// to PREGS) and exits, so it never runs the Program's other code (the library's sync() is a named barrier
+// of the consumer threads in such a kernel). The consumers take the registers (setmaxnreg.inc to CREGS)
+// and only wait on full barriers. PREGS == 0: no register hand-over (the consumers already have all one
+// block can give). The step counter `it` runs across the kernel's pipelines, which share the ring.
 template <int PREGS> HK_DEV void setmaxnreg_dec() {
     if constexpr (PREGS > 0) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PREGS));
 }
@@ -169,52 +168,32 @@ template <int S, int TX, class L> HK_DEV void ws_produce(int n, int& it, u64* fu
         load(i, s, &full[s]);
     }
 }
-// A consumer warp's n steps: compute(i) leaves its wgmma group in flight; once group i - 1 retired its
-// stage is released. The last stage is released after the final wait, so the ring stays balanced for a
-// next call.
+// A consumer warp's n steps. First the warp's own generic-proxy writes before the pipeline (a tile
+// loaded into LDS for every step, like attention's Q) are fenced and published to the consumers: wgmma
+// reads them through the async proxy. ASYNC (an accumulator chain): compute(i) leaves its wgmma group in
+// flight and stage i - 1 is released once group i - 1 retired, the last after the final wait; else
+// compute(i) is done with its stage when it returns.
 HK_DEV void ws_release(u64* empty) {
     __syncwarp();
     if (lane_id() == 0) mbar_arrive(empty);
 }
-template <int S, class C> HK_DEV void ws_consume(int n, int& it, u64* full, u64* empty, C& compute) {
+template <int S, bool ASYNC, class C> HK_DEV void ws_consume(int n, int& it, u64* full, u64* empty, C& compute) {
+    fence_proxy_async();
+    sync();
     for (int i = 0; i < n; ++i, ++it) {
         const int s = it % S;
         mbar_wait(&full[s], (it / S) & 1);
         compute(i, s);
-        wgmma_wait<1>();
-        if (i > 0) ws_release(&empty[(it - 1) % S]);
-    }
-    wgmma_wait<0>();
-    if (n > 0) ws_release(&empty[(it - 1) % S]);
-}
-
-// One specialised pipeline in a kernel that is not persistent: the barriers live for this call.
-template <int S, int TX, bool ASYNC, int PREGS, int CREGS, class L, class LT, class C>
-HK_DEV void pipeline_ws(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {
-    static_assert(S >= 2 && ASYNC, "specialised pipelines are TMA accumulator chains (schedule.py)");
-    if (!use_tma) {                                // the ring's loads are the consumers' own
-        if (producer_thread()) exit_thread();
-        pipeline<S>(n, load, compute);
-        return;
-    }
-    __shared__ u64 full[S], empty[S];
-    fence_proxy_async();                           // the consumers' generic writes before the pipeline
-    ws_init<S>(full, empty);
-    int it = 0;
-    if (producer_thread()) {
-        setmaxnreg_dec<PREGS>();
-        if (threadIdx.x == NUM_THREADS) ws_produce<S, TX>(n, it, full, empty, load_tma);
-        exit_thread();
-    }
-    setmaxnreg_inc<CREGS>();
-    ws_consume<S>(n, it, full, empty, compute);
-    sync();                                        // later code may reuse the buffers; the producer is done
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-            mbar_inval(&full[s]);
-            mbar_inval(&empty[s]);
+        if constexpr (ASYNC) {
+            wgmma_wait<1>();
+            if (i > 0) ws_release(&empty[(it - 1) % S]);
+        } else {
+            ws_release(&empty[s]);
         }
+    }
+    if constexpr (ASYNC) {
+        wgmma_wait<0>();
+        if (n > 0) ws_release(&empty[(it - 1) % S]);
     }
 }
 
