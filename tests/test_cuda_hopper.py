@@ -204,8 +204,10 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     cands = attention.candidates({"D": d, "MASKED": masked})
     cfg = attention.attention_fwd_kernel.choose_config(cands, *args, backend="cuda:sm_90a")
     assert cfg == cands[0]
-    if d == 128 and not masked:
-        assert cfg["num_warps"] == 8 and cfg["BM"] == 128 and len(cands) == 2
+    if d == 128:                                   # warp-specialised 128-row blocks (128x64 with a mask)
+        assert cfg["num_warps"] == 8 and cfg["BM"] == 128 and cfg["BN"] == (64 if masked else 128)
+        assert len(cands) == (2 if masked else 3)
+        assert "setmaxnreg.inc" in attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg).asm
     assert attention.attention_fwd_kernel.choose_config(cands, *args, backend="cuda:sm_80") == cands[-1]
     art = attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg)
     assert art.asm.count("wgmma.mma_async") >= 2 and "mma.sync" not in art.asm

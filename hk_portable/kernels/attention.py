@@ -96,11 +96,15 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     """Candidate configurations for a call with these consts (D, MASKED), largest first, the portable
     baseline config_for(D) last. The backend picks per target (Backend.choose_config: cuda on sm_90a the
     first that runs on TMA + wgmma) unless the autotuner has timed them on this device (HK_AUTOTUNE=1).
-    Offered here: what won on the H200 (benchmarks/attention_configs.py, 2026-12-01, with the masks on edge
-    blocks only): 128x64 tiles with 8 warps at D=128 without a mask; the baseline everywhere else."""
+    Offered here: what won on the H200 (benchmarks/attention_configs.py, 2026-12-02, warp-specialised
+    8-warp blocks, masks on edge blocks only) at D=128: 128x128 tiles without a mask (377 TFLOP/s against
+    the 64-row baseline's 285), 128x64 with one (281 against 260; 128x128 spills there); the baseline at
+    D=64, where they tie."""
     d, masked = consts["D"], consts.get("MASKED", False)
     base = {**config_for(d), **consts}
-    wide = [] if masked or d <= 64 else [dict(BM=128, BN=64, STAGES=2, num_warps=8)]
+    wide = [] if d <= 64 else [dict(BM=128, BN=64, STAGES=2, num_warps=8)]
+    if d > 64 and not masked:
+        wide.insert(0, dict(BM=128, BN=128, STAGES=2, num_warps=8))
     return [{**base, **c} for c in wide] + [base]
 
 
