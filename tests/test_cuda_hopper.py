@@ -188,7 +188,7 @@ def test_configuration_choice_is_per_target_and_memoised():
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_90a") == CANDIDATES[0]
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_80") == CANDIDATES[-1]
     # hip: the first whose accumulator takes a wave grid within the arch's LDS
-    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx942") == CANDIDATES[2]
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx942") == CANDIDATES[1]
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx950") == CANDIDATES[1]
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="reference") == CANDIDATES[-1]
     f16 = (_meta(256, 256, dtype=torch.float16),) * 2 + (args[2],)

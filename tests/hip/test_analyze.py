@@ -256,15 +256,17 @@ def test_mma_operands_are_read_without_gathers(kernel, example):
 
 
 @needs_clang
-@pytest.mark.parametrize("arch,bound,valu,lds", [("gfx942", 0.95, 0.7, 1.0), ("gfx950", 0.85, 0.9, 1.2)])
-def test_gemm_main_loop_is_near_the_mfma_bound(arch, bound, valu, lds, capsys):
-    """The configuration `hk analyze` compiles, the one the backend launches (wave-grid accumulators,
-    column-major B, load cursors), keeps the steady-state loop near MFMA-bound: guards on the model's
-    figures of 2026-12-02 (gfx942 1.0, VALU/MFMA 0.59, LDS/MFMA 0.88; gfx950 0.89, 0.81, 1.13), with 2 or
-    more waves per SIMD and nothing spilled."""
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_gemm_main_loop_meets_the_issue_bounds(arch, capsys):
+    """Issue 10's acceptance for gemm, on the configuration `hk analyze` compiles (the one the backend
+    launches: 256x256 blocks of 8 waves in a wave grid, ping-pong, column-major B, load cursors): VALU time
+    <= 0.25 and LDS time <= 0.6 of the MFMA time in the steady-state loop (2026-12-02: 0.21 / 0.56 on gfx942,
+    0.20 / 0.28 on gfx950), 2 or more waves per SIMD, the ping-pong's s_setprio, nothing spilled."""
     assert main(["analyze", "gemm", "--backend", "hip", "--target", arch, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    trip = next(lp for lp in r["loops"] if lp["main"])["one_trip"]["clocks"]
-    assert trip["bound"] >= bound and trip["valu_to_mfma"] <= valu and trip["lds_to_mfma"] <= lds, trip
+    main_loop = next(lp for lp in r["loops"] if lp["main"])["one_trip"]
+    trip = main_loop["clocks"]
+    assert trip["bound"] >= 0.99 and trip["valu_to_mfma"] <= 0.25 and trip["lds_to_mfma"] <= 0.6, trip
+    assert main_loop["counts"]["setprio"] >= 2
     assert r["occupancy"]["waves_per_simd"] >= 2
     assert r["resources"]["vgpr_spill"] == 0 and r["resources"]["scratch_bytes"] == 0
