@@ -259,6 +259,7 @@ def check(program: Program, target: Target) -> None:
                         "elements (one per column of a register tile)")
         if op.opcode == "mma":
             _check_mma(op, target)
+            _check_accumulator(op, num_warps(program, target), target)
     _check_resources(program, target)
 
 
@@ -279,6 +280,22 @@ def _check_mma(op, target: Target) -> None:
                                    "chunks for ldmatrix (a multiple of 8 columns)")
         if t.space == "st" and t.rows % 8:
             raise UnsupportedError(f"cuda ({target.arch}): mma operand {name} {t} needs a multiple of 8 rows")
+
+
+MAX_ACC_PER_LANE = 128     # f32 accumulator registers per thread that still leave room for the operands
+
+
+def _check_accumulator(op, warps: int, target: Target) -> None:
+    """An mma accumulator in the fragment layout (16-row blocks dealt to warps) that holds more than
+    MAX_ACC_PER_LANE f32 per thread would live in local memory: refuse it (a configuration choice then
+    skips the candidate)."""
+    rows, cols = op.operands[2].type.shape
+    per_lane = -(-(-(-rows // 16)) // warps) * 16 * cols // 32
+    if per_lane > MAX_ACC_PER_LANE:
+        raise UnsupportedError(
+            f"cuda ({target.arch}): the mma accumulator {op.operands[2].type} over {warps} warps holds {per_lane} "
+            f"f32 per thread, more than the {MAX_ACC_PER_LANE} that leave registers for its operands (it would "
+            "spill); use a smaller block or more warps")
 
 
 def _check_resources(program: Program, target: Target) -> None:
