@@ -145,7 +145,8 @@ def test_check_rejects_unsupported_shapes_with_clear_errors():
         be.check(too_much_smem.trace(x, x), be.target("sm_80"))
     # an accumulator too large for the registers (the hip gemm candidate: 256 f32 a thread on cuda)
     from hk_portable.kernels.gemm import gemm_kernel
-    big = gemm_kernel.trace(x, x, x, BM=256, BN=256, BK=16, STAGES=3, num_warps=8)
+    xb = torch.zeros(256, 256, dtype=torch.bfloat16)
+    big = gemm_kernel.trace(xb, xb, xb, BM=256, BN=256, BK=16, STAGES=3, num_warps=8)
     for arch in ARCHS:
         with pytest.raises(UnsupportedError, match="holds 256 f32 per thread"):
             be.check(big, be.target(arch))
