@@ -11,6 +11,9 @@ from hk_portable.cli import main
 
 needs_clang = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
 MFMA = {"gfx942": "v_mfma_f32_16x16x16_bf16", "gfx950": "v_mfma_f32_16x16x32_bf16"}
+# the MFMA of the configuration hk compile launches: gemm's 256x256 blocks step K by 16 (16x16x16 on both)
+KERNEL_MFMA = {("gemm", "gfx942"): MFMA["gfx942"], ("gemm", "gfx950"): "v_mfma_f32_16x16x16_bf16",
+               ("attention_fwd", "gfx942"): MFMA["gfx942"], ("attention_fwd", "gfx950"): MFMA["gfx950"]}
 
 
 @needs_clang
@@ -23,7 +26,7 @@ def test_compile_emit_asm(kernel, arch, capsys):
     for key in ("vgpr", "agpr", "sgpr", "vgpr_spill", "sgpr_spill", "lds_bytes", "scratch_bytes",
                 "max_flat_workgroup_size"):
         assert f";   {key} " in out
-    assert MFMA[arch] in out and f'.amdgcn_target "amdgcn-amd-amdhsa--{arch}"' in out
+    assert KERNEL_MFMA[kernel, arch] in out and f'.amdgcn_target "amdgcn-amd-amdhsa--{arch}"' in out
     assert ";   vgpr_spill               0" in out and ";   sgpr_spill               0" in out
 
 
@@ -36,7 +39,7 @@ def test_compile_emit_hsaco_and_source(tmp_path, capsys):
     assert b"gemm_kernel" in elf
     assert main(["compile", "gemm", "--backend", "hip", "--target", "gfx942", "--emit", "source"]) == 0
     src = capsys.readouterr().out
-    assert "#elif !defined(__HIPCC_RTC__)" in src and "amdgpu_flat_work_group_size(1, 256)" in src
+    assert "#elif !defined(__HIPCC_RTC__)" in src and "amdgpu_flat_work_group_size(1, 512)" in src   # 8 waves
     assert "#include" not in src                           # header-free
 
 
