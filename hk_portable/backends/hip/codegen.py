@@ -7,7 +7,10 @@ Decisions made here, per program and target (a `Plan`, recorded in the Artifact)
     asks for 8 waves, the pipeline has 3+ stages and its compute step never talks to other waves
     (the `schedule` option: "auto" | "double_buffer" | "pingpong" overrides);
   * scratch LDS for the library's exchanges between waves (column reductions, register mma operands
-    that are not the wave's own rows), sized with the library's own formulas.
+    that are not the wave's own rows), sized with the library's own formulas;
+  * layouts (codegen/layouts.py, with this library's strips, wave-grid accumulators and column-major
+    shared tiles) and, per pipeline load that walks one index by the step, a cursor that computes its
+    addresses once before the loop (`cursor_loads`).
 """
 from __future__ import annotations
 
@@ -163,6 +166,7 @@ class HipEmitter(CStyleEmitter):
 
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
+        self._cursors: dict[int, tuple[str, Value]] = {}    # load op id -> (cursor name, step value)
         pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
         self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
 
@@ -191,7 +195,7 @@ class HipEmitter(CStyleEmitter):
             self._cursors = {}
 
     def op_global_to_shared(self, op: Op) -> None:
-        if id(op) not in getattr(self, "_cursors", {}):
+        if id(op) not in self._cursors:
             return super().op_global_to_shared(op)
         name, step = self._cursors[id(op)]
         st, gl, *idx = op.operands
