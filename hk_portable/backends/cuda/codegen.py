@@ -114,7 +114,7 @@ class CudaEmitter(CStyleEmitter):
         uid = self.pipeline_uid(op)
         self.load_lambda(f"hk_load{uid}", lreg)
         stages, async_mma = op.attrs["stages"], "true" if pp.async_mma else "false"
-        if pp.producer_warps:            # the consumers' side; the producer's is in _specialised_body
+        if self.plan.producer_warps:     # the consumers' side; the producer's is in _specialised_body
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
             self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, hk_full, "
                       f"hk_empty, hk_compute{uid});")

@@ -56,7 +56,6 @@ class PipelinePlan:
     tma_loads: dict[int, int] = field(default_factory=dict)   # global_to_shared op id -> tensor map index
     tx_bytes: int = 0                               # bytes one stage's TMA copies deliver
     async_mma: bool = False
-    producer_warps: int = 0                         # > 0: a producer warpgroup issues the loads (warp-specialised)
 
 
 @dataclass
@@ -65,15 +64,12 @@ class Plan:
     mma_modes: dict[int, int] = field(default_factory=dict)               # mma op id -> MMA_*
     tensor_maps: list[TmaLoad] = field(default_factory=list)
     grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
+    producer_warps: int = 0             # > 0: warp-specialised, a producer warpgroup issues every pipeline's loads
 
     @property
     def uses_tma(self) -> bool:
         return bool(self.tensor_maps)
 
-    @property
-    def producer_warps(self) -> int:
-        """Warps the block runs beyond the Program's own (the producer warpgroup of a specialised kernel)."""
-        return max((pp.producer_warps for pp in self.pipelines.values()), default=0)
 
 
 def grouped_blocks(program: Program) -> bool:
@@ -96,8 +92,7 @@ def plan(program: Program, target: Target) -> Plan:
         if op.opcode == "pipeline":
             out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
     if _specialisable(program, out, producers):
-        for pp in out.pipelines.values():
-            pp.producer_warps = PRODUCER_WARPS
+        out.producer_warps = PRODUCER_WARPS
     return out
 
 
@@ -282,9 +277,9 @@ def describe(program: Program, p: Plan, target: Target) -> str:
         if op.opcode == "pipeline":
             pp = p.pipelines.get(id(op), PipelinePlan("cp_async"))
             extra = f", {len(pp.tma_loads)} tile loads/stage ({pp.tx_bytes} bytes)" if pp.schedule == "tma" else ""
-            if pp.producer_warps:
-                block, prod, cons = register_split(program.num_warps, pp.producer_warps)
-                extra += (f", warp-specialised ({pp.producer_warps} producer warps issue the loads; registers "
+            if p.producer_warps:
+                block, prod, cons = register_split(program.num_warps, p.producer_warps)
+                extra += (f", warp-specialised ({p.producer_warps} producer warps issue the loads; registers "
                           f"{block} -> producer {prod}, consumers {max(cons, block)})")
             lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
         elif op.opcode == "mma" and not (hopper and wgmma_eligible(op, program.num_warps)):

@@ -69,6 +69,23 @@ HK_DEV void tma_load(const st<T, R, C>& dst, const tmap& tm, u64* bar, I... idx)
     }
 }
 
+// A ring of S stages' barriers, initialised by the calling thread: full[s] takes one arrival (the thread
+// that arms it with the stage's bytes), empty[s] one per consumer warp. The caller publishes them with a
+// barrier before first use.
+template <int S> HK_DEV void init_ring(u64* full, u64* empty) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        mbar_init(&full[s], 1);
+        mbar_init(&empty[s], NUM_WARPS);
+    }
+    fence_mbar_init();
+}
+// This warp is done with a stage: one arrival on its empty barrier.
+HK_DEV void release_stage(u64* empty) {
+    __syncwarp();
+    if (lane_id() == 0) mbar_arrive(empty);
+}
+
 namespace detail {
 // S stages, each with a full barrier that thread 0 arms with the stage's byte count before issuing its
 // copies (everyone waits on its phase) and an empty barrier on which each warp arrives once it is done
@@ -81,14 +98,7 @@ template <int S, int TX, bool ASYNC> struct pipeline_tma {
     template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
         __shared__ u64 full[S], empty[S];
         fence_proxy_async();                       // generic writes before the pipeline, then publish
-        if (threadIdx.x == 0) {
-#pragma unroll
-            for (int s = 0; s < S; ++s) {
-                mbar_init(&full[s], 1);
-                mbar_init(&empty[s], NUM_WARPS);
-            }
-            fence_mbar_init();
-        }
+        if (threadIdx.x == 0) init_ring<S>(full, empty);
         sync();
         if (threadIdx.x == 0) {
 #pragma unroll
@@ -100,10 +110,7 @@ template <int S, int TX, bool ASYNC> struct pipeline_tma {
             mbar_wait(&full[s], (i / S) & 1);
             compute(i, s);
             if constexpr (ASYNC) wgmma_wait<1>();
-            if (i > 0) {                           // this warp is done with step i - 1's stage
-                __syncwarp();
-                if (lane_id() == 0) mbar_arrive(&empty[(i - 1) % S]);
-            }
+            if (i > 0) release_stage(&empty[(i - 1) % S]);   // this warp is done with step i - 1's stage
             const int nx = i + S - 1, t = nx % S;
             if (threadIdx.x == 0 && nx < n) {
                 if (nx >= S) mbar_wait(&empty[t], ((nx - S) / S) & 1);   // step nx - S's readers are done
@@ -145,17 +152,10 @@ HK_DEV void exit_thread() {
     __builtin_unreachable();
 }
 
-// Barriers of a specialised ring: full[s] (one arrival, the producer's, plus the stage's bytes) and
-// empty[s] (one arrival per consumer warp). Every thread of the block, producer included, calls this.
+// The barriers of a specialised ring, armed by the producer: every thread of the block, producer
+// included, calls this.
 template <int S> HK_DEV void ws_init(u64* full, u64* empty) {
-    if (threadIdx.x == NUM_THREADS) {
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], NUM_WARPS);
-        }
-        fence_mbar_init();
-    }
+    if (threadIdx.x == NUM_THREADS) init_ring<S>(full, empty);
     __syncthreads();
 }
 // The producer's n loads (one thread): step `it` of the ring fills stage it % S once its previous use,
@@ -173,10 +173,6 @@ template <int S, int TX, class L> HK_DEV void ws_produce(int n, int& it, u64* fu
 // reads them through the async proxy. ASYNC (an accumulator chain): compute(i) leaves its wgmma group in
 // flight and stage i - 1 is released once group i - 1 retired, the last after the final wait; else
 // compute(i) is done with its stage when it returns.
-HK_DEV void ws_release(u64* empty) {
-    __syncwarp();
-    if (lane_id() == 0) mbar_arrive(empty);
-}
 template <int S, bool ASYNC, class C> HK_DEV void ws_consume(int n, int& it, u64* full, u64* empty, C& compute) {
     fence_proxy_async();
     sync();
@@ -186,14 +182,14 @@ template <int S, bool ASYNC, class C> HK_DEV void ws_consume(int n, int& it, u64
         compute(i, s);
         if constexpr (ASYNC) {
             wgmma_wait<1>();
-            if (i > 0) ws_release(&empty[(it - 1) % S]);
+            if (i > 0) release_stage(&empty[(it - 1) % S]);
         } else {
-            ws_release(&empty[s]);
+            release_stage(&empty[s]);
         }
     }
     if constexpr (ASYNC) {
         wgmma_wait<0>();
-        if (n > 0) ws_release(&empty[(it - 1) % S]);
+        if (n > 0) release_stage(&empty[(it - 1) % S]);
     }
 }
 

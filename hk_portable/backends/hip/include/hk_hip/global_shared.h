@@ -28,8 +28,21 @@ template<class T, int R, int C, class Fn> HK_DEV void each_elem(Fn fn, int ln = 
     fn(e / C, e % C);
   }
 }
-template<class T, int R, int C> constexpr bool chunked() {
-  return C % (16 / (int)sizeof(T)) == 0 && st<T, R, C>::ROWB % 16 == 0;
+template<class T, int R, int C, class L = rowmajor> constexpr bool chunked() {
+  using S = st<T, R, C, L>;
+  return C % (16 / (int)sizeof(T)) == 0 && (S::COL || S::ROWB % 16 == 0);
+}
+// The 16-byte chunk of row r, columns c .. c+E-1 into LDS: one vector store in a row-major tile, its E
+// elements down the stored columns of a column-major one (ds_write_b16 and its d16_hi form).
+template<class S> HK_DEV void store_chunk(S dst, int r, int c, u32x4 v) {
+  using T = typename S::dtype;
+  if constexpr (S::COL) {
+    const auto t = __builtin_bit_cast(chunk16<T>, v);
+#pragma unroll
+    for (int e = 0; e < 16 / (int)sizeof(T); ++e) dst.set(r, c + e, t.e[e]);
+  } else {
+    HK_LDS_STORE(u32x4, dst.p + S::offset(r, c), v);
+  }
 }
 }  // namespace detail
 
@@ -38,20 +51,14 @@ namespace detail {
 // the loads into LDS, and a cursor's path for the steps that are not whole.
 template<class T, int R, int C, class L, int RANK>
 HK_DEV void load_elements(st<T, R, C, L> dst, const gl<T, RANK>& g, const span& sp, T f) {
-  using S = st<T, R, C, L>;
-  if constexpr (C % (16 / (int)sizeof(T)) == 0 && (S::COL || S::ROWB % 16 == 0)) {
+  if constexpr (chunked<T, R, C, L>()) {
     constexpr int E = 16 / (int)sizeof(T);
     by_mode(sp, [&](auto mode, int ln) {
       each_chunk<T, R, C>([&](int r, int c) {
         chunk16<T> t;
 #pragma unroll
         for (int e = 0; e < E; ++e) t.e[e] = read_mode(mode, g.ptr, sp, r, c + e, f);
-        if constexpr (S::COL) {
-#pragma unroll
-          for (int e = 0; e < E; ++e) dst.set(r, c + e, t.e[e]);
-        } else {
-          HK_LDS_STORE(u32x4, dst.p + S::offset(r, c), __builtin_bit_cast(u32x4, t));
-        }
+        store_chunk(dst, r, c, __builtin_bit_cast(u32x4, t));
       }, ln);
     });
   } else {
@@ -85,49 +92,24 @@ template<class T, int R, int C> HK_DEV void load_direct(st<T, R, C> dst, const T
 #endif
 
 // GL -> ST: a raw copy (same dtype); complete and visible after async_wait_all() + sync() (the
-// emitter adds them; hk::pipeline owns its own)
-template<class T, int R, int C, int RANK, class... I>
-HK_DEV void load(st<T, R, C> dst, const gl<T, RANK>& g0, float fill, I... idx) {
+// emitter adds them; hk::pipeline owns its own). A whole, aligned tile reads 16-byte chunks (gfx950: a
+// row-major tile of whole KiBs straight into LDS); a column-major tile takes each chunk down its columns.
+template<class T, int R, int C, class L, int RANK, class... I>
+HK_DEV void load(st<T, R, C, L> dst, const gl<T, RANK>& g0, float fill, I... idx) {
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};
   const detail::span sp = detail::locate2(g, ix, R, C);
   const T f = convert<T>(fill);
-  if constexpr (detail::chunked<T, R, C>()) {
-    constexpr int E = 16 / (int)sizeof(T);
+  if constexpr (detail::chunked<T, R, C, L>()) {
     if (detail::vec_ok(g.ptr, sp)) {
 #if HK_GFX950
-      if constexpr (st<T, R, C>::BYTES % 1024 == 0) {
+      if constexpr (!st<T, R, C, L>::COL && st<T, R, C, L>::BYTES % 1024 == 0) {
         detail::load_direct(dst, g.ptr, sp);
         return;
       }
 #endif
       detail::each_chunk<T, R, C>([&](int r, int c) {
-        const u32x4 v = detail::gload((const u32x4*)(g.ptr + detail::at(sp, r, c)));
-        unsigned char* to = dst.p + st<T, R, C>::offset(r, c);
-        HK_LDS_STORE(u32x4, to, v);
-      });
-      return;
-    }
-  }
-  detail::load_elements(dst, g, sp, f);
-}
-
-
-// GL -> column-major ST: each lane reads its row chunks as for a row-major tile (16-byte loads when the tile
-// is whole) and scatters the elements down the stored columns (ds_write_b16 and its d16_hi form).
-template<class T, int R, int C, int RANK, class... I>
-HK_DEV void load(st<T, R, C, colmajor> dst, const gl<T, RANK>& g0, float fill, I... idx) {
-  const auto g = detail::uniform(g0);
-  const int ix[RANK] = {detail::uni(idx)...};
-  const detail::span sp = detail::locate2(g, ix, R, C);
-  const T f = convert<T>(fill);
-  if constexpr (C % (16 / (int)sizeof(T)) == 0) {
-    constexpr int E = 16 / (int)sizeof(T);
-    if (detail::vec_ok(g.ptr, sp)) {
-      detail::each_chunk<T, R, C>([&](int r, int c) {
-        const auto t = __builtin_bit_cast(detail::chunk16<T>, detail::gload((const u32x4*)(g.ptr + detail::at(sp, r, c))));
-#pragma unroll
-        for (int e = 0; e < E; ++e) dst.set(r, c + e, t.e[e]);
+        detail::store_chunk(dst, r, c, detail::gload((const u32x4*)(g.ptr + detail::at(sp, r, c))));
       });
       return;
     }
@@ -167,7 +149,7 @@ template<class S, class T, int RANK> struct cursor {
 template<class S, int D, class T, int RANK, class... I>
 HK_DEV cursor<S, T, RANK> make_cursor(const gl<T, RANK>& g0, I... idx) {
   using P = detail::chunk_plan<S>;
-  static_assert(detail::chunked<T, S::rows, S::cols>() || S::COL, "cursors walk tiles of whole 16-byte chunks");
+  static_assert(detail::chunked<T, S::rows, S::cols, typename S::layout>(), "cursors walk tiles of whole 16-byte chunks");
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};
   const detail::span sp = detail::locate2(g, ix, S::rows, S::cols);

@@ -10,6 +10,7 @@ struct colmajor {};
 template<class T, int R, int C, class L = rowmajor> struct st;
 template<class T, int R, int C> struct st<T, R, C, rowmajor> {
   using dtype = T;
+  using layout = rowmajor;
   static constexpr bool COL = false;
   static constexpr int rows = R, cols = C, BYTES = R * C * (int)sizeof(T);
   static constexpr int ROWB = C * (int)sizeof(T), NCH = ROWB / 16;
@@ -27,6 +28,7 @@ template<class T, int R, int C> struct st<T, R, C, rowmajor> {
 };
 template<class T, int R, int C> struct st<T, R, C, colmajor> {
   using dtype = T;
+  using layout = colmajor;
   using STORED = st<T, C, R, rowmajor>;
   static constexpr bool COL = true;
   static constexpr int rows = R, cols = C, BYTES = R * C * (int)sizeof(T);
