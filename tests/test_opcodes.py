@@ -36,7 +36,8 @@ def test_the_table_is_plain_printable_data():
     for name in opcodes.OPCODES:
         assert f"\n{name}(" in "\n" + text
     mma = str(opcodes.TABLE["mma"])
-    assert "mma(a: rt|st<bf16|f16>, b: rt|st<bf16|f16>, acc: rt<f32>) -> rt<f32>" in mma
+    assert ("mma(a: rt|st<bf16|f16|fp8e4m3|fp8e5m2>, b: rt|st<bf16|f16|fp8e4m3|fp8e5m2>, acc: rt<f32>) -> rt<f32>"
+            in mma)
     assert "trans_a: bool" in mma and "reads shared" in mma
     with pytest.raises(Exception):
         opcodes.TABLE["mma"].name = "other"                    # frozen

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 SMEM_ALIGN = 128            # each shared buffer, and the scratch area, starts on a 128-byte boundary
-ELEMENT_BYTES_16 = 2        # mma operands staged in scratch are bf16/f16
 
 
 def round_up(x: int, align: int) -> int:
@@ -51,10 +50,11 @@ def shared_bytes(arena: int, scratch: int) -> int:
 
 def mma_scratch_bytes(a, b, trans_a: bool, align: int) -> int:
     """Scratch one mma needs for operands the fragments cannot read in place, as both device libraries
-    compute it: a transposed register A (its bytes rounded to `align`, the library's alignment of the B
-    part that follows), then any register B."""
-    a_bytes = round_up(a.rows * a.cols * ELEMENT_BYTES_16, align) if a.space == "rt" and trans_a else 0
-    b_bytes = b.rows * b.cols * ELEMENT_BYTES_16 if b.space == "rt" else 0
+    compute it: a transposed register A, or any fp8 one (its bytes rounded to `align`, the library's
+    alignment of the B part that follows), then any register B."""
+    fp8_a = a.dtype.name.startswith("fp8")
+    a_bytes = round_up(a.rows * a.cols * a.dtype.bits // 8, align) if a.space == "rt" and (trans_a or fp8_a) else 0
+    b_bytes = b.rows * b.cols * b.dtype.bits // 8 if b.space == "rt" else 0
     return a_bytes + b_bytes
 
 

@@ -510,12 +510,26 @@ def _mma_kernel(ta: bool, tb: bool, src_a: str, src_b: str):
     return k
 
 
-def _mma_case(ta, tb, src_a, src_b, dtype):
+def fp8_codes(gen: torch.Generator, shape, dtype: str) -> torch.Tensor:
+    """Uniformly random finite codes of an fp8 format: zeros of both signs, subnormals and the largest
+    finite value all occur, so an mma case exercises every exponent a target's format mapping touches."""
+    codes = torch.randint(0, 256, shape, generator=gen, dtype=torch.int64)
+    finite_mag = 0x7F if dtype == "fp8e4m3" else 0x7C          # e4m3: only 0x7F is NaN; e5m2: 0x7C+ inf/NaN
+    codes = torch.where((codes & 0x7F) >= finite_mag, codes & 0xF0, codes)
+    return codes.to(torch.uint8).view(TORCH[dtype])
+
+
+def _operand_values(gen, shape, dtype: str) -> torch.Tensor:
+    return fp8_codes(gen, shape, dtype) if dtype.startswith("fp8") else rand_float(gen, shape, dtype, 0.1, 2.0)
+
+
+def _mma_case(ta, tb, src_a, src_b, dtype, dtype_b=None):
     M, N, K = MMA_SHAPE
+    dtype_b = dtype_b or dtype
 
     def make(gen):
-        a = rand_float(gen, (K, M) if ta else (M, K), dtype, 0.1, 2.0)
-        b = rand_float(gen, (N, K) if tb else (K, N), dtype, 0.1, 2.0)
+        a = _operand_values(gen, (K, M) if ta else (M, K), dtype)
+        b = _operand_values(gen, (N, K) if tb else (K, N), dtype_b)
         c = rand_float(gen, (M, N), "f32", 0.1, 4.0)
         oa, ob = (f64(a).T if ta else f64(a)), (f64(b).T if tb else f64(b))
         value = f64(c) + oa @ ob
@@ -525,12 +539,17 @@ def _mma_case(ta, tb, src_a, src_b, dtype):
                      lambda t, be: kern(t["a"], t["b"], t["c"], t["d"], grid=_grid((M, N)), backend=be),
                      [_expect("d", "d", value, dtype, "mma", scale=scale, k=K)])
     form = f"{'At' if ta else 'A'}{'Bt' if tb else 'B'}"
-    return _case("mma", f"{form}_{src_a}_{src_b}", dtype, MMA_SHAPE, make, tol="mma")
+    label = dtype if dtype_b == dtype else f"{dtype}x{dtype_b}"
+    return _case("mma", f"{form}_{src_a}_{src_b}", label, MMA_SHAPE, make, tol="mma")
+
+
+MMA_DTYPE_PAIRS = (("bf16", "bf16"), ("f16", "f16"), ("fp8e4m3", "fp8e4m3"), ("fp8e5m2", "fp8e5m2"),
+                   ("fp8e4m3", "fp8e5m2"))
 
 
 def mma_cases() -> list[Case]:
-    return [_mma_case(ta, tb, sa, sb, dt) for (ta, tb) in MMA_FN for sa in ("st", "rt") for sb in ("st", "rt")
-            for dt in ("bf16", "f16")]
+    return [_mma_case(ta, tb, sa, sb, da, db) for (ta, tb) in MMA_FN for sa in ("st", "rt") for sb in ("st", "rt")
+            for da, db in MMA_DTYPE_PAIRS]
 
 
 # ========================================================================================== movement

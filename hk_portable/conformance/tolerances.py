@@ -107,6 +107,9 @@ TABLE: dict[tuple[str, str], Bound] = {
                              "2u per term of |acc| + sum |a||b|", rel=2 * U32, per_term=2 * U32),
     ("mma", "f16"): bounded("exact products, f32 accumulation in any order (matrix units may truncate): "
                             "2u per term of |acc| + sum |a||b|", rel=2 * U32, per_term=2 * U32),
+    **{("mma", dt): bounded("exact products of any two fp8 formats (natively, by an exact format mapping or by "
+                            "exact widening: docs/fp8.md), f32 accumulation in any order: 2u per term of "
+                            "|acc| + sum |a||b|", rel=2 * U32, per_term=2 * U32) for dt in ("fp8e4m3", "fp8e5m2")},
     # kernels (bounds derived from their dtypes; scales are described in kernel_cases)
     ("gemm", "f32"): bounded("mma bound over K (relative to sum_k |a||b|)", rel=2 * U32, per_term=2 * U32),
     ("gemm", "bf16"): bounded("mma bound over K, then the store rounds to bf16 (1 ulp)", rel=EPS["bf16"],

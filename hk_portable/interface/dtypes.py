@@ -35,6 +35,7 @@ bool_ = DType("bool", 1, False)       # masks only; never stored to global memor
 ALL = (bf16, f16, f32, fp8e4m3, fp8e5m2, i32, bool_)
 FLOATS = (bf16, f16, f32, fp8e4m3, fp8e5m2)
 MMA_INPUTS = (bf16, f16)
+MMA_FP8_INPUTS = (fp8e4m3, fp8e5m2)   # either format with either (mixed e4m3 x e5m2 too)
 
 _TO_TORCH = {
     "bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,

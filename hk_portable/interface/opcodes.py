@@ -32,7 +32,7 @@ AXES = ("row", "col")
 SCALAR_BINARY = ("add", "sub", "mul", "floordiv", "mod", "div", "min", "max")
 SCALAR_DTYPES = ("i32", "f32")
 VALUE_DTYPES = ("bf16", "f16", "f32", "fp8e4m3", "fp8e5m2", "i32")   # every element type but bool
-MMA_DTYPES = ("bf16", "f16")
+MMA_DTYPES = ("bf16", "f16", "fp8e4m3", "fp8e5m2")
 
 # ----------------------------------------------------------------------------------- kinds of value
 # The kind of a type: a scalar's dtype name, or the memory space of everything else.
@@ -290,7 +290,8 @@ OPS: tuple[OpSpec, ...] = (
            operands=(Operand("a", _t(RT, ST, dtypes=MMA_DTYPES)), Operand("b", _t(RT, ST, dtypes=MMA_DTYPES)),
                      Operand("acc", _t(RT, dtypes=("f32",)))),
            results=(_t(RT, dtypes=("f32",)),),
-           result_rule="acc's type; a and b share a dtype; op(a) is MxK, op(b) KxN, acc MxN",
+           result_rule="acc's type; a and b share a 16-bit dtype or are both fp8 (any two formats); op(a) is MxK, "
+                       "op(b) KxN, acc MxN",
            attrs=(Attr("trans_a", (bool,)), Attr("trans_b", (bool,))), effects=_effects(reads=("shared",))),
     # ---- masks
     OpSpec("causal_mask", "dst[r][c] = (row_offset + r) >= (col_offset + c)",

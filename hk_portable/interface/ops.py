@@ -430,7 +430,10 @@ def col_sum(x): return _reduce("sum", "col", x)       # noqa: E704
 
 # ------------------------------------------------------------------------------------------------ mma
 def mma(a, b, acc, *, trans_a: bool = False, trans_b: bool = False) -> Tile:
-    """acc + op(a) @ op(b) with f32 accumulation; op(x) = x or xᵀ. a, b: bf16/f16 RT or ST."""
+    """acc + op(a) @ op(b) with f32 accumulation; op(x) = x or xᵀ. a, b: RT or ST, both bf16, both f16,
+    or both fp8 (e4m3 and e5m2 mix). Products are exact and summed in f32 on every target; how a target
+    gets there for fp8 (natively, by an exact format mapping, or by exact widening) is its backend's
+    table (docs/fp8.md)."""
     ta = _tile(a, "mma a", ("rt", "st"))
     tb = _tile(b, "mma b", ("rt", "st"))
     tc = _tile(acc, "mma acc", ("rt",))
@@ -441,8 +444,10 @@ def mma(a, b, acc, *, trans_a: bool = False, trans_b: bool = False) -> Tile:
         raise TypeError(f"mma: inner dimensions differ: op(a) is {m}x{k}, op(b) is {k2}x{n}")
     if tc.shape != (m, n) or tc.dtype is not D.f32:
         raise TypeError(f"mma: accumulator must be RT[f32, {m}, {n}], got {tc.type}")
-    if ta.dtype not in D.MMA_INPUTS or tb.dtype is not ta.dtype:
-        raise TypeError(f"mma: a and b must both be bf16 or both f16, got {ta.dtype} and {tb.dtype}")
+    both_fp8 = ta.dtype in D.MMA_FP8_INPUTS and tb.dtype in D.MMA_FP8_INPUTS
+    if not both_fp8 and (ta.dtype not in D.MMA_INPUTS or tb.dtype is not ta.dtype):
+        raise TypeError(f"mma: a and b must both be bf16, both f16 or both fp8 (e4m3/e5m2), got {ta.dtype} "
+                        f"and {tb.dtype}")
     return emit1("mma", (ta, tb, tc), tc.type, {"trans_a": trans_a, "trans_b": trans_b})
 
 

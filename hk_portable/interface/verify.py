@@ -372,8 +372,9 @@ def _mma(v: _Verifier, op: Op) -> None:
     (ar, ac), (br, bc) = a.shape, b.shape
     m, k = (ac, ar) if op.attrs["trans_a"] else (ar, ac)
     k2, n = (bc, br) if op.attrs["trans_b"] else (br, bc)
-    if a.dtype != b.dtype:
-        v.fail(op, f"a and b must share a dtype, got {a.dtype} and {b.dtype}")
+    fp8 = a.dtype.name.startswith("fp8") and b.dtype.name.startswith("fp8")
+    if a.dtype != b.dtype and not fp8:
+        v.fail(op, f"a and b must share a dtype (or both be fp8), got {a.dtype} and {b.dtype}")
     if k != k2:
         v.fail(op, f"inner dimensions differ: op(a) is {m}x{k}, op(b) is {k2}x{n}")
     if acc.shape != (m, n):

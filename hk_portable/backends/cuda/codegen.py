@@ -268,14 +268,12 @@ def _check_mma(op, target: Target) -> None:
     ta, tb = op.attrs["trans_a"], op.attrs["trans_b"]
     k = a.rows if ta else a.cols
     m = a.cols if ta else a.rows
-    if a.dtype.name not in ("bf16", "f16"):
-        raise UnsupportedError(f"cuda ({target.arch}): mma takes bf16 or f16 operands, got {a.dtype} "
-                               "(fp8 mma is not supported by this backend)")
-    if k % 16 or m % 16:
-        raise UnsupportedError(f"cuda ({target.arch}): mma needs M and K to be multiples of 16 "
-                               f"(mma.sync m16n8k16), got op(a) {m}x{k} from {a}")
+    kstep = 32 if a.dtype.name.startswith("fp8") else 16      # mma.sync m16n8k32 (fp8), m16n8k16
+    if k % kstep or m % 16:
+        raise UnsupportedError(f"cuda ({target.arch}): mma needs M to be a multiple of 16 and K of {kstep} "
+                               f"(mma.sync m16n8k{kstep}), got op(a) {m}x{k} from {a}")
     for name, t in (("a", a), ("b", b)):
-        if t.space == "st" and (t.cols * 2) % 16:
+        if t.space == "st" and (t.cols * t.dtype.bits // 8) % 16:
             raise UnsupportedError(f"cuda ({target.arch}): mma operand {name} {t} needs rows of whole 16-byte "
                                    "chunks for ldmatrix (a multiple of 8 columns)")
         if t.space == "st" and t.rows % 8:

@@ -54,6 +54,7 @@
 #include "hk_cuda/elementwise.cuh"
 #include "hk_cuda/reductions.cuh"
 #include "hk_cuda/wgmma.cuh"
+#include "hk_cuda/mma_fp8.cuh"
 #include "hk_cuda/mma.cuh"
 #include "hk_cuda/masks.cuh"
 // schedules

@@ -13,6 +13,9 @@ struct fp8e5m2 { unsigned char bits; };
 
 template <class A, class B> struct same { static constexpr bool value = false; };
 template <class A> struct same<A, A> { static constexpr bool value = true; };
+template <class T> struct is_fp8 {
+    static constexpr bool value = same<T, fp8e4m3>::value || same<T, fp8e5m2>::value;
+};
 
 HK_CORE_FN u32 f2u(float x) { return hw::f2u(x); }
 HK_CORE_FN float u2f(u32 x) { return hw::u2f(x); }

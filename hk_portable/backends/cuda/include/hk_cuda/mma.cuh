@@ -1,5 +1,6 @@
 // hk_cuda/mma.cuh -- matrix multiply-accumulate: fragments from shared or register operands,
-// mma.sync m16n8k16 with f32 accumulation (wgmma on sm_90a where the operands allow: wgmma.cuh).
+// mma.sync m16n8k16 with f32 accumulation (wgmma on sm_90a where the operands allow: wgmma.cuh; fp8
+// operands: mma_fp8.cuh).
 namespace hk {
 
 // ============================================================================================= mma
@@ -80,7 +81,15 @@ HK_DEV void mma_core(rt<float, M, N>& dst, const AOp& a, const BOp& b, int K) {
     }
 }
 
-// dst = acc + op(a) op(b): f32 accumulation with mma.sync m16n8k16 (bf16 or f16 operands)
+// The core for shared (or scratch) operands: fp8 in k-steps of 32 (mma_fp8.cuh), 16-bit in steps of 16
+template <bool TA, bool TB, int M, int N, class AOp, class BOp>
+HK_DEV void mma_shared(rt<float, M, N>& dst, const AOp& a, const BOp& b, int K) {
+    typedef typename operand<AOp>::dtype T;
+    if constexpr (is_fp8<T>::value) mma_core_fp8<TA, TB>(dst, a, b, K);
+    else mma_core<TA, TB, T>(dst, a, b, K);
+}
+
+// dst = acc + op(a) op(b): f32 accumulation with mma.sync (m16n8k16 for bf16/f16, m16n8k32 for fp8)
 // MODE (schedule.py): 0 standalone; 1 staged (operands are stages a pipeline has published); 2 staged and
 // asynchronous (a wgmma is left in flight for the pipeline to retire). mma.sync ignores it.
 template <bool TA, bool TB, int MODE = 0, int M, int N, class AOp, class BOp>
@@ -88,27 +97,30 @@ HK_DEV void mma(rt<float, M, N>& dst, const AOp& a, const BOp& b, const rt<float
     typedef operand<AOp> OA;
     typedef operand<BOp> OB;
     typedef typename OA::dtype T;
-    static_assert(is16<T>::value && same<T, typename OB::dtype>::value, "mma operands are bf16 or f16, one dtype");
-    constexpr int K = TA ? OA::ROWS : OA::COLS;
-    static_assert(K % 16 == 0, "mma needs K to be a multiple of 16");
+    constexpr bool FP8 = is_fp8<T>::value;
+    static_assert(FP8 ? is_fp8<typename OB::dtype>::value : (is16<T>::value && same<T, typename OB::dtype>::value),
+                  "mma operands are bf16 or f16 of one dtype, or fp8 (any two formats)");
+    constexpr int K = TA ? OA::ROWS : OA::COLS, KSTEP = FP8 ? 32 : 16;
+    static_assert(K % KSTEP == 0, "mma needs K to be a multiple of 16 (32 for fp8)");
     static_assert((TA ? OA::COLS : OA::ROWS) == M && (TB ? OB::ROWS : OB::COLS) == N, "mma shapes");
-    constexpr bool A_SCR = OA::reg && TA, B_SCR = OB::reg;
-    constexpr int A_BYTES = A_SCR ? round128(OA::ROWS * OA::COLS * 2) : 0;
+    // fp8 register operands always go through scratch: the rt's fragment layout is a 16-bit one
+    constexpr bool A_SCR = OA::reg && (TA || FP8), B_SCR = OB::reg;
+    constexpr int A_BYTES = A_SCR ? round128(OA::ROWS * OA::COLS * (int)sizeof(T)) : 0;
     dst = acc;
     if constexpr (A_SCR || B_SCR) sync();               // earlier readers of the scratch are done
     if constexpr (A_SCR && B_SCR) {
         const auto as = to_scratch<0>(a);
         const auto bs = to_scratch<A_BYTES>(b);
         sync();
-        mma_core<TA, TB, T>(dst, as, bs, K);
+        mma_shared<TA, TB>(dst, as, bs, K);
     } else if constexpr (A_SCR) {
         const auto as = to_scratch<0>(a);
         sync();
-        mma_core<TA, TB, T>(dst, as, b, K);
+        mma_shared<TA, TB>(dst, as, b, K);
     } else if constexpr (B_SCR) {
         const auto bs = to_scratch<A_BYTES>(b);
         sync();
-        mma_core<TA, TB, T>(dst, a, bs, K);
+        mma_shared<TA, TB>(dst, a, bs, K);
     } else {
 #ifdef HK_WGMMA
         if constexpr (wgmma_fits<TA, TB, M, N, AOp, BOp>::value) {
@@ -116,7 +128,8 @@ HK_DEV void mma(rt<float, M, N>& dst, const AOp& a, const BOp& b, const rt<float
             return;
         }
 #endif
-        mma_core<TA, TB, T>(dst, a, b, K);
+        if constexpr (OA::reg) mma_core<TA, TB, T>(dst, a, b, K);   // 16-bit A in its fragment layout
+        else mma_shared<TA, TB>(dst, a, b, K);
     }
 }
 

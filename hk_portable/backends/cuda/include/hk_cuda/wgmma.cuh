@@ -43,16 +43,16 @@ template <bool TA, bool TB, int M, int N, class AOp, class BOp> struct wgmma_fit
 };
 template <bool TA, bool TB, int M, int N, class T, int AR, int AC, int BR, int BC>
 struct wgmma_fits<TA, TB, M, N, st<T, AR, AC>, st<T, BR, BC>> {
-    static constexpr bool value = NUM_WARPS % 4 == 0 && M % 64 == 0 && N % 8 == 0 && N <= 256 &&
-                                  st<T, AR, AC>::BLOCKED && st<T, BR, BC>::BLOCKED;
+    static constexpr bool value = !is_fp8<T>::value && NUM_WARPS % 4 == 0 && M % 64 == 0 && N % 8 == 0 &&
+                                  N <= 256 && st<T, AR, AC>::BLOCKED && st<T, BR, BC>::BLOCKED;
 };
 
 // Register A (not transposed): the rt's fragments are mma.sync's A layout per warp, which is what wgmma
 // takes from registers; B a shared tile in the block layout.
 template <bool TA, bool TB, int M, int N, class T, int AR, int AC, int BR, int BC>
 struct wgmma_fits<TA, TB, M, N, rt<T, AR, AC>, st<T, BR, BC>> {
-    static constexpr bool value = !TA && NUM_WARPS % 4 == 0 && M % 64 == 0 && N % 8 == 0 && N <= 256 &&
-                                  st<T, BR, BC>::BLOCKED;
+    static constexpr bool value = !TA && !is_fp8<T>::value && NUM_WARPS % 4 == 0 && M % 64 == 0 &&
+                                  N % 8 == 0 && N <= 256 && st<T, BR, BC>::BLOCKED;
 };
 
 // One k-step of slot k: A from a descriptor (shared) or from the rt's fragments (registers; TA is false

@@ -75,10 +75,12 @@ HK_DEV void async_wait_all() { __builtin_amdgcn_s_waitcnt(0); }
 // ============================================================================================== MFMA
 namespace detail {
 typedef unsigned u32x2 __attribute__((ext_vector_type(2)));
-template<int KV> struct frag { unsigned short v[KV]; };
-template<int KV> struct frag_vec;
-template<> struct frag_vec<4> { using type = u32x2; };
-template<> struct frag_vec<8> { using type = u32x4; };
+// A lane's KV elements of an MFMA operand, as raw bits (E: unsigned short for bf16/f16, unsigned char for fp8)
+template<int KV, class E = unsigned short> struct frag { E v[KV]; };
+template<class T> using raw_bits_t = decltype(T::bits);
+template<int BYTES> struct vec_bytes;                  // the vector one LDS read of a whole fragment takes
+template<> struct vec_bytes<8> { using type = u32x2; };
+template<> struct vec_bytes<16> { using type = u32x4; };
 
 template<class T> HK_DEV unsigned short bits16(T x) { return x.bits; }
 
@@ -106,6 +108,69 @@ template<> struct mfma_t<f16, 8> {             // v_mfma_f32_16x16x32_f16 (gfx95
   HK_DEV static f32x4 run(const frag<8>& a, const frag<8>& b, f32x4 c) {
     return __builtin_amdgcn_mfma_f32_16x16x32_f16(__builtin_bit_cast(f16x8, a), __builtin_bit_cast(f16x8, b), c, 0,
                                                   0, 0);
+  }
+};
+#endif
+
+// fp8 (OCP e4m3 / e5m2, any pair), 16x16x32: lane l holds k = 8 * (l / 16) + s, s < 8, like the 16-bit
+// KV = 8 fragments. How each arch takes OCP codes (docs/fp8.md):
+// - gfx950 reads OCP natively (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8}).
+// - gfx942 reads the FNUZ formats. An OCP e4m3 code read as FNUZ e4m3 is the same value halved, except the
+//   special codes: -0 (0x80) becomes 0x00 and NaN (0x7F, 0xFF) becomes FNUZ's NaN 0x80 (fnuz_of_e4m3).
+//   e4m3 x e4m3 therefore runs natively with the accumulator quartered around the whole mma (exact: powers of
+//   two). OCP e5m2 has infinities that FNUZ cannot encode, so any e5m2 operand is widened to f16 instead
+//   (exact: e5m2 is f16's top byte) for two 16x16x16 f16 steps over the lane's k halves (the same k split
+//   for A and B, so the sum is unchanged).
+typedef frag<8, unsigned char> frag8;
+template<class TA_, class TB_> struct mfma8;
+#if HK_GFX950
+#define HK_MFMA8(TA_, TB_, NAME)                                                                          \
+  template<> struct mfma8<TA_, TB_> {                                                                     \
+    static constexpr float PRE = 1.0f, POST = 1.0f;                                                       \
+    HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {                                    \
+      return NAME(__builtin_bit_cast(long, a), __builtin_bit_cast(long, b), c, 0, 0, 0);                  \
+    }                                                                                                     \
+  };
+HK_MFMA8(fp8e4m3, fp8e4m3, __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8)
+HK_MFMA8(fp8e4m3, fp8e5m2, __builtin_amdgcn_mfma_f32_16x16x32_fp8_bf8)
+HK_MFMA8(fp8e5m2, fp8e4m3, __builtin_amdgcn_mfma_f32_16x16x32_bf8_fp8)
+HK_MFMA8(fp8e5m2, fp8e5m2, __builtin_amdgcn_mfma_f32_16x16x32_bf8_bf8)
+#undef HK_MFMA8
+#else
+// eight OCP e4m3 codes -> the FNUZ codes of half their values (SWAR over the 64-bit fragment)
+HK_DEV unsigned long long fnuz_of_e4m3(unsigned long long x) {
+  constexpr unsigned long long LO7 = 0x7F7F7F7F7F7F7F7FULL, ONES = 0x0101010101010101ULL, HI = 0x8080808080808080ULL;
+  const unsigned long long m = x & LO7;
+  const unsigned long long nan = (m + ONES) & HI;          // magnitude 0x7F
+  const unsigned long long zero = ~(m + LO7) & HI;         // magnitude 0 (+0 and -0)
+  const unsigned long long clear = ((nan | zero) >> 7) * 0xFF;
+  return (x & ~clear) | nan;
+}
+template<> struct mfma8<fp8e4m3, fp8e4m3> {
+  static constexpr float PRE = 0.25f, POST = 4.0f;         // (a/2)(b/2) = ab/4
+  HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {
+    return __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8((long)fnuz_of_e4m3(__builtin_bit_cast(unsigned long long, a)),
+                                                      (long)fnuz_of_e4m3(__builtin_bit_cast(unsigned long long, b)),
+                                                      c, 0, 0, 0);
+  }
+};
+// f16 bits of four fp8 codes of a fragment (half h)
+template<class T> HK_DEV frag<4> widen_f16(const frag8& x, int h) {
+  frag<4> r;
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    T e;
+    e.bits = x.v[4 * h + s];
+    if constexpr (same<T, fp8e5m2>::value) r.v[s] = (unsigned short)(e.bits << 8);   // f16's top byte
+    else r.v[s] = from_float<f16>(to_float(e)).bits;
+  }
+  return r;
+}
+template<class TA_, class TB_> struct mfma8 {
+  static constexpr float PRE = 1.0f, POST = 1.0f;
+  HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {
+    c = mfma_t<f16, 4>::run(widen_f16<TA_>(a, 0), widen_f16<TB_>(b, 0), c);
+    return mfma_t<f16, 4>::run(widen_f16<TA_>(a, 1), widen_f16<TB_>(b, 1), c);
   }
 };
 #endif

@@ -1,5 +1,5 @@
 // hk_hip/mma.h -- matrix multiply-accumulate: operand fragments from LDS or registers, MFMA
-// 16x16x16 (16x16x32 on gfx950) with f32 accumulation.
+// 16x16x16 (16x16x32 on gfx950; 16x16x32 fp8 on both) with f32 accumulation.
 namespace hk {
 
 namespace detail {
@@ -10,23 +10,26 @@ namespace detail {
 // never mixes in stale LDS.
 template<bool KC, int KV, class S> struct st_src {
   using T = typename S::dtype;
+  using E = raw_bits_t<T>;
+  using F = frag<KV, E>;
+  static constexpr int FRAG_BYTES = KV * (int)sizeof(E);
   S s;
   static constexpr int MM = KC ? S::rows : S::cols, KK = KC ? S::cols : S::rows;
-  HK_DEV frag<KV> get(int m0, int kbase) const {
+  HK_DEV F get(int m0, int kbase) const {
     const int m = m0 + col_in_blk(), k0 = kbase + KV * (lane() >> 4);
-    frag<KV> f;
-    if constexpr (KC != S::COL && S::ROWB % (2 * KV) == 0) {
+    F f;
+    if constexpr (KC != S::COL && S::ROWB % FRAG_BYTES == 0) {
       if ((MM % 16 == 0 && KK % (4 * KV) == 0) || (m < MM && k0 + KV <= KK)) {
-        using V = typename frag_vec<KV>::type;
+        using V = typename vec_bytes<FRAG_BYTES>::type;
         const unsigned char* at = s.p + (KC ? S::offset(m, k0) : S::offset(k0, m));
-        return __builtin_bit_cast(frag<KV>, HK_LDS_LOAD(V, at));
+        return __builtin_bit_cast(F, HK_LDS_LOAD(V, at));
       }
     }
 #pragma unroll
     for (int e = 0; e < KV; ++e) {
       const int k = k0 + e;
       const bool in = (MM % 16 == 0 || m < MM) && (KK % (4 * KV) == 0 || k < KK);
-      f.v[e] = in ? bits16(KC ? s.get(m, k) : s.get(k, m)) : (unsigned short)0;
+      f.v[e] = in ? (KC ? s.get(m, k) : s.get(k, m)).bits : (E)0;
     }
     return f;
   }
@@ -80,22 +83,22 @@ template<class T, int R, int C> HK_DEV st<T, R, C> stage_rt(const rt<T, R, C>& x
 }
 constexpr int align16(int n) { return (n + 15) / 16 * 16; }
 
-template<class T, int KV, int M, int N, class ASrc, class BSrc>
+template<class Op, int M, int N, class ASrc, class BSrc>
 HK_DEV void mma_core(rt<float, M, N>& d, const ASrc& a, const BSrc& b, int K) {
   using D = rt<float, M, N>;
-  constexpr int KS = 4 * KV;
+  constexpr int KS = 4 * Op::KV;
   for (int kbase = 0; kbase < K; kbase += KS) {
-    frag<KV> bf[D::CB];
+    decltype(b.get(0, 0)) bf[D::CB];
 #pragma unroll
     for (int cb = 0; cb < D::CB; ++cb) bf[cb] = b.get(16 * cb, kbase);
 #pragma unroll
     for (int s = 0; s < D::RBW; ++s) {
-      const frag<KV> af = a.get_slot(s, kbase);
+      const auto af = a.get_slot(s, kbase);
 #pragma unroll
       for (int cb = 0; cb < D::CB; ++cb) {
         float* acc = &d.data[(s * D::CB + cb) * 4];
         f32x4 c = {acc[0], acc[1], acc[2], acc[3]};
-        c = mfma_t<T, KV>::run(af, bf[cb], c);
+        c = Op::run(af, bf[cb], c);
         acc[0] = c[0]; acc[1] = c[1]; acc[2] = c[2]; acc[3] = c[3];
       }
     }
@@ -109,22 +112,46 @@ template<class Src, int RB> struct a_rows {
 };
 
 template<class T, int K> constexpr int kv_for() { return (HK_GFX950 && K % 32 == 0) ? 8 : 4; }
+
+// The MFMA an operand pair takes: KV elements per lane, run(a, b, c), and the accumulator's scale around
+// the whole mma (PRE before, POST after: gfx942's halved fp8 codes, instructions.h)
+template<class TA_, class TB_, int K, bool FP8 = is_fp8<TA_>::value> struct mfma_for {
+  static constexpr int KV = kv_for<TA_, K>();
+  static constexpr float PRE = 1.0f, POST = 1.0f;
+  HK_DEV static f32x4 run(const frag<KV>& a, const frag<KV>& b, f32x4 c) { return mfma_t<TA_, KV>::run(a, b, c); }
+};
+template<class TA_, class TB_, int K> struct mfma_for<TA_, TB_, K, true> : mfma8<TA_, TB_> {
+  static constexpr int KV = 8;
+};
+template<class TA_, class TB_> constexpr bool mma_pair_ok() {
+  return is_fp8<TA_>::value ? is_fp8<TB_>::value
+                            : same<TA_, TB_>::value && (same<TA_, bf16>::value || same<TA_, f16>::value);
+}
+template<class Op, class D> HK_DEV void scale_acc(D& d, float f) {
+  if constexpr (Op::PRE != 1.0f) {
+#pragma unroll
+    for (int i = 0; i < D::NE; ++i) d.data[i] *= f;
+  }
+}
 }  // namespace detail
 
 // dst = acc + op(a) @ op(b) in f32; a, b: st or rt of bf16/f16 (op = transpose when TA / TB)
 template<bool TA, bool TB, class A, class B, int M, int N>
 HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M, N>& acc) {
   using T = typename A::dtype;
-  static_assert(same<T, typename B::dtype>::value, "mma: a and b must have one dtype");
-  static_assert(same<T, bf16>::value || same<T, f16>::value, "mma: operands are bf16 or f16");
+  static_assert(detail::mma_pair_ok<T, typename B::dtype>(),
+                "mma: operands are bf16 or f16 of one dtype, or fp8 (any two formats)");
   constexpr int K = TA ? A::rows : A::cols;
-  constexpr int KV = detail::kv_for<T, K>();
+  using Op = detail::mfma_for<T, typename B::dtype, K>;
+  constexpr int KV = Op::KV;
   constexpr int RB = rt<float, M, N>::RB;
   constexpr bool A_RT = !is_st<A>::value;
   constexpr bool B_RT = !is_st<B>::value;
-  constexpr bool A_STAGE = A_RT && TA, B_STAGE = B_RT;
+  // fp8 register operands always go through LDS (rt_a_src gathers 16-bit pairs)
+  constexpr bool A_STAGE = A_RT && (TA || is_fp8<T>::value), B_STAGE = B_RT;
   constexpr int A_BYTES = A_STAGE ? detail::align16(A::rows * A::cols * (int)sizeof(T)) : 0;
   dst = acc;
+  detail::scale_acc<Op>(dst, Op::PRE);
   if constexpr (A_STAGE || B_STAGE) {
     static_assert(A_BYTES + (B_STAGE ? B::rows * B::cols * (int)sizeof(T) : 0) <= HK_SCRATCH_BYTES,
                   "HK_SCRATCH_BYTES too small for the mma operands");
@@ -141,13 +168,14 @@ HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M,
   }();
   if constexpr (A_STAGE || B_STAGE) sync();   // staged operands visible to every wave
   const detail::st_src<TB, KV, typename bare<decltype(b_st)>::type> bsrc{b_st};
-  if constexpr (A_RT && !TA) {
+  if constexpr (A_RT && !A_STAGE) {
     const detail::rt_a_src<KV, T, A::rows, A::cols> asrc{a};
-    detail::mma_core<T, KV>(dst, asrc, bsrc, K);
+    detail::mma_core<Op>(dst, asrc, bsrc, K);
   } else {
     const detail::a_rows<detail::st_src<!TA, KV, typename bare<decltype(a_st)>::type>, RB> asrc{{a_st}};
-    detail::mma_core<T, KV>(dst, asrc, bsrc, K);
+    detail::mma_core<Op>(dst, asrc, bsrc, K);
   }
+  detail::scale_acc<Op>(dst, Op::POST);
   if constexpr (A_STAGE || B_STAGE) sync();   // the scratch is free again
 }
 
@@ -158,29 +186,33 @@ HK_DEV void mma(rt<float, M, N, grid<WM, WN>>& dst, const A& a, const B& b, cons
   using D = rt<float, M, N, grid<WM, WN>>;
   using T = typename A::dtype;
   static_assert(is_st<A>::value && is_st<B>::value, "a wave-grid mma reads both operands from LDS (layouts.py)");
-  static_assert(same<T, typename B::dtype>::value && (same<T, bf16>::value || same<T, f16>::value),
-                "mma: a and b are bf16 or f16 of one dtype");
-  constexpr int K = TA ? A::rows : A::cols, KV = detail::kv_for<T, K>(), KS = 4 * KV;
+  static_assert(detail::mma_pair_ok<T, typename B::dtype>(),
+                "mma: operands are bf16 or f16 of one dtype, or fp8 (any two formats)");
+  constexpr int K = TA ? A::rows : A::cols;
+  using Op = detail::mfma_for<T, typename B::dtype, K>;
+  constexpr int KV = Op::KV, KS = 4 * KV;
   const detail::st_src<!TA, KV, A> asrc{a};
   const detail::st_src<TB, KV, B> bsrc{b};
   const int r0 = D::row0(), c0 = D::col0();
   dst = acc;
+  detail::scale_acc<Op>(dst, Op::PRE);
   for (int kbase = 0; kbase < K; kbase += KS) {
-    detail::frag<KV> bf[D::CBW];
+    decltype(bsrc.get(0, 0)) bf[D::CBW];
 #pragma unroll
     for (int j = 0; j < D::CBW; ++j) bf[j] = bsrc.get(c0 + 16 * j, kbase);
 #pragma unroll
     for (int i = 0; i < D::RBW; ++i) {
-      const detail::frag<KV> af = asrc.get(r0 + 16 * i, kbase);
+      const auto af = asrc.get(r0 + 16 * i, kbase);
 #pragma unroll
       for (int j = 0; j < D::CBW; ++j) {
         float* d = &dst.data[(i * D::CBW + j) * 4];
         f32x4 c = {d[0], d[1], d[2], d[3]};
-        c = detail::mfma_t<T, KV>::run(af, bf[j], c);
+        c = Op::run(af, bf[j], c);
         d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
       }
     }
   }
+  detail::scale_acc<Op>(dst, Op::POST);
 }
 
 }  // namespace hk
