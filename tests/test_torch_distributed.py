@@ -14,17 +14,12 @@ import torch.multiprocessing as mp
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from hk_torch_models import VOCAB, tokens, twins
+from hk_torch_models import loss as _loss, tokens, twins
 
 WORLD = 2
 TIMEOUT_S = 240
 LR = 0.5                # plain SGD: the update is -LR * grad, so it compares as the gradients do (Adam's first
                         # step is LR * sign(grad), which bf16 rounding flips where a gradient is near zero)
-
-
-def _loss(model, batch):
-    logits = model(batch[:, :-1])
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
 
 
 def _batch(rank=None):
