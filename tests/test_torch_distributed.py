@@ -65,7 +65,7 @@ def _fsdp_rank(rank, store_file, out_dir):
         out = {"local": {n: tuple(p.to_local().shape) for n, p in model.named_parameters()},
                "grads": {n: p.grad.full_tensor() for n, p in model.named_parameters()}}
         opt.step()
-        out["params"] = {n: p.full_tensor() for n, p in model.named_parameters()}
+        out["params"] = {n: p.detach().full_tensor() for n, p in model.named_parameters()}
         torch.save(out, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
