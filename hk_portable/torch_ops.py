@@ -1,6 +1,6 @@
 """hk kernels as torch custom ops (namespace `hk`), visible to torch.compile, autograd and torch.distributed.
 
-    torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c
+    torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c  (a [..., K], b [K, N])
     torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
     torch.ops.hk.rotary(x, cos, sin, layout, offset, heads_first, inverse)   -> y
     torch.ops.hk.dropout_residual_layernorm(x, residual, weight, bias, p, seed, offset, eps) -> (y, h)
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .interface.errors import ArgumentError
 from .kernels import attention as _attention
 from .kernels import attention_bwd as _attention_bwd
 from .kernels import gemm as _gemm
@@ -34,16 +35,36 @@ from .kernels import layernorm_bwd as _layernorm_bwd
 from .kernels import rotary as _rotary
 
 # ------------------------------------------------------------------------------------------------ gemm
+def _rows(a: torch.Tensor) -> torch.Tensor:
+    """a [..., K] as the kernel's [M, K] (a view where the strides allow; reshape copies otherwise)."""
+    if a.dim() < 1:
+        raise ArgumentError("hk::gemm: 'a' must have 1 or more dims ([..., K]), got a 0-dim tensor")
+    return a.reshape(-1, a.shape[-1])
+
+
+def _gemm_out_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
+    if b.dim() != 2:
+        raise ArgumentError(f"hk::gemm: 'b' must be 2-D ([K, N]), got shape {tuple(b.shape)}")
+    return (*a.shape[:-1], b.shape[1])
+
+
 @torch.library.custom_op("hk::gemm", mutates_args=())
 def gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
          backend: str | None = None) -> torch.Tensor:
-    """a @ b with f32 accumulation; a [M, K], b [K, N] (bf16 or f16, any strides); out in out_dtype or a's."""
-    return _gemm.gemm(a, b, out_dtype=out_dtype, backend=backend)
+    """a @ b with f32 accumulation; a [..., K] (as matmul: [K] gives [N]), b [K, N] (bf16 or f16, any
+    strides); out [..., N] in out_dtype or a's. The op takes the leading dims itself, so that linear layers
+    return a fresh tensor as torch's do, not a view of one (FSDP2 warns on a module output that is a view:
+    an in-place op on it would bypass the hook that gathers the parameters for the backward)."""
+    rows = _rows(a)
+    out = torch.empty(_gemm_out_shape(a, b), device=a.device, dtype=out_dtype or a.dtype)
+    _gemm.gemm(rows, b, out=out.view(rows.shape[0], b.shape[1]), backend=backend)
+    return out
 
 
 @gemm.register_fake
 def _(a, b, out_dtype=None, backend=None):
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
+    _rows(a)
+    return a.new_empty(_gemm_out_shape(a, b), dtype=out_dtype or a.dtype)
 
 
 def _gemm_setup(ctx, inputs, output):
@@ -58,8 +79,8 @@ def _gemm_backward(ctx, grad_c):
     grad_a = grad_b = None
     if ctx.needs_input_grad[0]:     # dA = dC @ Bᵀ: Bᵀ as a strided view, which the kernel's loads take
         grad_a = torch.ops.hk.gemm(g, b.t(), a.dtype, ctx.backend)
-    if ctx.needs_input_grad[1]:     # dB = Aᵀ @ dC
-        grad_b = torch.ops.hk.gemm(a.t(), g, b.dtype, ctx.backend)
+    if ctx.needs_input_grad[1]:     # dB = Aᵀ @ dC over all leading dims (rows)
+        grad_b = torch.ops.hk.gemm(_rows(a).t(), _rows(g), b.dtype, ctx.backend)
     return grad_a, grad_b, None, None
 
 

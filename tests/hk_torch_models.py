@@ -1,5 +1,7 @@
-"""A tiny transformer built twice: on hk modules, and on plain torch with the same parameter names, so that
-one state dict loads into both (for the torch-integration tests)."""
+"""Shared by the torch-integration tests (CPU and GPU): a tiny transformer built twice, on hk modules and on
+plain torch with the same parameter names (one state dict loads into both), its loss, training step and
+20-step loss curve with the curves' tolerance, and a random transformers Llama pair (hk and SDPA
+attention) with its inputs. Everything takes a device, so a GPU test runs the code a CPU test runs."""
 from __future__ import annotations
 
 import math
@@ -85,6 +87,104 @@ def twins(layers: int = 1, dtype=torch.bfloat16, seed: int = 0):
     return hk_model, torch_model
 
 
-def tokens(batch=2, n=16, seed=1):
+def tokens(batch=2, n=16, seed=1, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, VOCAB, (batch, n + 1), generator=g)
+    return torch.randint(0, VOCAB, (batch, n + 1), generator=g).to(device)
+
+
+def loss(model, batch):
+    """Next-token cross-entropy (in f32) of batch [B, n + 1]."""
+    logits = model(batch[:, :-1])
+    return nn.functional.cross_entropy(logits.float().reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
+
+
+def training_step(model, opt, batch):
+    """Forward, backward and the optimizer step; returns the loss as a tensor (no host sync, so that a CUDA
+    graph can capture the step). Gradients accumulate: set them to None before, as the caller chooses."""
+    value = loss(model, batch)
+    value.backward()
+    opt.step()
+    return value.detach()
+
+
+def train(model, steps=20, device="cpu"):
+    """`steps` AdamW steps on one batch (it learns fast: the curve is steep); the losses, float64."""
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batch = tokens(batch=4, n=16, seed=2, device=device)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        losses.append(training_step(model, opt, batch).item())
+    return torch.tensor(losses, dtype=torch.float64)
+
+
+def assert_follows_curve(ours, theirs):
+    """bf16 weights on both sides: the curves may differ by bf16 rounding (the GEMM bound's 1 ulp, 2^-7 and
+    the softmax's), accumulated over 20 steps; measured 0.3 % at most on the reference backend."""
+    assert theirs[-1] < theirs[0] / 10                     # it learns (the comparison means something)
+    assert ((ours - theirs).abs() <= 2 ** -6 * theirs + 2 ** -10).all(), (ours, theirs)
+
+
+# ------------------------------------------------------------------------ transformers Llama (GQA, random)
+LLAMA_VOCAB = 96
+LLAMA_LOGITS_TOL = 2 ** -5          # max |hk - sdpa| / max |sdpa| of bf16 logits
+
+
+def llama(attn_implementation, device="cpu"):
+    """A randomly initialised 2-layer GQA Llama in bf16 (no weights downloaded), in eval mode."""
+    import transformers
+    config = transformers.LlamaConfig(vocab_size=LLAMA_VOCAB, hidden_size=128, intermediate_size=192,
+                                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                      head_dim=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(device, torch.bfloat16)
+    model.config._attn_implementation = attn_implementation
+    return model.eval()
+
+
+def llama_pair(device="cpu"):
+    """(hk model, SDPA model) with the same weights; registers hk's attention implementation."""
+    from hk_portable.nn.huggingface import register
+    register()
+    hk_model, sdpa_model = llama("hk", device), llama("sdpa", device)
+    sdpa_model.load_state_dict(hk_model.state_dict())
+    return hk_model, sdpa_model
+
+
+def llama_ids(device="cpu"):
+    """[2, 12] token ids with no pad, bos or eos id among them."""
+    return torch.randint(3, LLAMA_VOCAB, (2, 12), generator=torch.Generator().manual_seed(1)).to(device)
+
+
+def llama_logits_error(hk_model, sdpa_model, ids):
+    with torch.no_grad():
+        ours, theirs = hk_model(ids).logits.float(), sdpa_model(ids).logits.float()
+    return float((ours - theirs).abs().max() / theirs.abs().max())
+
+
+def spy_hk_attention(monkeypatch):
+    """A list that collects (query length, key length) of every hk attention call transformers makes."""
+    from hk_portable.nn import huggingface
+    shapes, attention = [], huggingface.F.attention
+    monkeypatch.setattr(huggingface.F, "attention",
+                        lambda q, k, v, **kw: shapes.append((q.shape[2], k.shape[2])) or attention(q, k, v, **kw))
+    return shapes
+
+
+def llama_greedy(model, ids, new_tokens=6):
+    with torch.no_grad():
+        return model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+
+
+def llama_train(model, ids, steps=4):
+    """`steps` AdamW steps through autograd (hk attention's backward included); the losses."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(steps):
+        value = model(ids, labels=ids).loss
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+        losses.append(value.item())
+    return losses

@@ -1,7 +1,12 @@
 """The torch integration on a real GPU (cuda backend): every hk:: op passes torch.library.opcheck on CUDA
-tensors, autograd through the hk backward kernels matches float64, a compiled block matches eager, and a
-CUDA graph of a training step replays correctly. Skips with the reason on a machine without a GPU."""
+tensors, autograd through the hk backward kernels matches float64, a compiled block matches eager, CUDA
+graphs of a small step and of a whole training step of the two-layer model replay correctly, the two-layer
+model's 20-step loss curve follows the pure torch one, and a random transformers Llama with hk attention
+gives SDPA's logits and greedy generation and trains. The model code is tests/hk_torch_models.py, which the
+CPU tests run on the reference backend. Skips with the reason on a machine without a GPU."""
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -9,6 +14,8 @@ import torch
 import hk_portable as hk
 from hk_portable import torch_ops  # noqa: F401 - registers the hk:: ops
 from hk_portable.kernels import attention_bwd, rotary
+from hk_torch_models import (LLAMA_LOGITS_TOL, assert_follows_curve, llama_greedy, llama_ids, llama_logits_error,
+                             llama_pair, llama_train, spy_hk_attention, tokens, train, training_step, twins)
 
 pytestmark = pytest.mark.gpu
 bf16 = torch.bfloat16
@@ -100,3 +107,91 @@ def test_compiled_block_matches_eager_on_cuda():
     eager = block(x)
     compiled = torch.compile(block, fullgraph=True, backend="aot_eager")(x)
     assert torch.equal(eager, compiled)
+
+
+# ------------------------------------------------------------ the two-layer model of tests/hk_torch_models.py
+def test_two_layer_training_follows_the_torch_loss_curve_on_cuda():
+    """The CPU test's 20 steps and tolerance (test_torch_compile.py), hk's cuda kernels against torch's."""
+    hk_model, torch_model = (m.to("cuda") for m in twins(2))
+    assert_follows_curve(train(hk_model, device="cuda"), train(torch_model, device="cuda"))
+
+
+LR = 1e-2               # AdamW moves a bf16 weight of 0.05 by ~40 ulps a step: a step left out of the graph shows
+
+
+def _warm_up(model, opt, batch, steps=3):
+    """Eager steps on a side stream before the capture (torch's recipe for graphs of whole steps): the kernels
+    compile and get their configurations, and AdamW allocates its state, outside the capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            training_step(model, opt, batch)
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def _eager_twin(model, opt):
+    """A copy of the model and of its optimizer state, stepped eagerly beside the graph."""
+    twin = copy.deepcopy(model)
+    twin_opt = torch.optim.AdamW(twin.parameters(), lr=LR, capturable=True)
+    twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))   # a copy: load_state_dict may keep the tensors
+    return twin, twin_opt
+
+
+def _capture(model, opt, batch):
+    opt.zero_grad(set_to_none=True)          # the captured backward allocates the gradients in the graph's pool
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = training_step(model, opt, batch)
+    return graph, loss
+
+
+def test_cuda_graph_of_a_whole_training_step_replays_the_eager_step():
+    """Embedding, RMS norms, rotary, GQA attention, gemms: forward, backward and AdamW(capturable=True) in one
+    graph. Each replay on a new batch equals the same step run eagerly on a twin with the same parameters
+    and optimizer state: the same loss, the same parameters after two steps."""
+    model = twins(2)[0].to("cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, capturable=True)
+    static = tokens(batch=4, n=16, device="cuda")
+    _warm_up(model, opt, static)
+    twin, twin_opt = _eager_twin(model, opt)
+    start = [p.detach().clone() for p in model.parameters()]
+    graph, static_loss = _capture(model, opt, static)
+    replayed = []
+    for seed in (5, 6):
+        batch = tokens(batch=4, n=16, seed=seed, device="cuda")
+        static.copy_(batch)
+        graph.replay()
+        twin_opt.zero_grad(set_to_none=True)
+        eager = training_step(twin, twin_opt, batch).item()
+        replayed.append(static_loss.item())
+        assert abs(replayed[-1] - eager) <= 1e-3 * eager, (replayed[-1], eager)
+    assert replayed[0] != replayed[1]                          # each replay read its batch
+    for (name, p), p0, q in zip(model.named_parameters(), start, twin.parameters()):
+        assert not torch.equal(p, p0), f"{name}: the replays did not step it"
+        # one bf16 ulp: attention's dQ is summed with atomic adds, in an order that may differ between runs
+        torch.testing.assert_close(p, q, rtol=2 ** -7, atol=1e-5, msg=name)
+
+
+# ------------------------------------------------------------------- transformers Llama (GQA, random weights)
+@pytest.fixture
+def transformers():
+    return pytest.importorskip("transformers")
+
+
+def test_llama_with_hk_attention_on_cuda_gives_sdpa_logits_and_generation(transformers, monkeypatch):
+    """The CPU test's model and tolerance (test_torch_transformers.py): prefill and KV-cache decode on hk."""
+    hk_model, sdpa_model = llama_pair("cuda")
+    ids = llama_ids("cuda")
+    shapes = spy_hk_attention(monkeypatch)
+    assert llama_logits_error(hk_model, sdpa_model, ids) < LLAMA_LOGITS_TOL
+    ours, theirs = llama_greedy(hk_model, ids), llama_greedy(sdpa_model, ids)
+    assert torch.equal(ours, theirs), (ours, theirs)
+    assert (12, 12) in shapes and (1, 17) in shapes          # prefill, and the last decode step on the cache
+
+
+def test_llama_with_hk_attention_trains_on_cuda(transformers):
+    hk_model, _ = llama_pair("cuda")
+    losses = llama_train(hk_model, llama_ids("cuda"))
+    assert losses[-1] < losses[0], losses

@@ -24,7 +24,9 @@ def test_linear_matches_torch_on_3d_inputs():
     x = torch.randn(3, 7, 96).to(bf16)
     y = ours(x)
     assert y.shape == (3, 7, 80) and y.dtype == bf16
+    assert y._base is None                          # a fresh tensor as torch's (FSDP2 warns on a view output)
     _close(y, theirs(x), 2 ** -7)
+    _close(ours(x[0, 0]), theirs(x[0, 0]), 2 ** -7)  # a 1-D input, as torch.nn.functional.linear takes
 
 
 @pytest.mark.parametrize("shape", [(64,), (4, 32)])

@@ -27,6 +27,7 @@ def _opcheck_cases():
         "gemm": (torch.ops.hk.gemm.default, (_leaf(20, 64, dtype=bf16), _leaf(64, 24, dtype=bf16))),
         "gemm_f32_out_strided": (torch.ops.hk.gemm.default,
                                  (_leaf(64, 20, dtype=bf16).t(), _leaf(24, 64, dtype=bf16).t(), torch.float32)),
+        "gemm_leading_dims": (torch.ops.hk.gemm.default, (_leaf(2, 5, 64, dtype=bf16), _leaf(64, 24, dtype=bf16))),
         "attention_causal_gqa": (torch.ops.hk.attention.default, (q, k, v, True)),
         "attention_window": (torch.ops.hk.attention.default, (q, k, v, False, [3, -1])),
         "rotary_gptj_offset": (torch.ops.hk.rotary.default, (_leaf(2, 20, 3, 64), cos, sin, "gptj", 2)),
@@ -76,6 +77,29 @@ def test_gemm_backward_takes_an_expanded_gradient():
     ones = torch.ones(20, 24, dtype=torch.float64)
     assert _rel_err(a.grad, ones @ b.detach().double().T) < 2 ** -7
     assert _rel_err(b.grad, a.detach().double().T @ ones) < 2 ** -7
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 96), (96,), (4, 1, 5, 96)])
+def test_gemm_takes_leading_dims_and_returns_a_fresh_tensor(shape):
+    """a [..., K] as matmul: the result is [..., N], not a view (FSDP2 warns on modules that return views);
+    the gradient of b sums over every leading row."""
+    torch.manual_seed(5)
+    a, b = _leaf(*shape, dtype=bf16), _leaf(96, 40, dtype=bf16)
+    w = torch.randn(*shape[:-1], 40).to(bf16)
+    c = torch.ops.hk.gemm(a, b, torch.float32)
+    assert c.shape == (*shape[:-1], 40) and c._base is None
+    (c * w.float()).sum().backward()
+    ad, bd, wd = a.detach().double(), b.detach().double(), w.double()
+    assert _rel_err(c.detach(), ad @ bd) < 2 ** -7
+    assert _rel_err(a.grad, wd @ bd.T) < 2 ** -7 and a.grad.shape == a.shape
+    assert _rel_err(b.grad, ad.reshape(-1, 96).T @ wd.reshape(-1, 40)) < 2 ** -7
+
+
+def test_gemm_names_the_argument_of_a_bad_rank():
+    with pytest.raises(hk.ArgumentError, match="'a' must have 1 or more dims"):
+        torch.ops.hk.gemm(torch.tensor(1.0, dtype=bf16), torch.ones(1, 4, dtype=bf16))
+    with pytest.raises(hk.ArgumentError, match=r"'b' must be 2-D \(\[K, N\]\), got shape \(4,\)"):
+        torch.ops.hk.gemm(torch.ones(3, 4, dtype=bf16), torch.ones(4, dtype=bf16))
 
 
 @pytest.mark.parametrize("layout", ["neox", "gptj"])

@@ -1,7 +1,7 @@
 """Functional forms of the hk ops, with torch.nn.functional's argument conventions where one exists.
 
-Inputs of any rank are flattened here to the kernels' forms (rows x features for linear and the norms),
-and the result is given back in the input's shape."""
+Inputs of any rank are flattened here to the kernels' forms (rows x features for the norms; hk::gemm takes
+linear's leading dims itself), and the result is given back in the input's shape."""
 from __future__ import annotations
 
 import torch
@@ -14,11 +14,10 @@ __all__ = ["linear", "attention", "rotary", "layer_norm", "rms_norm", "dropout_r
 
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """input @ weight.T (+ bias), as torch.nn.functional.linear; weight [out, in], bf16 or f16."""
-    rows = input.reshape(-1, input.shape[-1])
-    out = torch.ops.hk.gemm(rows, weight.t())        # weight.T as a strided view: the kernel takes strides
-    if bias is not None:
-        out = out + bias
-    return out.reshape(*input.shape[:-1], weight.shape[0])
+    # weight.T as a strided view (the kernel takes strides); the op takes input's leading dims itself and
+    # returns a fresh tensor, not a view (as torch's linear does: FSDP2 warns on a view)
+    out = torch.ops.hk.gemm(input, weight.t())
+    return out if bias is None else out + bias
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, window=None,
