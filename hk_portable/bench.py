@@ -16,6 +16,7 @@ same harness runs at small sizes (events replaced by the host clock) so that its
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import platform
@@ -186,6 +187,106 @@ def attention_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> C
                 "TFLOP/s", make, dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, causal=causal), (Hq, Hkv, D, causal))
 
 
+def gemm_fp8_case(M: int, N: int, K: int) -> Case:
+    """e4m3 x e4m3 with per-tensor scales to bf16, B column-major (torch._scaled_mm's layout)."""
+    def make(device):
+        from .kernels.gemm_fp8 import gemm_fp8, reference
+        n = n_sets_for(M * K + K * N, device)
+        e4m3 = torch.float8_e4m3fn
+        sets = [(_randn((M, K), device, torch.float32).to(e4m3), _randn((N, K), device, torch.float32).to(e4m3).t())
+                for _ in range(n)]
+        sa, sb = torch.tensor([0.5], device=device), torch.tensor([0.25], device=device)
+        outs = [torch.empty(M, N, device=device, dtype=torch.bfloat16) for _ in range(n)]
+
+        def check():
+            a, b = sets[0]
+            return rel_error(gemm_fp8(a, b, sa, sb, outs[0]), reference(a, b, sa, sb))
+        if device == "cuda":
+            baselines = {"torch._scaled_mm": lambda i: torch._scaled_mm(*sets[i], scale_a=sa, scale_b=sb,
+                                                                         out_dtype=torch.bfloat16)}
+        else:               # no fp8 matmul in torch on the CPU: the dequantised f32 product
+            baselines = {"f32 matmul of the dequantised operands": lambda i: sets[i][0].float() @ sets[i][1].float()}
+        return Bound(lambda i: gemm_fp8(*sets[i], sa, sb, outs[i]), baselines, check, n)
+    return Case("gemm_fp8", f"gemm fp8 e4m3 {M}x{N}x{K}", 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K))
+
+
+def attention_bwd_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> Case:
+    """dQ, dK, dV from dO (hk: attention_bwd given the forward's o and lse) against SDPA's backward on the
+    graph its forward left (timed alone). FLOPs: 2.5x the forward's, the usual count."""
+    def make(device):
+        from .kernels.attention import attention_fwd
+        from .kernels.attention_bwd import attention_bwd, reference
+        F = torch.nn.functional
+        n = n_sets_for(2 * B * N * D * (Hq * 4 + Hkv * 2), device)
+        gqa = Hq != Hkv
+
+        def inputs(b, n_, grad=False):
+            return [_randn(s, device, torch.bfloat16).requires_grad_(grad)
+                    for s in ((b, Hq, n_, D), (b, Hkv, n_, D), (b, Hkv, n_, D))]
+        sets = []
+        for _ in range(n):
+            q, k, v = inputs(B, N)
+            o, lse = attention_fwd(q, k, v, causal=causal)
+            sets.append((q, k, v, o, lse, torch.randn_like(o)))
+
+        def sdpa_graph(which):
+            """SDPA forwards (one per input set) under one backend; the timed part is the backward."""
+            from torch.nn.attention import sdpa_kernel
+            graphs = []
+            for q, k, v, _, _, do in sets:
+                qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+                with sdpa_kernel(which) if which is not None else contextlib.nullcontext():
+                    graphs.append((F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=gqa),
+                                   (qq, kk, vv), do))
+            return lambda i: torch.autograd.grad(graphs[i][0], graphs[i][1], graphs[i][2], retain_graph=True)
+
+        if device == "cuda":
+            from torch.nn.attention import SDPBackend
+            baselines = {"SDPA cuDNN backward": sdpa_graph(SDPBackend.CUDNN_ATTENTION),
+                         "SDPA flash backward": sdpa_graph(SDPBackend.FLASH_ATTENTION)}
+        else:
+            baselines = {"SDPA backward": sdpa_graph(None)}
+
+        def check():          # the same kernels at a small N, in full against float64 autograd
+            q, k, v = (t.detach() for t in inputs(1, min(N, 256)))
+            o, lse = attention_fwd(q, k, v, causal=causal)
+            do = torch.randn_like(o)
+            got = attention_bwd(q, k, v, o, lse, do, causal=causal)
+            return max(rel_error(g, r) for g, r in zip(got, reference(q, k, v, do, causal=causal)))
+        return Bound(lambda i: attention_bwd(*sets[i], causal=causal), baselines, check, n)
+    flops = 2.5 * 4.0 * B * Hq * N * N * D / (2 if causal else 1)
+    gqa = f" GQA {Hq}/{Hkv}" if Hq != Hkv else ""
+    return Case("attention_bwd", f"attention_bwd B{B} H{Hq}{gqa} N{N} D{D}{' causal' if causal else ''}", flops,
+                "TFLOP/s", make, dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, causal=causal), (Hq, Hkv, D, causal))
+
+
+def rotary_case(B: int, N: int, H: int, D: int) -> Case:
+    """NeoX rotary of x [B, N, H, D] bf16 with f32 tables, out of place, against torch.compile of the same
+    math (eager on the CPU)."""
+    def make(device):
+        from .kernels.rotary import reference, rotary, tables
+        n = n_sets_for(2 * B * N * H * D * 2, device)
+        sets = [_randn((B, N, H, D), device, torch.bfloat16) for _ in range(n)]
+        outs = [torch.empty_like(x) for x in sets]
+        cos, sin = tables(N, D, device=device)
+
+        def eager(i):
+            x = sets[i].float()
+            x1, x2 = x[..., : D // 2], x[..., D // 2:]
+            c, s = cos[None, :, None, :], sin[None, :, None, :]
+            return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1).to(torch.bfloat16)
+
+        baselines = {"torch.compile": torch.compile(eager), "torch eager": eager} if device == "cuda" else \
+            {"torch eager": eager}
+
+        def check():
+            return rel_error(rotary(sets[0], cos, sin, out=outs[0]), reference(sets[0], cos, sin))
+        return Bound(lambda i: rotary(sets[i], cos, sin, out=outs[i]), baselines, check, n)
+    nbytes = 2.0 * B * N * H * D * 2 + 2 * N * D // 2 * 4
+    return Case("rotary", f"rotary neox B{B} N{N} H{H} D{D}", nbytes, "GB/s", make, dict(B=B, N=N, H=H, D=D),
+                (H, D))
+
+
 def layernorm_case(rows: int, d: int, p: float = 0.1) -> Case:
     def make(device):
         from .kernels.layernorm import dropout_residual_layernorm
@@ -266,17 +367,24 @@ def copy_case(nbytes: int) -> Case:
 def default_cases(device: str, quick: bool = False) -> list[Case]:
     """The issue's shapes on a GPU; small ones on the CPU (the harness check in CI)."""
     if device != "cuda":
-        return [gemm_case(64, 64, 64), gemm_case(128, 128, 128), attention_case(1, 2, 2, 64, 64, False),
-                attention_case(1, 2, 2, 128, 64, False), layernorm_case(64, 256), layernorm_case(256, 256),
-                layernorm_bwd_case(64, 256), layernorm_bwd_case(256, 256)]
+        return [gemm_case(64, 64, 64), gemm_case(128, 128, 128), gemm_fp8_case(64, 64, 64),
+                gemm_fp8_case(128, 128, 128), attention_case(1, 2, 2, 64, 64, False),
+                attention_case(1, 2, 2, 128, 64, False), attention_bwd_case(1, 2, 2, 64, 64, False),
+                attention_bwd_case(1, 2, 2, 128, 64, False), layernorm_case(64, 256), layernorm_case(256, 256),
+                layernorm_bwd_case(64, 256), layernorm_bwd_case(256, 256), rotary_case(1, 64, 2, 64),
+                rotary_case(1, 128, 2, 64)]
     gemms = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 14336), (16384, 14336, 4096), (4000, 4000, 4000)]
     attn = [(16384 // N, H, Hkv, N, D, c) for N in (1024, 4096, 16384) for D in (64, 128) for c in (False, True)
             for H, Hkv in ((16, 16),)] + [(4, 32, 8, 4096, 128, c) for c in (False, True)]
     if quick:
         gemms, attn = gemms[:2], [a for a in attn if a[3] == 4096 and a[4] == 128]
-    return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + [attention_case(*a) for a in attn]
+    attn_bwd = [(4, 16, 16, 4096, 128, c) for c in (False, True)] + [(16, 16, 16, 1024, 64, False),
+                                                                       (2, 16, 16, 8192, 128, True)]
+    return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + [gemm_fp8_case(*g) for g in gemms[:4]]
+            + [attention_case(*a) for a in attn] + [attention_bwd_case(*a) for a in attn_bwd]
             + [layernorm_case(16384, 4096), layernorm_case(32768, 4096)]
-            + [layernorm_bwd_case(16384, 4096), layernorm_bwd_case(32768, 4096)])
+            + [layernorm_bwd_case(16384, 4096), layernorm_bwd_case(32768, 4096)]
+            + [rotary_case(4, 4096, 32, 128), rotary_case(8, 4096, 32, 128)])
 
 
 # ---------------------------------------------------------------------------------------------- run

@@ -1,6 +1,7 @@
 """hk kernels as torch custom ops (namespace `hk`), visible to torch.compile, autograd and torch.distributed.
 
     torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c  (a [..., K], b [K, N])
+    torch.ops.hk.gemm_fp8(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)  -> c  (fp8 a [M, K], b [K, N])
     torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
     torch.ops.hk.rotary(x, cos, sin, layout, offset, heads_first, inverse)   -> y
     torch.ops.hk.dropout_residual_layernorm(x, residual, weight, bias, p, seed, offset, eps) -> (y, h)
@@ -12,7 +13,7 @@ backend that claims the tensors' device (CPU tensors: the reference). Launches g
 Each op has a fake implementation (shapes, dtypes and strides of what the wrapper allocates, nothing run),
 so torch.compile traces through it without a graph break.
 
-Autograd: gemm differentiates through two hk gemms, rotary through the inverse rotation, attention through
+Autograd: gemm_fp8 has none (like torch._scaled_mm); gemm differentiates through two hk gemms, rotary through the inverse rotation, attention through
 the attention_bwd kernels and the two normalisations through the layernorm_bwd kernels: all hk kernels (the
 attention and norm backwards are ops of their own, hk::attention_backward and hk::norm_backward, so that
 autograd graphs stay traceable by torch.compile). Saved tensors are
@@ -30,6 +31,7 @@ from .interface.errors import ArgumentError
 from .kernels import attention as _attention
 from .kernels import attention_bwd as _attention_bwd
 from .kernels import gemm as _gemm
+from .kernels import gemm_fp8 as _gemm_fp8
 from .kernels import layernorm as _layernorm
 from .kernels import layernorm_bwd as _layernorm_bwd
 from .kernels import rotary as _rotary
@@ -85,6 +87,24 @@ def _gemm_backward(ctx, grad_c):
 
 
 gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)
+
+
+# -------------------------------------------------------------------------------------------- gemm_fp8
+@torch.library.custom_op("hk::gemm_fp8", mutates_args=())
+def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+             out_dtype: torch.dtype = torch.bfloat16, backend: str | None = None) -> torch.Tensor:
+    """(a @ b) * scale_a * scale_b: a [M, K], b [K, N] in float8_e4m3fn / float8_e5m2 (any pair), scales f32
+    per tensor (1 element) or per row of a / column of b; torch._scaled_mm's convention. No autograd: fp8
+    training recipes quantise in their own code and call this op for each product."""
+    return _gemm_fp8.gemm_fp8(a, b, scale_a, scale_b, out_dtype=out_dtype, backend=backend)
+
+
+@gemm_fp8.register_fake
+def _(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, backend=None):
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ArgumentError(f"hk::gemm_fp8: 'a' and 'b' must be [M, K] and [K, N], got {tuple(a.shape)} and "
+                            f"{tuple(b.shape)}")
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
 
 
 # ------------------------------------------------------------------------------------------- attention

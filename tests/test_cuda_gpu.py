@@ -128,3 +128,26 @@ def test_conformance_cases_on_cuda(cuda, pattern):
     res = runner.run("cuda", patterns=pattern, seed=1)
     failed = [f"{r.id}: {r.reason}" for r in res.results if r.status == runner.FAILED]
     assert res.results and not failed, "\n".join(failed[:10])
+
+
+@pytest.mark.parametrize("fmt_b,rowwise,b_colmajor", [("e4m3", False, True), ("e5m2", True, True),
+                                                       ("e4m3", False, False)])
+def test_gemm_fp8_on_cuda_matches_float64_and_scaled_mm(cuda, fmt_b, rowwise, b_colmajor):
+    """The fp8 GEMM at a size that takes the sm_90a wgmma k32 path (b column-major) or the mma.sync one
+    (row-major b): within the bf16 output's rounding of float64, and of torch._scaled_mm (the oracle)."""
+    from hk_portable.kernels.gemm_fp8 import gemm_fp8, reference
+    fb = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt_b]
+    M, N, K = 1000, 776, 1056
+    a = (torch.randn(M, K, device="cuda") * 2).to(torch.float8_e4m3fn)
+    bt = (torch.randn(N, K, device="cuda") * 2).to(fb)
+    b = bt.t() if b_colmajor else bt.t().contiguous()
+    sa = torch.rand(M if rowwise else 1, device="cuda") + 0.5
+    sb = torch.rand(N if rowwise else 1, device="cuda") + 0.5
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm_fp8(a, b, sa, sb, out, backend="cuda")
+    ref = reference(a, b, sa, sb)
+    scale = (a.double().abs() @ b.double().abs()) * sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)
+    assert float(((out.double() - ref).abs() / (2.0**-8 * ref.abs() + 2 * 2.0**-24 * K * scale + 1e-30)).max()) <= 1
+    if b_colmajor and not rowwise:
+        theirs = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        assert float((out.double() - theirs.double()).abs().max()) <= 2.0**-7 * float(ref.abs().max())

@@ -157,8 +157,8 @@ def assign_vector_axes(program: Program) -> dict[Value, str]:
 
 # ------------------------------------------------------------------------------------ tile layouts
 # what a wave-grid accumulator may meet besides its mma: ops that touch each element where it lies
-GRID_OPS = ("fill", "splat", "unary", "binary", "cast", "register_to_global", "atomic_add", "pipeline", "for",
-            "mma")
+GRID_OPS = ("fill", "splat", "unary", "binary", "cast", "global_to_register", "register_to_global", "atomic_add",
+            "pipeline", "for", "mma")
 
 
 def _shared_operand_mma(op: Op) -> bool:

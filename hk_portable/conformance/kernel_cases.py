@@ -55,6 +55,42 @@ def gemm_cases() -> list[Case]:
     return [_gemm_case(dt, out, s) for dt in ("bf16", "f16") for out in ("f32", dt) for s in GEMM_SHAPES]
 
 
+# ========================================================================================== gemm_fp8
+# (format of a, format of b, out dtype, (M, N, K), b column-major, scales per row/column)
+FP8_PAIRS = (("fp8e4m3", "fp8e4m3"), ("fp8e5m2", "fp8e5m2"), ("fp8e4m3", "fp8e5m2"))
+GEMM_FP8_CONFIGS = tuple((da, db, out, s, True, False) for da, db in FP8_PAIRS for out in ("f32", "bf16")
+                         for s in ((1, 1, 1), (100, 70, 130), (256, 256, 256))) + (
+    ("fp8e4m3", "fp8e4m3", "bf16", (100, 70, 130), False, True),
+    ("fp8e5m2", "fp8e4m3", "f32", (64, 96, 256), True, True),
+    ("fp8e4m3", "fp8e4m3", "f16", (33, 17, 64), False, False))
+
+
+def _gemm_fp8_case(da: str, db: str, out_dtype: str, shape, b_colmajor: bool, rowwise: bool) -> Case:
+    from .op_cases import fp8_codes
+    M, N, K = shape
+
+    def make(gen):
+        a = fp8_codes(gen, (M, K), da)
+        b = fp8_codes(gen, (N, K), db).t() if b_colmajor else fp8_codes(gen, (K, N), db)
+        lo, hi = (0.005, 0.01) if out_dtype == "f16" else (0.5, 2.0)     # f16: K * 448^2 would overflow
+        sa = rand_float(gen, (M if rowwise else 1,), "f32", lo, hi, signed=False)
+        sb = rand_float(gen, (N if rowwise else 1,), "f32", lo, hi, signed=False)
+        col_a, row_b = f64(sa).reshape(-1, 1), f64(sb).reshape(1, -1)
+        value = (f64(a) @ f64(b)) * col_a * row_b
+        scale = (f64(a).abs() @ f64(b).abs()) * col_a * row_b
+        gemm_fp8 = _wrapper("gemm_fp8", "gemm_fp8")
+        return Setup({"a": a, "b": b, "sa": sa, "sb": sb}, {"c": poisoned((M, N), out_dtype)},
+                     lambda t, be: gemm_fp8(t["a"], t["b"], t["sa"], t["sb"], t["c"], backend=be),
+                     [Check("c = a @ b * sa * sb", "c", value, bound_for("gemm_fp8", out_dtype), scale=scale, k=K)])
+    variant = (f"{da}x{db}-{out_dtype}/{M}x{N}x{K}_{'bcol' if b_colmajor else 'brow'}"
+               f"_{'rowwise' if rowwise else 'tensorwise'}")
+    return _kernel_case("gemm_fp8", variant, make, "gemm_fp8")
+
+
+def gemm_fp8_cases() -> list[Case]:
+    return [_gemm_fp8_case(*c) for c in GEMM_FP8_CONFIGS]
+
+
 # ========================================================================================= attention
 # (B, Hq, Hkv, N, Nkv, D, causal, window, align): one query row; a ragged causal sequence; GQA with D=128; a
 # long-ish row; then the serving shapes: causal with N != Nkv in both alignments (bottom-right with N > Nkv
@@ -433,5 +469,5 @@ def rotary_cases() -> list[Case]:
 
 
 def cases() -> list[Case]:
-    return (gemm_cases() + attention_cases() + attention_bwd_cases() + layernorm_cases() + rmsnorm_cases()
+    return (gemm_cases() + gemm_fp8_cases() + attention_cases() + attention_bwd_cases() + layernorm_cases() + rmsnorm_cases()
             + norm_bwd_cases() + rotary_cases())

@@ -116,6 +116,10 @@ TABLE: dict[tuple[str, str], Bound] = {
                               per_term=2 * U32),
     ("gemm", "f16"): bounded("mma bound over K, then the store rounds to f16 (1 ulp)", rel=EPS["f16"],
                              per_term=2 * U32),
+    ("gemm_fp8", "f32"): bounded("fp8 mma bound over K, then two f32 scale products (relative to "
+                                 "sum_k |a||b| sa sb)", rel=4 * U32, per_term=2 * U32),
+    **{("gemm_fp8", dt): bounded(f"fp8 mma bound over K, two f32 scale products, then the store rounds to {dt} "
+                                 "(1 ulp)", rel=EPS[dt], per_term=2 * U32) for dt in ("bf16", "f16")},
     ("attention_fwd.o", "bf16"): bounded(
         "P rounded to bf16 for the PV product (2^-8 each), l summed from unrounded P, O rounded to bf16: "
         "3 half-ulps of bf16, relative to sum_j softmax_j |v_j|", rel=2.0 ** -6, abs=2.0 ** -20),

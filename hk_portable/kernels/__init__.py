@@ -9,6 +9,7 @@ import importlib
 
 KERNELS: dict[str, tuple[str, str]] = {
     "gemm": ("hk_portable.kernels.gemm", "gemm_kernel"),
+    "gemm_fp8": ("hk_portable.kernels.gemm_fp8", "gemm_fp8_kernel"),
     "attention_fwd": ("hk_portable.kernels.attention", "attention_fwd_kernel"),
     "attention_bwd": ("hk_portable.kernels.attention_bwd", "attention_bwd_dkdv_kernel"),
     "dropout_residual_layernorm": ("hk_portable.kernels.layernorm", "dropout_residual_layernorm_kernel"),

@@ -101,7 +101,7 @@ def _compile(job):
     except Exception as e:  # noqa: BLE001 - reported with the kernel's name
         return {"name": name, "arch": arch, "error": f"{type(e).__name__}: {str(e)[:3000]}"}
     return {"name": name, "arch": arch, "error": None, "resources": art.resources, "seconds": time.perf_counter() - t0,
-            "mma": "mma.sync.aligned.m16n8k16" in (art.asm or "") or "wgmma.mma_async" in (art.asm or ""),
+            "mma": "mma.sync.aligned.m16n8k" in (art.asm or "") or "wgmma.mma_async" in (art.asm or ""),
             "wgmma": "wgmma.mma_async" in (art.asm or ""), "tma": "cp.async.bulk.tensor" in (art.asm or ""),
             "cp_async": "cp.async.cg.shared.global" in (art.asm or ""),
             "setmaxnreg": sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32 (\d+)", art.asm or "")}),

@@ -234,7 +234,7 @@ def _tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
     t = st.type
     item = t.dtype.itemsize
     if (o.attrs.get("fill", 0.0) != 0.0 or _stage_buffer(st, producers) is None or gl.id not in params
-            or not isinstance(gl.type, GlobalType) or gl.type.rank < 2 or item != 2
+            or not isinstance(gl.type, GlobalType) or gl.type.rank < 2 or item not in (1, 2)
             or (t.cols * item) % TMA_SWIZZLE_BYTES or t.rows % 8 or t.rows > TMA_MAX_BOX):
         return None
     return TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, t.rows, TMA_SWIZZLE_BYTES // item)
@@ -250,8 +250,11 @@ def wgmma_eligible(op: Op, num_warps: int) -> bool:
     hk_cuda/wgmma.cuh (tests/test_cuda_hopper.py checks the two agree on compiled PTX). A from shared or
     (not transposed) from registers; B from shared."""
     a, b, acc = (v.type for v in op.operands)
-    a_ok = blocked(a) if a.space == "st" else (a.space == "rt" and not op.attrs["trans_a"])
-    return (a_ok and b.space == "st" and blocked(b) and a.dtype.name in ("bf16", "f16") and num_warps % 4 == 0
+    if a.dtype.name.startswith("fp8"):          # fp8: both K-major in shared (A as M x K, B as N x K)
+        a_ok = a.space == "st" and blocked(a) and not op.attrs["trans_a"] and op.attrs["trans_b"]
+    else:
+        a_ok = blocked(a) if a.space == "st" else (a.space == "rt" and not op.attrs["trans_a"])
+    return (a_ok and b.space == "st" and blocked(b) and num_warps % 4 == 0
             and acc.rows % 64 == 0 and acc.cols % 8 == 0 and acc.cols <= 256)
 
 
@@ -283,9 +286,11 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                           f"{block} -> producer {prod}, consumers {max(cons, block)})")
             lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
         elif op.opcode == "mma" and not (hopper and wgmma_eligible(op, program.num_warps)):
-            lines.append(f"mma {names[id(op)]}: mma.sync m16n8k16 (ldmatrix fragments)")
+            k = 32 if op.operands[0].type.dtype.itemsize == 1 else 16
+            lines.append(f"mma {names[id(op)]}: mma.sync m16n8k{k} (ldmatrix fragments)")
         elif op.opcode == "mma":
-            lines.append(f"mma {names[id(op)]}: wgmma m64n{op.results[0].type.cols}k16, "
+            k = 32 if op.operands[0].type.dtype.itemsize == 1 else 16
+            lines.append(f"mma {names[id(op)]}: wgmma m64n{op.results[0].type.cols}k{k}, "
                          f"{mode[p.mma_modes.get(id(op), MMA_STANDALONE)]}")
     lines.append("block order: " + ("grouped (runs of 8 x-rows sweep y: operand tiles shared in L2)"
                                      if p.grouped_blocks else "hardware (x fastest)"))

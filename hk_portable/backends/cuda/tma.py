@@ -17,9 +17,9 @@ from ...codegen.resources import round_up
 from . import cudrv
 
 TMAP_BYTES, TMAP_ALIGN = 128, 64
-DTYPE = {"f16": 6, "bf16": 9}              # CUtensorMapDataType
+DTYPE = {"f16": 6, "bf16": 9, "fp8e4m3": 0, "fp8e5m2": 0}   # CUtensorMapDataType (fp8 as UINT8)
 INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_NONE = 0, 3, 3, 0
-ELEMENT_BYTES = {"f16": 2, "bf16": 2}
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "fp8e4m3": 1, "fp8e5m2": 1}
 CACHE_ENTRIES = 256
 
 

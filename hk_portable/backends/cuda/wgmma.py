@@ -1,6 +1,6 @@
 """The wgmma instructions a kernel needs, rendered as device-library specialisations (sm_90a).
 
-`wgmma.mma_async ... m64nNk16` names its N accumulator registers one by one (N/2 per thread), so each
+`wgmma.mma_async ... m64nNk16` (k32 for fp8) names its N accumulator registers one by one (N/2 per thread), so each
 width is its own inline-asm statement, in two forms: A from a shared-memory descriptor (`wgmma_op`) and A
 from registers (`wgmma_op_rs`). Rather than carry all 32 widths x 2 dtypes in the library
 (slow NVRTC compiles for every kernel), the codegen renders `hk::wgmma_op<T, N>` for the (dtype, N)
@@ -12,21 +12,42 @@ from __future__ import annotations
 
 from ...interface.ir import Program
 
-PTX_TYPE = {"bf16": "bf16", "f16": "f16"}
-CTYPE = {"bf16": "bf16", "f16": "f16"}
+PTX_TYPE = {"bf16": "bf16", "f16": "f16", "fp8e4m3": "e4m3", "fp8e5m2": "e5m2"}
+CTYPE = {"bf16": "bf16", "f16": "f16", "fp8e4m3": "fp8e4m3", "fp8e5m2": "fp8e5m2"}
+FP8 = ("fp8e4m3", "fp8e5m2")
 MAX_N = 256
 
 
-def widths(program: Program) -> list[tuple[str, int]]:
-    """(dtype, N) of every mma in the Program that a wgmma m64nNk16 could compute."""
+def widths(program: Program) -> list[tuple[str, str, int]]:
+    """(dtype of a, dtype of b, N) of every mma in the Program that a wgmma m64nNk16 (k32 for fp8) could
+    compute."""
     out = set()
     for op in program.body.walk():
         if op.opcode != "mma":
             continue
-        dtype, n = op.operands[0].type.dtype.name, op.results[0].type.cols
-        if dtype in PTX_TYPE and n % 8 == 0 and n <= MAX_N:
-            out.add((dtype, n))
+        da, db = op.operands[0].type.dtype.name, op.operands[1].type.dtype.name
+        n = op.results[0].type.cols
+        if da in PTX_TYPE and n % 8 == 0 and n <= MAX_N:
+            out.add((da, db, n))
     return sorted(out)
+
+
+def render_fp8(da: str, db: str, n: int) -> str:
+    """fp8: k32, both operands K-major from descriptors (the instruction has no transpose operands)."""
+    regs = n // 2
+    d = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    a, b, scale = regs, regs + 1, regs + 2
+    return (
+        f"template <> struct wgmma_op8<{CTYPE[da]}, {CTYPE[db]}, {n}> {{\n"
+        f"    static HK_DEV void run(float* d, u64 desc_a, u64 desc_b) {{\n"
+        f"        asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale}, 0;\\n\"\n"
+        f"                     \"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{PTX_TYPE[da]}.{PTX_TYPE[db]} {{{d}}}, "
+        f"%{a}, %{b}, p, 1, 1;\\n}}\\n\"\n"
+        f"                     : {outs}\n"
+        f"                     : \"l\"(desc_a), \"l\"(desc_b), \"r\"(1));\n"
+        f"    }}\n"
+        f"}};\n")
 
 
 def render_one(dtype: str, n: int) -> str:
@@ -70,7 +91,8 @@ def render_rs(dtype: str, n: int) -> str:
 
 def render(program: Program) -> str:
     """The specialisations for this Program (empty when it has no wgmma-sized mma)."""
-    parts = [render_one(dt, n) + render_rs(dt, n) for dt, n in widths(program)]
+    parts = [render_fp8(da, db, n) if da in FP8 else render_one(da, n) + render_rs(da, n)
+             for da, db, n in widths(program)]
     if not parts:
         return ""
     return "#ifdef HK_WGMMA\nnamespace hk {\n" + "".join(parts) + "}  // namespace hk\n#endif\n"

@@ -21,7 +21,7 @@ from .options import HipOptions
 
 EMIT_KINDS = ("source", "asm", "hsaco")
 NUMERICS = {"fp_contract": "off", "std": "c++17", "opt": "-O3", "denormals": "ieee (f32 and f16 kept)",
-            "fp8": "OCP e4m3/e5m2 converted in software (RNE, saturating) on both archs",
+            "fp8": "OCP e4m3/e5m2 converted in software (RNE, saturating) on both archs; mma per archs.Arch.fp8_mma",
             "exp2/log2": "v_exp_f32 / v_log_f32", "exp/log": "range-reduced onto v_exp_f32 / v_log_f32"}
 
 

@@ -55,7 +55,7 @@ template <int RANK> HK_DEV void tma_box(void* dst, const tmap& tm, u64* bar, con
 // the tensor map's bounds do what origin's row_ok/col_ok do for cp.async.
 template <class T, int R, int C, class... I>
 HK_DEV void tma_load(const st<T, R, C>& dst, const tmap& tm, u64* bar, I... idx) {
-    static_assert(st<T, R, C>::BLOCKED && sizeof(T) == 2, "TMA loads fill 16-bit tiles of the block layout");
+    static_assert(st<T, R, C>::BLOCKED && sizeof(T) <= 2, "TMA loads fill 16-bit or fp8 tiles of the block layout");
     constexpr int RANK = sizeof...(I), BLOCK_COLS = 128 / (int)sizeof(T);
     const int ix[RANK] = {idx...};
     int c[RANK];

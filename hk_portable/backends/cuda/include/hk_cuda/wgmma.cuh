@@ -10,6 +10,7 @@ typedef unsigned long long u64;
 
 template <class T, int N> struct wgmma_op;     // rendered per (dtype, N) by the codegen: A from shared
 template <class T, int N> struct wgmma_op_rs;  // A from registers
+template <class TA_, class TB_, int N> struct wgmma_op8;   // fp8 (any two formats): both K-major in shared
 
 HK_DEV void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 HK_DEV void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -23,10 +24,10 @@ HK_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n
 HK_DEV u64 gmma_desc(const unsigned char* p, int lbo, int sbo) {
     return (u64)((smem_addr(p) & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
 }
-// K-major operand (tile rows: M or N; columns: K): rows from row0, k-step kk (16 elements = 32 bytes).
-// 8-row groups are 1024 bytes apart (SBO); the leading offset is unused with this swizzle.
+// K-major operand (tile rows: M or N; columns: K): rows from row0, k-step kk (32 bytes: 16 bf16/f16 or
+// 32 fp8 elements). 8-row groups are 1024 bytes apart (SBO); the leading offset is unused with this swizzle.
 template <class T, int R, int C> HK_DEV u64 desc_k_major(const st<T, R, C>& s, int row0, int kk) {
-    const int kb = kk * 16 * (int)sizeof(T);
+    const int kb = kk * 32;
     return gmma_desc(s.ptr + ((kb >> 7) * R + row0) * 128 + (kb & 127), 16, 1024);
 }
 // MN-major operand (tile rows: K; columns: M or N): columns from col0, k-step kk (16 rows of 128 bytes).
@@ -41,10 +42,12 @@ template <class T, int R, int C> HK_DEV u64 desc_mn_major(const st<T, R, C>& s, 
 template <bool TA, bool TB, int M, int N, class AOp, class BOp> struct wgmma_fits {
     static constexpr bool value = false;
 };
-template <bool TA, bool TB, int M, int N, class T, int AR, int AC, int BR, int BC>
-struct wgmma_fits<TA, TB, M, N, st<T, AR, AC>, st<T, BR, BC>> {
-    static constexpr bool value = !is_fp8<T>::value && NUM_WARPS % 4 == 0 && M % 64 == 0 && N % 8 == 0 &&
-                                  N <= 256 && st<T, AR, AC>::BLOCKED && st<T, BR, BC>::BLOCKED;
+// fp8 operands: wgmma reads them K-major only (A as M x K, B as N x K: !TA and TB), any two formats.
+template <bool TA, bool TB, int M, int N, class TA_, int AR, int AC, class TB_, int BR, int BC>
+struct wgmma_fits<TA, TB, M, N, st<TA_, AR, AC>, st<TB_, BR, BC>> {
+    static constexpr bool types = is_fp8<TA_>::value ? (is_fp8<TB_>::value && !TA && TB) : same<TA_, TB_>::value;
+    static constexpr bool value = types && NUM_WARPS % 4 == 0 && M % 64 == 0 && N % 8 == 0 && N <= 256 &&
+                                  st<TA_, AR, AC>::BLOCKED && st<TB_, BR, BC>::BLOCKED;
 };
 
 // Register A (not transposed): the rt's fragments are mma.sync's A layout per warp, which is what wgmma
@@ -57,11 +60,12 @@ struct wgmma_fits<TA, TB, M, N, rt<T, AR, AC>, st<T, BR, BC>> {
 
 // One k-step of slot k: A from a descriptor (shared) or from the rt's fragments (registers; TA is false
 // there, wgmma_fits). a_frag_rt (mma.cuh) is found at instantiation (ADL).
-template <bool TA, bool TB, int N, class T, int AR, int AC, int BR, int BC>
-HK_DEV void wgmma_step(float* d, const st<T, AR, AC>& a, const st<T, BR, BC>& b, int k, int row0, int kk) {
+template <bool TA, bool TB, int N, class TA_, int AR, int AC, class TB_, int BR, int BC>
+HK_DEV void wgmma_step(float* d, const st<TA_, AR, AC>& a, const st<TB_, BR, BC>& b, int k, int row0, int kk) {
     const u64 da = TA ? desc_mn_major(a, row0, kk) : desc_k_major(a, row0, kk);
     const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
-    wgmma_op<T, N>::template run<TA ? 1 : 0, TB ? 0 : 1>(d, da, db);
+    if constexpr (is_fp8<TA_>::value) wgmma_op8<TA_, TB_, N>::run(d, da, db);
+    else wgmma_op<TA_, N>::template run<TA ? 1 : 0, TB ? 0 : 1>(d, da, db);
 }
 template <bool TA, bool TB, int N, class T, int AR, int AC, int BR, int BC>
 HK_DEV void wgmma_step(float* d, const rt<T, AR, AC>& a, const st<T, BR, BC>& b, int k, int row0, int kk) {
@@ -71,7 +75,8 @@ HK_DEV void wgmma_step(float* d, const rt<T, AR, AC>& a, const st<T, BR, BC>& b,
     wgmma_op_rs<T, N>::template run<TB ? 0 : 1>(d, af, db);
 }
 
-// dst += op(a) op(b) for K/16 k-steps: each warpgroup issues one m64nNk16 per k-step and slot.
+// dst += op(a) op(b) in k-steps of 32 bytes: each warpgroup issues one m64nNk16 (k32 for fp8) per k-step
+// and slot.
 // MODE 0: shared operands may have just been written by any thread (generic proxy): fence and barrier
 // first. MODE 1/2: a pipeline published them. MODE 2 leaves the group in flight (the pipeline retires it).
 template <bool TA, bool TB, int K, int MODE, int M, int N, class AOp, class BOp>
@@ -89,7 +94,7 @@ HK_DEV void mma_wgmma(rt<float, M, N>& dst, const AOp& a, const BOp& b) {
         const int row0 = (ACC::L::block(k) >> 2) * 64;
         float* d = &dst.d[ACC::idx(k, 0, 0)];
 #pragma unroll
-        for (int kk = 0; kk < K / 16; ++kk) wgmma_step<TA, TB, N>(d, a, b, k, row0, kk);
+        for (int kk = 0; kk < K * (int)sizeof(T) / 32; ++kk) wgmma_step<TA, TB, N>(d, a, b, k, row0, kk);
     }
     wgmma_commit();
     if constexpr (MODE != 2) wgmma_wait<0>();

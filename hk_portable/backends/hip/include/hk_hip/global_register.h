@@ -26,6 +26,27 @@ HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g0, float fill, I... idx) 
   });
 }
 
+// wave-grid tiles (whole 16x16 blocks): each wave reads its own blocks, as the grid's store writes them
+template<class T, int R, int C, int WM, int WN, class U, int RANK, class... I>
+HK_DEV void load(rt<T, R, C, grid<WM, WN>>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+  using D = rt<T, R, C, grid<WM, WN>>;
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate2(g, ix, R, C);
+  const T f = convert<T>(fill);
+  const int r0 = D::row0(), c0 = D::col0();
+  detail::by_mode(sp, [&](auto mode, int ln) {
+#pragma unroll
+    for (int i = 0; i < D::RBW; ++i)
+#pragma unroll
+      for (int j = 0; j < D::CBW; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          dst.data[(i * D::CBW + j) * 4 + k] = detail::read_mode(
+              mode, g.ptr, sp, r0 + 16 * i + detail::row_in_blk(k, ln), c0 + 16 * j + detail::col_in_blk(ln), f);
+  });
+}
+
 // strip tiles: a lane reads whole 8-element chunks; a whole, unit-stride, 16-byte aligned tile reads each
 // chunk as 16-byte loads; any other tile reads clamped and selects, element by element.
 template<class T, int R, int C, int WR, class U, int RANK, class... I>
