@@ -246,3 +246,15 @@ def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype
     o = torch.empty_like(q)
     lse = torch.empty(B, Hq, N, device=device, dtype=torch.float32)
     return (q, k, v, o, lse, 1.0 / math.sqrt(D), 0, N, 0), {**config_for(D), "MASKED": causal}
+
+
+SERVING = ("attention_varlen", "attention_kvcache", "varlen_reference", "kvcache_reference")
+
+
+def __getattr__(name):
+    """The serving entry points (variable-length batches, KV caches, split-KV decode) live in
+    attention_serving.py; they are reachable from here too, as hk_portable.kernels.attention.<name>."""
+    if name in SERVING:
+        from . import attention_serving
+        return getattr(attention_serving, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,130 @@
+"""Variable-length batches (FlashAttention's varlen API): packed q/k/v with cu_seqlens, causal in both
+alignments, windows, GQA; checked per sequence against float64 torch SDPA with an explicit mask, with
+FlashAttention's rule (error at most twice torch's own error in bf16), on poisoned outputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hk_portable.interface import ArgumentError
+from hk_portable.kernels.attention_serving import attention_varlen
+
+F = torch.nn.functional
+
+
+def _cu(lens):
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+
+
+def _inputs(lq, lk, Hq, Hkv, D, seed, extra_q=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lq) + extra_q, Hq, D, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(sum(lk), Hkv, D, generator=g).to(torch.bfloat16) for _ in range(2))
+    return q, k, v
+
+
+def _keep(N, Nkv, shift, left, right):
+    i = torch.arange(N).view(-1, 1) + shift
+    j = torch.arange(Nkv).view(1, -1)
+    return (j <= i + right) & (j >= i - left)
+
+
+def _per_sequence(q, k, v, lq, lk, causal, window, align, dtype):
+    """(o [total_q, Hq, D], lse [Hq, total_q], keep-any [total_q]) of torch SDPA per sequence, in `dtype`."""
+    o = torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64)
+    seen = torch.zeros(q.shape[0], dtype=torch.bool)
+    g = q.shape[1] // k.shape[1]
+    cq, ck = _cu(lq).tolist(), _cu(lk).tolist()
+    for b in range(len(lq)):
+        n, nk = lq[b], lk[b]
+        if n == 0 or nk == 0:
+            continue
+        if causal or window is not None:
+            left, right = (n + nk, n + nk) if window is None else window
+            right = 0 if causal else right
+            keep = _keep(n, nk, nk - n if align == "bottom_right" else 0, left, right)
+        else:
+            keep = torch.ones(n, nk, dtype=torch.bool)
+        qb = q[cq[b]:cq[b + 1]].transpose(0, 1).to(dtype)
+        kb, vb = (t[ck[b]:ck[b + 1]].transpose(0, 1).to(dtype).repeat_interleave(g, 0) for t in (k, v))
+        ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=keep)
+        ob = torch.where(keep.any(-1, keepdim=True), ob, 0.0).nan_to_num(0.0)
+        o[cq[b]:cq[b + 1]] = ob.transpose(0, 1).double()
+        s = (qb.double() @ kb.double().transpose(-1, -2)) * q.shape[2] ** -0.5
+        lse[:, cq[b]:cq[b + 1]] = torch.logsumexp(s.masked_fill(~keep, float("-inf")), -1)
+        seen[cq[b]:cq[b + 1]] = keep.any(-1)
+    return o, lse, seen
+
+
+def _check(lq, lk, Hq=4, Hkv=2, D=64, causal=False, window=None, align=None, seed=0, extra_q=0, backend=None):
+    q, k, v = _inputs(lq, lk, Hq, Hkv, D, seed, extra_q)
+    cq, ck = _cu(lq), _cu(lk)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((Hq, q.shape[0]), float("nan"))
+    attention_varlen(q, k, v, cq, ck if lq != lk else cq, max(lq), max(lk), causal=causal, window=window,
+                     align=align, out=o, lse=lse, backend=backend)
+    ref, ref_lse, seen = _per_sequence(q, k, v, lq, lk, causal, window, align, torch.float64)
+    ours, _, _ = _per_sequence(q, k, v, lq, lk, causal, window, align, torch.bfloat16)
+    torch_err = (ours - ref).abs().max()
+    err = (o.double() - ref).abs().max()
+    assert err <= 2 * torch_err, (err, torch_err)                 # FlashAttention's rule
+    assert torch.equal(torch.isneginf(lse), ~seen.expand_as(lse))   # rows that see no key (or no sequence)
+    assert (o[~seen] == 0).all()
+    fin = seen.expand_as(lse)
+    assert (lse[fin].double() - ref_lse[fin]).abs().max() < 1e-3
+    return o, lse
+
+
+# FlashAttention's seqlen grid as one varlen batch (with an empty and a one-token sequence)
+GRID_Q = [113, 128, 108, 512, 1, 0, 37]
+GRID_K = [203, 217, 256, 256, 1023, 5, 37]
+
+
+def test_non_causal_grid_gqa():
+    _check(GRID_Q, GRID_K, seed=1)
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+def test_causal_grid_both_alignments(align):
+    _check(GRID_Q, GRID_K, causal=True, align=align, seed=2)
+
+
+def test_causal_equal_lengths_needs_no_alignment_and_d128():
+    _check([70, 130, 64], [70, 130, 64], D=128, Hq=2, Hkv=2, causal=True, seed=3)
+
+
+def test_sliding_window_and_mqa():
+    _check([100, 3, 200], [300, 40, 200], Hq=4, Hkv=1, window=(17, 5), align="bottom_right", seed=4)
+
+
+def test_rows_no_sequence_covers_get_zero_and_minus_inf():
+    o, lse = _check([30, 50], [20, 64], causal=True, align="bottom_right", seed=5, extra_q=11)
+    assert (o[80:] == 0).all() and torch.isneginf(lse[:, 80:]).all()
+
+
+def test_named_errors():
+    q, k, v = _inputs([5, 6], [5, 6], 2, 1, 64, 0)
+    cu = _cu([5, 6])
+    def call(**kw):
+        pos = [kw.pop(n, d) for n, d in (("q", q), ("k", k), ("v", v), ("cq", cu), ("ck", cu), ("mq", 6), ("mk", 6))]
+        return attention_varlen(*pos, **kw)
+
+    with pytest.raises(ArgumentError, match="3-D packed tensor"):
+        call(q=q[None])
+    with pytest.raises(ArgumentError, match="1-D int32"):
+        call(cq=cu.long())
+    with pytest.raises(ArgumentError, match="never decrease"):
+        call(cq=torch.tensor([0, 6, 5], dtype=torch.int32))
+    with pytest.raises(ArgumentError, match="never decrease"):
+        call(cq=torch.tensor([0, 5, 12], dtype=torch.int32))          # past the packed length
+    with pytest.raises(ArgumentError, match="one length"):
+        call(ck=torch.tensor([0, 11], dtype=torch.int32))
+    with pytest.raises(ArgumentError, match="needs the alignment named"):
+        call(ck=cu.clone(), causal=True)
+    with pytest.raises(ArgumentError, match="max_seqlen_q"):
+        call(mq=-1)
+    with pytest.raises(ArgumentError, match="multiple of key/value heads"):
+        call(k=torch.zeros(11, 3, 64, dtype=torch.bfloat16), v=torch.zeros(11, 3, 64, dtype=torch.bfloat16))
+    with pytest.raises(ArgumentError, match="head dim"):
+        call(q=q[..., :32], k=k[..., :32], v=v[..., :32])
