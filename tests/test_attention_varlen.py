@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hk_portable.interface import ArgumentError
-from hk_portable.kernels.attention_serving import attention_varlen
+from hk_portable.kernels.attention_varlen import attention_varlen
 
 F = torch.nn.functional
 

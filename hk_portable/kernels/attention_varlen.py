@@ -1,6 +1,6 @@
-"""Attention as serving stacks call it: variable-length batches (FlashAttention's varlen API).
+"""Attention over variable-length batches (FlashAttention's varlen API).
 
-Variable-length batches. q [total_q, Hq, D], k and v [total_k, Hkv, D] hold the batch's sequences one after
+q [total_q, Hq, D], k and v [total_k, Hkv, D] hold the batch's sequences one after
 another; sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b+1]
 of k and v (int32 prefix sums, B + 1 entries). Outputs: o [total_q, Hq, D] and lse f32 [Hq, total_q] (natural
 log), FlashAttention's layouts. Within a sequence the dense kernel's mask rule holds (kernels/attention.py):
