@@ -2,6 +2,10 @@
 
     torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c
     torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
+    torch.ops.hk.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
+                                  align, scale)                              -> (o, lse)   (forward only)
+    torch.ops.hk.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits)
+                                                                             -> (o, lse)   (forward only)
     torch.ops.hk.rotary(x, cos, sin, layout, offset, heads_first, inverse)   -> y
     torch.ops.hk.dropout_residual_layernorm(x, residual, weight, bias, p, seed, offset, eps) -> (y, h)
     torch.ops.hk.rms_norm(x, residual, weight, bias, p, seed, offset, eps)   -> (y, h)
@@ -28,6 +32,8 @@ import torch
 
 from .kernels import attention as _attention
 from .kernels import attention_bwd as _attention_bwd
+from .kernels import attention_kvcache as _attention_kvcache
+from .kernels import attention_varlen as _attention_varlen
 from .kernels import gemm as _gemm
 from .kernels import layernorm as _layernorm
 from .kernels import layernorm_bwd as _layernorm_bwd
@@ -124,6 +130,42 @@ def _attention_backward(ctx, grad_o, grad_lse):
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+# ------------------------------------------------------------------------------- serving attention
+@torch.library.custom_op("hk::attention_varlen", mutates_args=())
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                     window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
+                     backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention's varlen forward: q [total_q, Hq, D], k/v [total_k, Hkv, D] packed, cu_seqlens int32
+    [B + 1]; (o [total_q, Hq, D], lse f32 [Hq, total_q]). No autograd yet (the backward is not written)."""
+    return _attention_varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                              causal=causal, window=_window(window), align=align, scale=scale,
+                                              backend=backend)
+
+
+@attention_varlen.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, window=None, align=None,
+      scale=None, backend=None):
+    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("hk::attention_kvcache", mutates_args=())
+def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                      block_table: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
+                      num_splits: int | None = None,
+                      backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention against a paged (block_table) or contiguous KV cache, split-KV: q [B, Nq, Hq, D];
+    (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]). Forward only (decode and prefill against a cache)."""
+    return _attention_kvcache.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal,
+                                                scale=scale, num_splits=num_splits, backend=backend)
+
+
+@attention_kvcache.register_fake
+def _(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None, num_splits=None, backend=None):
+    B, Nq, Hq, _ = q.shape
+    return torch.empty_like(q), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------- rotary
