@@ -3,7 +3,7 @@
     torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c
     torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
     torch.ops.hk.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
-                                  align, scale)                              -> (o, lse)   (forward only)
+                                  align, scale)                              -> (o, lse)
     torch.ops.hk.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits)
                                                                              -> (o, lse)   (forward only)
     torch.ops.hk.rotary(x, cos, sin, layout, offset, heads_first, inverse)   -> y
@@ -17,7 +17,8 @@ Each op has a fake implementation (shapes, dtypes and strides of what the wrappe
 so torch.compile traces through it without a graph break.
 
 Autograd: gemm differentiates through two hk gemms, rotary through the inverse rotation, attention through
-the attention_bwd kernels and the two normalisations through the layernorm_bwd kernels: all hk kernels (the
+the attention_bwd kernels, attention_varlen through the varlen backward kernels (attention_kvcache is forward
+only) and the two normalisations through the layernorm_bwd kernels: all hk kernels (the
 attention and norm backwards are ops of their own, hk::attention_backward and hk::norm_backward, so that
 autograd graphs stay traceable by torch.compile). Saved tensors are
 minimal: attention keeps q, k, v, o, lse; the norms keep h and the weight (the statistics are recomputed
@@ -139,7 +140,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
                      backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention's varlen forward: q [total_q, Hq, D], k/v [total_k, Hkv, D] packed, cu_seqlens int32
-    [B + 1]; (o [total_q, Hq, D], lse f32 [Hq, total_q]). No autograd yet (the backward is not written)."""
+    [B + 1]; (o [total_q, Hq, D], lse f32 [Hq, total_q]). Differentiable through hk::attention_varlen_backward."""
     return _attention_varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               causal=causal, window=_window(window), align=align, scale=scale,
                                               backend=backend)
@@ -149,6 +150,45 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, window=None, align=None,
       scale=None, backend=None):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _attention_varlen_setup(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, window, align, scale, backend = inputs
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+    ctx.args = (max_q, max_k, causal, window, align, scale, backend)
+    ctx.same_cu = cu_q is cu_k          # one tensor for q and k: the forward needed no alignment, nor does this
+
+
+@torch.library.custom_op("hk::attention_varlen_backward", mutates_args=())
+def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                              do: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                              max_seqlen_q: int, max_seqlen_k: int, dlse: torch.Tensor | None = None,
+                              causal: bool = False, window: Sequence[int] | None = None, align: str | None = None,
+                              scale: float | None = None,
+                              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of hk::attention_varlen through the varlen backward kernels (no atomics)."""
+    return _attention_varlen.attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                  max_seqlen_k, causal=causal, window=_window(window), align=align,
+                                                  scale=scale, dlse=dlse, backend=backend)
+
+
+@attention_varlen_backward.register_fake
+def _(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dlse=None, causal=False,
+      window=None, align=None, scale=None, backend=None):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_varlen_backward(ctx, grad_o, grad_lse):
+    q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
+    max_q, max_k, causal, window, align, scale, backend = ctx.args
+    do = torch.zeros_like(o) if grad_o is None else grad_o.to(o.dtype).contiguous()
+    dlse = None if grad_lse is None else grad_lse.float().contiguous()
+    dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, do, cu_q, cu_q if ctx.same_cu else cu_k, max_q, max_k, dlse, causal, window,
+                                           align, scale, backend)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+attention_varlen.register_autograd(_attention_varlen_backward, setup_context=_attention_varlen_setup)
 
 
 @torch.library.custom_op("hk::attention_kvcache", mutates_args=())

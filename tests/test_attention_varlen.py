@@ -128,3 +128,62 @@ def test_named_errors():
         call(k=torch.zeros(11, 3, 64, dtype=torch.bfloat16), v=torch.zeros(11, 3, 64, dtype=torch.bfloat16))
     with pytest.raises(ArgumentError, match="head dim"):
         call(q=q[..., :32], k=k[..., :32], v=v[..., :32])
+
+
+# ----------------------------------------------------------------------------------------------- backward
+def _grads_per_sequence(q, k, v, do, lq, lk, causal, window, align, dtype):
+    """(dq, dk, dv) of torch SDPA in `dtype` with an explicit mask, one sequence at a time."""
+    outs = [torch.zeros(t.shape, dtype=torch.float64) for t in (q, k, v)]
+    g = q.shape[1] // k.shape[1]
+    cq, ck = _cu(lq).tolist(), _cu(lk).tolist()
+    for b in range(len(lq)):
+        n, nk = lq[b], lk[b]
+        if n == 0 or nk == 0:
+            continue
+        if causal or window is not None:
+            left, right = (n + nk, n + nk) if window is None else window
+            keep = _keep(n, nk, nk - n if align == "bottom_right" else 0, left, 0 if causal else right)
+        else:
+            keep = torch.ones(n, nk, dtype=torch.bool)
+        qb, kb, vb = (t[c[b]:c[b + 1]].transpose(0, 1).to(dtype).requires_grad_()
+                      for t, c in ((q, cq), (k, ck), (v, ck)))
+        ob = F.scaled_dot_product_attention(qb, kb.repeat_interleave(g, 0), vb.repeat_interleave(g, 0),
+                                            attn_mask=keep)
+        ob = torch.where(keep.any(-1, keepdim=True), ob, 0.0).nan_to_num(0.0)
+        ob.backward(do[cq[b]:cq[b + 1]].transpose(0, 1).to(dtype))
+        for out, t, c in zip(outs, (qb, kb, vb), (cq, ck, ck)):
+            out[c[b]:c[b + 1]] = t.grad.transpose(0, 1).double()
+    return outs
+
+
+@pytest.mark.parametrize("causal,window,align", [(False, None, None), (True, None, "bottom_right"),
+                                                 (True, None, "top_left"), (False, (9, 3), "bottom_right")])
+def test_gradients_match_float64(causal, window, align):
+    from hk_portable.kernels.attention_varlen import attention_varlen_bwd
+    lq, lk = [113, 0, 64, 1, 40], [203, 5, 64, 30, 17]
+    q, k, v = _inputs(lq, lk, 4, 2, 64, seed=11)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(12)).to(torch.bfloat16)
+    cq, ck = _cu(lq), _cu(lk)
+    o, lse = attention_varlen(q, k, v, cq, ck, max(lq), max(lk), causal=causal, window=window, align=align)
+    got = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    attention_varlen_bwd(q, k, v, o, lse, do, cq, ck, max(lq), max(lk), causal=causal, window=window, align=align,
+                         dq=got[0], dk=got[1], dv=got[2])
+    ref = _grads_per_sequence(q, k, v, do, lq, lk, causal, window, align, torch.float64)
+    ours = _grads_per_sequence(q, k, v, do, lq, lk, causal, window, align, torch.bfloat16)
+    for name, a, r, t in zip(("dq", "dk", "dv"), got, ref, ours):
+        torch_err = (t - r).abs().max()
+        assert (a.double() - r).abs().max() <= 2 * torch_err + 1e-4, name     # FlashAttention's rule (+ its atol)
+
+
+def test_the_torch_op_differentiates_through_the_varlen_backward():
+    from hk_portable import torch_ops  # noqa: F401 - registers torch.ops.hk
+    lq, lk = [30, 50], [20, 64]
+    q, k, v = (t.requires_grad_() for t in _inputs(lq, lk, 2, 1, 64, seed=13))
+    cq, ck = _cu(lq), _cu(lk)
+    o, _ = torch.ops.hk.attention_varlen(q, k, v, cq, ck, 50, 64, True, None, "bottom_right")
+    do = torch.randn(o.shape, generator=torch.Generator().manual_seed(14)).to(torch.bfloat16)
+    o.backward(do)
+    ref = _grads_per_sequence(q.detach(), k.detach(), v.detach(), do, lq, lk, True, None, "bottom_right",
+                              torch.float64)
+    for t, r in zip((q, k, v), ref):
+        assert ((t.grad.double() - r).abs().max() / r.abs().max()) < 0.02

@@ -333,6 +333,61 @@ def _attention_bwd_case(dtype: str, config) -> Case:
     return dataclasses.replace(case, deterministic=deterministic)
 
 
+# varlen backward: (lens_q, lens_k, Hq, Hkv, D, causal, window, align)
+VARLEN_BWD_CONFIGS = (((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
+                      ((70, 30), (40, 130), 4, 2, 128, False, (33, 7), "top_left"))
+
+
+def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align):
+    """attention_bwd_math one sequence at a time on packed tensors: {name: (gradient, magnitude)}."""
+    out = {n: [torch.zeros(t.shape, dtype=torch.float64) for _ in range(2)] for n, t in (("dq", q), ("dk", k),
+                                                                                         ("dv", v))}
+    cq, ck = _cu(lens_q).tolist(), _cu(lens_k).tolist()
+    for b in range(len(lens_q)):
+        if lens_q[b] == 0 or lens_k[b] == 0:
+            continue
+        sl = {"dq": slice(cq[b], cq[b + 1]), "dk": slice(ck[b], ck[b + 1]), "dv": slice(ck[b], ck[b + 1])}
+        seq = [t[sl[n]].transpose(0, 1)[None] for t, n in ((q, "dq"), (k, "dk"), (v, "dv"), (do, "dq"))]
+        for name, (g, mag) in attention_bwd_math(*seq, causal, scale, window, align).items():
+            out[name][0][sl[name]], out[name][1][sl[name]] = g[0].transpose(0, 1), mag[0].transpose(0, 1)
+    return {n: tuple(v) for n, v in out.items()}
+
+
+def _varlen_bwd_case(dtype: str, config) -> Case:
+    lens_q, lens_k, Hq, Hkv, D, causal, window, align = config
+    tdt = TORCH[dtype]
+    tq, tk = sum(lens_q), sum(lens_k)
+
+    def make(gen):
+        q = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
+        k, v = (rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        do = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
+        scale = 1.0 / math.sqrt(D)
+        o_val, lse_val, _ = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align)
+        o, lse = round_to(o_val, tdt), lse_val.to(torch.float32)
+        grads = varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align)
+        bwd = _wrapper("attention_varlen", "attention_varlen_bwd")
+
+        def launch(t, be):
+            bwd(t["q"], t["k"], t["v"], t["o"], t["lse"], t["do"], t["cu_q"], t["cu_k"], max(lens_q), max(lens_k),
+                causal=causal, window=window, align=align, scale=scale, dq=t["dq"], dk=t["dk"], dv=t["dv"],
+                backend=be)
+        terms = {"dq": max(lens_k) + D, "dk": (Hq // Hkv) * max(lens_q) + D, "dv": (Hq // Hkv) * max(lens_q)}
+        checks = [Check(name, name, value, bound_for(f"attention_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
+                        scale=mag, k=terms[name]) for name, (value, mag) in grads.items()]
+        outputs = {"dq": poisoned((tq, Hq, D), tdt), "dk": poisoned((tk, Hkv, D), tdt),
+                   "dv": poisoned((tk, Hkv, D), tdt)}
+        inputs = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)}
+        return Setup(inputs, outputs, launch, checks)
+    mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + f"_{align}"
+    variant = f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_D{D}_{mask}"
+    return _kernel_case("attention_varlen_bwd", variant, make, "attention_varlen")
+
+
+def varlen_bwd_cases() -> list[Case]:
+    return [_varlen_bwd_case(dt, c) for dt in ("bf16", "f16") for c in VARLEN_BWD_CONFIGS]
+
+
 def attention_bwd_cases() -> list[Case]:
     return [_attention_bwd_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_BWD_CONFIGS]
 
@@ -562,4 +617,4 @@ def rotary_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     return (gemm_cases() + attention_cases() + varlen_cases() + kvcache_cases() + attention_bwd_cases()
-            + layernorm_cases() + rmsnorm_cases() + norm_bwd_cases() + rotary_cases())
+            + varlen_bwd_cases() + layernorm_cases() + rmsnorm_cases() + norm_bwd_cases() + rotary_cases())

@@ -261,3 +261,202 @@ def example_args(device="cpu", lens=(37, 100, 1, 64), Hq=4, Hkv=2, D=64, causal=
     lse = torch.empty(Hq, T, device=device, dtype=torch.float32)
     return ((q, k, v, o, lse, cu, cu, D ** -0.5, 1, 2 * T, 0, len(lens).bit_length() + 1),
             {**config_for(D), "MASKED": causal})
+
+
+# ============================================================================================ backward
+# The dense backward's structure (kernels/attention_bwd.py) on packed tiles: delta = rowsum(dO ∘ O) by the dense
+# preprocessing kernel on [1, H, total, D] views; a dK/dV kernel over packed key tiles that finds the tile's
+# sequences in cu_seqlens_k and, per sequence, loops over (query head of the group, packed query tile) pairs
+# that can see its keys; a dQ kernel over packed query tiles that mirrors the forward. P is recomputed with the
+# (row of the sequence, key of the sequence, band) mask, so rows and keys of other sequences contribute
+# exactly 0. dQ is computed without atomics: reruns are bitwise equal.
+INF = float("inf")
+
+
+def _varlen_keep(like, row0, col0, qs, ks, n_q, n_k, shift, left, right, MASKED):
+    keep = hk.bounds_mask(like, row0 - qs, col0 - ks, n_q, n_k)
+    if MASKED:
+        keep = keep & hk.causal_mask(like, row0 - qs + shift + right, col0 - ks)
+        keep = keep & ~hk.causal_mask(like, row0 - qs + shift - left - 1, col0 - ks)
+    return keep
+
+
+def _p(scores, lse_row, keep):
+    """P = exp2(scores - log2(e)·lse) with masked scores -inf; a row with lse = -inf (no key) uses +inf: P = 0."""
+    lse_row = hk.where(lse_row == float("-inf"), INF, lse_row)
+    return hk.exp2(hk.where(keep, scores, float("-inf")) - (lse_row * LOG2E)[:, None])
+
+
+@hk.kernel(num_warps=4)
+def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2],
+                                     dk: GL[3], dv: GL[3], cu_q: GL[1], cu_k: GL[1], scale: float,
+                                     bottom_right: int, left: int, right: int, steps: int, *, D: hk.const = 64,
+                                     BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
+                                     STAGES: hk.const = 2):
+    """q, do [Hq, total_q, D]; k, v, dk, dv [Hkv, total_k, D]; lse, delta [Hq, total_q]."""
+    j, h_kv = hk.block_idx(0), hk.block_idx(1)
+    group = q.shape[0] // k.shape[0]
+    total_k = k.shape[1]
+    n_seq = cu_k.shape[0] - 1
+    k_s = hk.shared(ST[k.dtype, BN, D])
+    v_s = hk.shared(ST[v.dtype, BN, D])
+    q_s = hk.shared(ST[q.dtype, BM, D], stages=STAGES)
+    do_s = hk.shared(ST[do.dtype, BM, D], stages=STAGES)
+    hk.load(k_s, k, (h_kv, j, 0))
+    hk.load(v_s, v, (h_kv, j, 0))
+    scale_log2 = scale * LOG2E
+    col0 = j * BN
+    col_end = hk.min(col0 + BN, total_k)
+    first_seq = hk.max(_upper_bound(cu_k, col0, steps) - 1, 0)
+    last_seq = hk.min(_upper_bound(cu_k, col_end - 1, steps), n_seq)
+
+    def sequence(b, dk_acc, dv_acc):
+        qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
+        ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
+        n_q, n_k = qe - qs, ke - ks
+        shift = bottom_right * (n_k - n_q)
+        c_lo = hk.max(col0, ks) - ks                     # this tile's keys of sequence b, local numbering
+        c_hi = hk.min(col_end, ke) - ks
+        i_lo = hk.max(c_lo - shift - right, 0)            # the query rows that see some of them, local
+        i_hi = hk.max(hk.min(n_q, c_hi - shift + left), i_lo)
+        first = (qs + i_lo) // BM
+        n_blocks = hk.max(hk.cdiv(qs + i_hi, BM) - first, 0)
+        n_blocks = n_blocks * hk.min(hk.max(c_hi - c_lo, 0), 1)     # no key of b here: nothing
+        per_head = hk.max(n_blocks, 1)
+
+        def head_and_block(t):
+            return h_kv * group + t // per_head, first + t % per_head
+
+        def load(t, s):
+            h, i = head_and_block(t)
+            hk.load(q_s[s], q, (h, i, 0))
+            hk.load(do_s[s], do, (h, i, 0))
+
+        def compute(t, s, dk_acc, dv_acc):
+            h, i = head_and_block(t)
+            scores = hk.mma_ABt(q_s[s], k_s, hk.zeros(RT[f32, BM, BN])) * scale_log2
+            keep = _varlen_keep(scores, i * BM, col0, qs, ks, n_q, n_k, shift, left, right, MASKED)
+            p = _p(scores, hk.load(RV[f32, BM], lse, (h, i), fill=INF), keep)
+            dv_acc = hk.mma_AtB(p.to(do.dtype), do_s[s], dv_acc)
+            dp = hk.mma_ABt(do_s[s], v_s, hk.zeros(RT[f32, BM, BN]))
+            ds = (p * (dp - hk.load(RV[f32, BM], delta, (h, i))[:, None])).to(q.dtype)
+            return hk.mma_AtB(ds, q_s[s], dk_acc), dv_acc
+
+        return hk.pipeline(group * n_blocks, load, compute, carry=(dk_acc, dv_acc), stages=STAGES)
+
+    init = (hk.zeros(RT[f32, BN, D]), hk.zeros(RT[f32, BN, D]))
+    dk_acc, dv_acc = hk.fori_loop(first_seq, last_seq, sequence, init)
+    hk.store(dk, (dk_acc * scale).to(dk.dtype), (h_kv, j, 0))
+    hk.store(dv, dv_acc.to(dv.dtype), (h_kv, j, 0))
+
+
+@hk.kernel(num_warps=4)
+def attention_varlen_bwd_dq_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2], dq: GL[3],
+                                   cu_q: GL[1], cu_k: GL[1], scale: float, bottom_right: int, left: int, right: int,
+                                   steps: int, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
+                                   MASKED: hk.const = False, STAGES: hk.const = 2):
+    """dQ per packed query tile: the forward's loop over the tile's sequences and their key tiles."""
+    m, h = hk.block_idx(0), hk.block_idx(1)
+    h_kv = h // (q.shape[0] // k.shape[0])
+    total_q = q.shape[1]
+    n_seq = cu_q.shape[0] - 1
+    q_s = hk.shared(ST[q.dtype, BM, D])
+    do_s = hk.shared(ST[do.dtype, BM, D])
+    k_s = hk.shared(ST[k.dtype, BN, D], stages=STAGES)
+    v_s = hk.shared(ST[v.dtype, BN, D], stages=STAGES)
+    hk.load(q_s, q, (h, m, 0))
+    hk.load(do_s, do, (h, m, 0))
+    lse_row = hk.load(RV[f32, BM], lse, (h, m), fill=INF)
+    delta_row = hk.load(RV[f32, BM], delta, (h, m))
+    scale_log2 = scale * LOG2E
+    row0 = m * BM
+    row_end = hk.min(row0 + BM, total_q)
+    first_seq = hk.max(_upper_bound(cu_q, row0, steps) - 1, 0)
+    last_seq = hk.min(_upper_bound(cu_q, row_end - 1, steps), n_seq)
+
+    def sequence(b, dq_acc):
+        qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
+        ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
+        n_q, n_k = qe - qs, ke - ks
+        shift = bottom_right * (n_k - n_q)
+        r_lo = hk.max(row0, qs) - qs
+        r_hi = hk.min(row_end, qe) - qs
+        j_lo = hk.max(r_lo + shift - left, 0)
+        j_hi = hk.max(hk.min(n_k, r_hi + shift + right), j_lo)
+        first = (ks + j_lo) // BN
+        n_blocks = hk.max(hk.cdiv(ks + j_hi, BN) - first, 0)
+
+        def load(i, s):
+            hk.load(k_s[s], k, (h_kv, first + i, 0))
+            hk.load(v_s[s], v, (h_kv, first + i, 0))
+
+        def compute(i, s, dq_acc):
+            scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
+            keep = _varlen_keep(scores, row0, (first + i) * BN, qs, ks, n_q, n_k, shift, left, right, MASKED)
+            p = _p(scores, lse_row, keep)
+            dp = hk.mma_ABt(do_s, v_s[s], hk.zeros(RT[f32, BM, BN]))
+            ds = (p * (dp - delta_row[:, None])).to(q.dtype)
+            return hk.mma(ds, k_s[s], dq_acc)
+
+        return hk.pipeline(n_blocks, load, compute, carry=dq_acc, stages=STAGES)
+
+    dq_acc = hk.fori_loop(first_seq, last_seq, sequence, hk.zeros(RT[f32, BM, D]))
+    hk.store(dq, (dq_acc * scale).to(dq.dtype), (h, m, 0))
+
+
+def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
+                         causal: bool = False, window=None, align: str | None = None, scale: float | None = None,
+                         dq=None, dk=None, dv=None, dlse=None, backend=None):
+    """Gradients (dq, dk, dv) of attention_varlen given dO = `do` (packed like o), in the input dtype; o and
+    lse [Hq, total_q] are the forward's outputs and the mask arguments and scale must be the forward's. dk, dv
+    are summed over each GQA group; no atomics (reruns are bitwise equal). dlse: an upstream gradient of lse."""
+    from .attention_bwd import attention_bwd_preprocess_kernel, config_for as bwd_config, dq_config_for
+    fn = "attention_varlen_bwd"
+    _check_packed(fn, q, k, v)
+    total_q, Hq, D = q.shape
+    total_k = k.shape[0]
+    n_seq = _check_cu(fn, "cu_seqlens_q", cu_seqlens_q, total_q, q.device)
+    if _check_cu(fn, "cu_seqlens_k", cu_seqlens_k, total_k, q.device) != n_seq:
+        raise _fn_error(fn, "cu_seqlens_q and cu_seqlens_k must have one length (B + 1)")
+    for name, t, like in (("o", o, q), ("do", do, q)):
+        if not isinstance(t, torch.Tensor) or t.shape != like.shape or t.dtype != like.dtype or t.stride(-1) != 1:
+            raise _fn_error(fn, f"'{name}' must be {tuple(like.shape)} {like.dtype} with a contiguous last dim")
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (Hq, total_q) or lse.dtype != torch.float32:
+        raise _fn_error(fn, f"'lse' must be {(Hq, total_q)} float32")
+    _max_seqlen(fn, "max_seqlen_q", max_seqlen_q)
+    _max_seqlen(fn, "max_seqlen_k", max_seqlen_k)
+    masked, bottom, left, right = varlen_band(fn, causal, window, align, cu_seqlens_q is cu_seqlens_k,
+                                              total_q + total_k)
+    scale = scale_value(scale, D, fn)
+    outs = {}
+    for name, t, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        if t is None:
+            t = torch.empty_like(like)
+        elif t.shape != like.shape or t.dtype != like.dtype or t.stride(-1) != 1:
+            raise _fn_error(fn, f"'{name}' must be {tuple(like.shape)} {like.dtype} with a contiguous last dim")
+        outs[name] = t
+    check_no_overlap(fn, outs, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do})
+    if total_q == 0 or total_k == 0:
+        for t in outs.values():
+            t.zero_()
+        return outs["dq"], outs["dk"], outs["dv"]
+    tq = lambda t: t.transpose(0, 1)              # noqa: E731 - [total, H, D] -> [H, total, D] views
+    delta = torch.empty(Hq, total_q, device=q.device, dtype=torch.float32)
+    cfg = bwd_config(D)
+    attention_bwd_preprocess_kernel(tq(o)[None], tq(do)[None], delta[None], delta.view(1, Hq, total_q, 1),
+                                    grid=(hk.cdiv(total_q, cfg["BM"]), Hq, 1), backend=backend, D=D, BM=cfg["BM"],
+                                    ZERO_DQ=False)
+    if dlse is not None:
+        if tuple(dlse.shape) != (Hq, total_q) or dlse.dtype != torch.float32:
+            raise _fn_error(fn, f"'dlse' must be {(Hq, total_q)} float32")
+        delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))
+    steps = (n_seq + 1).bit_length()
+    common = (cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps)
+    attention_varlen_bwd_dkdv_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dk"]), tq(outs["dv"]),
+                                     *common, grid=(hk.cdiv(total_k, cfg["BN"]), k.shape[1], 1), backend=backend,
+                                     **cfg, MASKED=masked)
+    qcfg = dq_config_for(D)
+    attention_varlen_bwd_dq_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dq"]), *common,
+                                   grid=(hk.cdiv(total_q, qcfg["BM"]), Hq, 1), backend=backend, **qcfg,
+                                   MASKED=masked)
+    return outs["dq"], outs["dk"], outs["dv"]
