@@ -1,8 +1,12 @@
 """Attention against a KV cache (flash_attn_with_kvcache's layouts): paged (block tables, pages of 16 and
 256 tokens) and contiguous caches, decode (Nq 1..16) with split-KV and the combine kernel, prefill against
 a cache, GQA; checked per sequence against float64 torch math with FlashAttention's rule (at most twice
-torch's own bf16 error), on poisoned outputs."""
+torch's own bf16 error), on poisoned outputs.
+
+HK_SERVING_TEST_DEVICE=cuda runs the kernels on the GPU (the references stay float64 on the CPU)."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -11,6 +15,7 @@ from hk_portable.interface import ArgumentError
 from hk_portable.kernels.attention_kvcache import attention_kvcache, kvcache_reference
 
 F = torch.nn.functional
+DEV = os.environ.get("HK_SERVING_TEST_DEVICE", "cpu")
 
 
 def _cache(lens, Nq, Hq, Hkv, D, page, seed):
@@ -52,9 +57,11 @@ def _torch_bf16(q, kc, vc, lens, table, causal):
 
 def _check(lens, Nq, Hq=8, Hkv=2, D=64, page=16, causal=False, splits=None, seed=0, backend=None):
     q, kc, vc, lens_t, table = _cache(lens, Nq, Hq, Hkv, D, page, seed)
-    o = torch.full_like(q, float("nan"))
-    lse = torch.full((len(lens), Hq, Nq), float("nan"))
-    attention_kvcache(q, kc, vc, lens_t, table, causal=causal, num_splits=splits, out=o, lse=lse, backend=backend)
+    o = torch.full_like(q, float("nan"), device=DEV)
+    lse = torch.full((len(lens), Hq, Nq), float("nan"), device=DEV)
+    attention_kvcache(q.to(DEV), kc.to(DEV), vc.to(DEV), lens_t.to(DEV), None if table is None else table.to(DEV),
+                      causal=causal, num_splits=splits, out=o, lse=lse, backend=backend)
+    o, lse = o.cpu(), lse.cpu()
     ref, ref_lse = kvcache_reference(q, kc, vc, lens_t, table, causal=causal)
     torch_err = (_torch_bf16(q, kc, vc, lens_t, table, causal) - ref).abs().max()
     err = (o.double() - ref).abs().max()

@@ -1,7 +1,11 @@
 """Variable-length batches (FlashAttention's varlen API): packed q/k/v with cu_seqlens, causal in both
 alignments, windows, GQA; checked per sequence against float64 torch SDPA with an explicit mask, with
-FlashAttention's rule (error at most twice torch's own error in bf16), on poisoned outputs."""
+FlashAttention's rule (error at most twice torch's own error in bf16), on poisoned outputs.
+
+HK_SERVING_TEST_DEVICE=cuda runs the kernels on the GPU (the references stay float64 on the CPU)."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -10,6 +14,11 @@ from hk_portable.interface import ArgumentError
 from hk_portable.kernels.attention_varlen import attention_varlen
 
 F = torch.nn.functional
+DEV = os.environ.get("HK_SERVING_TEST_DEVICE", "cpu")
+
+
+def _dev(*ts):
+    return [t.to(DEV) if isinstance(t, torch.Tensor) else t for t in ts]
 
 
 def _cu(lens):
@@ -60,10 +69,11 @@ def _per_sequence(q, k, v, lq, lk, causal, window, align, dtype):
 def _check(lq, lk, Hq=4, Hkv=2, D=64, causal=False, window=None, align=None, seed=0, extra_q=0, backend=None):
     q, k, v = _inputs(lq, lk, Hq, Hkv, D, seed, extra_q)
     cq, ck = _cu(lq), _cu(lk)
-    o = torch.full_like(q, float("nan"))
-    lse = torch.full((Hq, q.shape[0]), float("nan"))
-    attention_varlen(q, k, v, cq, ck if lq != lk else cq, max(lq), max(lk), causal=causal, window=window,
+    o, lse = _dev(torch.full_like(q, float("nan")), torch.full((Hq, q.shape[0]), float("nan")))
+    dq_, dk_, dv_, dcq, dck = _dev(q, k, v, cq, ck)
+    attention_varlen(dq_, dk_, dv_, dcq, dck if lq != lk else dcq, max(lq), max(lk), causal=causal, window=window,
                      align=align, out=o, lse=lse, backend=backend)
+    o, lse = o.cpu(), lse.cpu()
     ref, ref_lse, seen = _per_sequence(q, k, v, lq, lk, causal, window, align, torch.float64)
     ours, _, _ = _per_sequence(q, k, v, lq, lk, causal, window, align, torch.bfloat16)
     torch_err = (ours - ref).abs().max()
@@ -164,10 +174,12 @@ def test_gradients_match_float64(causal, window, align):
     q, k, v = _inputs(lq, lk, 4, 2, 64, seed=11)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(12)).to(torch.bfloat16)
     cq, ck = _cu(lq), _cu(lk)
-    o, lse = attention_varlen(q, k, v, cq, ck, max(lq), max(lk), causal=causal, window=window, align=align)
-    got = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-    attention_varlen_bwd(q, k, v, o, lse, do, cq, ck, max(lq), max(lk), causal=causal, window=window, align=align,
-                         dq=got[0], dk=got[1], dv=got[2])
+    dq_, dk_, dv_, ddo, dcq, dck = _dev(q, k, v, do, cq, ck)
+    o, lse = attention_varlen(dq_, dk_, dv_, dcq, dck, max(lq), max(lk), causal=causal, window=window, align=align)
+    got = _dev(*[torch.full_like(t, float("nan")) for t in (q, k, v)])
+    attention_varlen_bwd(dq_, dk_, dv_, o, lse, ddo, dcq, dck, max(lq), max(lk), causal=causal, window=window,
+                         align=align, dq=got[0], dk=got[1], dv=got[2])
+    got = [t.cpu() for t in got]
     ref = _grads_per_sequence(q, k, v, do, lq, lk, causal, window, align, torch.float64)
     ours = _grads_per_sequence(q, k, v, do, lq, lk, causal, window, align, torch.bfloat16)
     for name, a, r, t in zip(("dq", "dk", "dv"), got, ref, ours):
@@ -178,12 +190,12 @@ def test_gradients_match_float64(causal, window, align):
 def test_the_torch_op_differentiates_through_the_varlen_backward():
     from hk_portable import torch_ops  # noqa: F401 - registers torch.ops.hk
     lq, lk = [30, 50], [20, 64]
-    q, k, v = (t.requires_grad_() for t in _inputs(lq, lk, 2, 1, 64, seed=13))
-    cq, ck = _cu(lq), _cu(lk)
+    q, k, v = (t.requires_grad_() for t in _dev(*_inputs(lq, lk, 2, 1, 64, seed=13)))
+    cq, ck = _dev(_cu(lq), _cu(lk))
     o, _ = torch.ops.hk.attention_varlen(q, k, v, cq, ck, 50, 64, True, None, "bottom_right")
     do = torch.randn(o.shape, generator=torch.Generator().manual_seed(14)).to(torch.bfloat16)
-    o.backward(do)
-    ref = _grads_per_sequence(q.detach(), k.detach(), v.detach(), do, lq, lk, True, None, "bottom_right",
-                              torch.float64)
+    o.backward(do.to(DEV))
+    ref = _grads_per_sequence(q.detach().cpu(), k.detach().cpu(), v.detach().cpu(), do, lq, lk, True, None,
+                              "bottom_right", torch.float64)
     for t, r in zip((q, k, v), ref):
-        assert ((t.grad.double() - r).abs().max() / r.abs().max()) < 0.02
+        assert ((t.grad.cpu().double() - r).abs().max() / r.abs().max()) < 0.02
