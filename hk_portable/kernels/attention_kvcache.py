@@ -38,11 +38,12 @@ def _describe(t) -> str:
 @hk.kernel(num_warps=1)
 def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_part: GL[2], block_table: GL[2],
                              cache_seqlens: GL[1], row_pos: GL[1], iota: GL[1], scale: float, n_q: int,
-                             tiles_per_page: int, row_tiles: int, *, D: hk.const = 128, BM: hk.const = 16,
-                             BN: hk.const = 32, CAUSAL: hk.const = False, STAGES: hk.const = 2):
-    """q [B, Hkv, R, D] packed rows; k, v [num_pages, Hkv, page_size, D] views (a key tile lies inside one
-    page: page_size is a multiple of BN, or one page per sequence); o_part [B·Hkv·splits, R, D] f32;
-    lse_part [B·Hkv·splits, R] f32 (natural log)."""
+                             row_tiles: int, *, D: hk.const = 128, BM: hk.const = 16, BN: hk.const = 32,
+                             PAGED: hk.const = True, TPP: hk.const = 1, CAUSAL: hk.const = False,
+                             STAGES: hk.const = 2):
+    """q [B, Hkv, R, D] packed rows; k, v [num_pages, Hkv, page_size, D] views with page_size = TPP·BN (PAGED),
+    or [B, Hkv, S, D] (contiguous; block_table unused); o_part [B·Hkv·splits, R, D] f32; lse_part
+    [B·Hkv·splits, R] f32 (natural log)."""
     s, hm, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     splits = hk.num_blocks(0)
     h_kv, m = hm // row_tiles, hm % row_tiles
@@ -69,9 +70,12 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
     def blocks(t_lo, t_hi, edge, carry):
         def load(i, st):
             jt = t_lo + i
-            page = hk.load_scalar(block_table, (b, jt // tiles_per_page), fill=-1)
-            hk.load(k_s[st], k, (page, h_kv, jt % tiles_per_page, 0))
-            hk.load(v_s[st], v, (page, h_kv, jt % tiles_per_page, 0))
+            if PAGED:                       # the tile's page from the block table; a page id out of range reads 0
+                page, tile = hk.load_scalar(block_table, (b, jt // TPP), fill=-1), jt % TPP
+            else:
+                page, tile = b, jt
+            hk.load(k_s[st], k, (page, h_kv, tile, 0))
+            hk.load(v_s[st], v, (page, h_kv, tile, 0))
 
         def compute(i, st, acc, row_m, row_l):
             jt = t_lo + i
@@ -215,17 +219,13 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     dev = q.device
     # the query heads of a group as rows: [B, Hkv, Nq·g, D], row n·g + h_in_group
     q_rows = q.reshape(B, Nq, Hkv, g, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, R, D)
-    if paged:
-        table = block_table
-        tiles_per_page = page_size // BN
-    else:
-        table = _row_pos(B, 1, dev).view(B, 1)          # sequence b is page b
-        tiles_per_page = hk.cdiv(page_size, BN)
+    table = block_table if paged else _row_pos(1, 1, dev).view(1, 1)     # contiguous: no table is read
     o_part = torch.empty(B * Hkv * num_splits, R, D, device=dev, dtype=torch.float32)
     lse_part = torch.empty(B * Hkv * num_splits, R, device=dev, dtype=torch.float32)
     attention_kvcache_kernel(q_rows, k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3), o_part, lse_part,
-                             table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, tiles_per_page,
-                             row_tiles, grid=(num_splits, Hkv * row_tiles, B), backend=backend, **cfg)
+                             table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles,
+                             grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
+                             TPP=page_size // BN if paged else 1, **cfg)
     o_rows = torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
     lse_rows = torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
     attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, BM), Hkv, B), backend=backend,
@@ -281,4 +281,4 @@ def example_args(device="cpu", B=2, Nq=1, Hq=8, Hkv=2, D=128, page=16, pages=4, 
     pos = (torch.arange(R, dtype=torch.int32, device=device) // g).to(torch.int32)
     iota = torch.arange(cfg["BN"], dtype=torch.int32, device=device)
     return ((q, kc.permute(0, 2, 1, 3), vc.permute(0, 2, 1, 3), o_part, lse_part, table, seqlens, pos, iota,
-             D ** -0.5, Nq, page // cfg["BN"], -(-R // cfg["BM"])), cfg)
+             D ** -0.5, Nq, -(-R // cfg["BM"])), {**cfg, "PAGED": True, "TPP": page // cfg["BN"]})

@@ -291,11 +291,11 @@ def _p(scores, lse_row, keep):
 def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2],
                                      dk: GL[3], dv: GL[3], cu_q: GL[1], cu_k: GL[1], scale: float,
                                      bottom_right: int, left: int, right: int, steps: int, *, D: hk.const = 64,
-                                     BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
-                                     STAGES: hk.const = 2):
-    """q, do [Hq, total_q, D]; k, v, dk, dv [Hkv, total_k, D]; lse, delta [Hq, total_q]."""
+                                     BM: hk.const = 64, BN: hk.const = 64, GROUP: hk.const = 1,
+                                     MASKED: hk.const = False, STAGES: hk.const = 2):
+    """q, do [Hq, total_q, D]; k, v, dk, dv [Hkv, total_k, D]; lse, delta [Hq, total_q]; GROUP = Hq / Hkv (a
+    constant: the step's (query block, head) split divides by it)."""
     j, h_kv = hk.block_idx(0), hk.block_idx(1)
-    group = q.shape[0] // k.shape[0]
     total_k = k.shape[1]
     n_seq = cu_k.shape[0] - 1
     k_s = hk.shared(ST[k.dtype, BN, D])
@@ -322,10 +322,9 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
         first = (qs + i_lo) // BM
         n_blocks = hk.max(hk.cdiv(qs + i_hi, BM) - first, 0)
         n_blocks = n_blocks * hk.min(hk.max(c_hi - c_lo, 0), 1)     # no key of b here: nothing
-        per_head = hk.max(n_blocks, 1)
 
-        def head_and_block(t):
-            return h_kv * group + t // per_head, first + t % per_head
+        def head_and_block(t):                         # step t: query block t // GROUP, head t % GROUP
+            return h_kv * GROUP + t % GROUP, first + t // GROUP
 
         def load(t, s):
             h, i = head_and_block(t)
@@ -342,7 +341,7 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
             ds = (p * (dp - hk.load(RV[f32, BM], delta, (h, i))[:, None])).to(q.dtype)
             return hk.mma_AtB(ds, q_s[s], dk_acc), dv_acc
 
-        return hk.pipeline(group * n_blocks, load, compute, carry=(dk_acc, dv_acc), stages=STAGES)
+        return hk.pipeline(GROUP * n_blocks, load, compute, carry=(dk_acc, dv_acc), stages=STAGES)
 
     init = (hk.zeros(RT[f32, BN, D]), hk.zeros(RT[f32, BN, D]))
     dk_acc, dv_acc = hk.fori_loop(first_seq, last_seq, sequence, init)
@@ -454,8 +453,9 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
     common = (cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps)
     attention_varlen_bwd_dkdv_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dk"]), tq(outs["dv"]),
                                      *common, grid=(hk.cdiv(total_k, cfg["BN"]), k.shape[1], 1), backend=backend,
-                                     **cfg, MASKED=masked)
-    qcfg = dq_config_for(D)
+                                     **cfg, GROUP=Hq // k.shape[1], MASKED=masked)
+    # D = 64: key blocks of 32 (with 64 the dQ kernel's loop over sequences spilled scalar registers on gfx950)
+    qcfg = dict(D=D, BM=64, BN=32, STAGES=2) if D <= 64 else dq_config_for(D)
     attention_varlen_bwd_dq_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dq"]), *common,
                                    grid=(hk.cdiv(total_q, qcfg["BM"]), Hq, 1), backend=backend, **qcfg,
                                    MASKED=masked)
