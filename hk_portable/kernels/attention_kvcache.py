@@ -226,12 +226,15 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
                              table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles,
                              grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
                              TPP=page_size // BN if paged else 1, **cfg)
-    o_rows = torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
-    lse_rows = torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
+    # one query per sequence: rows are the heads of a group, so the outputs' own memory has the rows' layout
+    direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
+    o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
+    lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
     attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, BM), Hkv, B), backend=backend,
                              D=D, BM=BM, num_warps=cfg["num_warps"])
-    out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
-    lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))
+    if not direct:
+        out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
+        lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))
     return out, lse
 
 
