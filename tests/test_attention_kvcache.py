@@ -97,6 +97,17 @@ def test_prefill_against_a_paged_cache():
     _check([130, 300], 100, Hq=4, Hkv=2, D=64, page=32, causal=True, seed=7)
 
 
+# FlashAttention's seqlen grid as (queries, cache length) of paged prefill (bottom-right causal, the cache
+# convention; 512 x 256 leaves rows that see no key)
+FA_GRID = [(113, 203), (128, 217), (108, 256), (512, 256), (1, 1023)]
+
+
+@pytest.mark.parametrize("Nq,L", FA_GRID)
+@pytest.mark.parametrize("page", [16, 256])
+def test_paged_prefill_on_flash_attentions_grid(Nq, L, page):
+    _check([L, max(1, L // 3)], Nq, Hq=4, Hkv=2, D=64, page=page, causal=True, seed=Nq + L + page)
+
+
 def test_a_row_before_every_key_is_empty():
     """causal with Nq > L: query n sees keys j <= L - Nq + n, none for the first rows."""
     o, lse = _check([3, 20], 8, page=16, causal=True, seed=8)
