@@ -183,7 +183,8 @@ def _attention_varlen_backward(ctx, grad_o, grad_lse):
     max_q, max_k, causal, window, align, scale, backend = ctx.args
     do = torch.zeros_like(o) if grad_o is None else grad_o.to(o.dtype).contiguous()
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
-    dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, do, cu_q, cu_q if ctx.same_cu else cu_k, max_q, max_k, dlse, causal, window,
+    cu_k_arg = cu_q if ctx.same_cu else cu_k
+    dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k_arg, max_q, max_k, dlse, causal, window,
                                            align, scale, backend)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None
 

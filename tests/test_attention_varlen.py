@@ -199,3 +199,13 @@ def test_the_torch_op_differentiates_through_the_varlen_backward():
                               "bottom_right", torch.float64)
     for t, r in zip((q, k, v), ref):
         assert ((t.grad.cpu().double() - r).abs().max() / r.abs().max()) < 0.02
+
+
+def test_one_cu_seqlens_for_q_and_k_needs_no_alignment_in_the_backward_either():
+    from hk_portable import torch_ops  # noqa: F401 - registers torch.ops.hk
+    lens = [30, 50]
+    q, k, v = (t.requires_grad_() for t in _dev(*_inputs(lens, lens, 2, 2, 64, seed=15)))
+    (cu,) = _dev(_cu(lens))
+    o, _ = torch.ops.hk.attention_varlen(q, k, v, cu, cu, 50, 50, True)
+    o.float().sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))

@@ -164,8 +164,8 @@ def _varlen_case(dtype: str, config) -> Case:
                              lse=t["lse"], backend=be)
         return Setup({"q": q, "k": k, "v": v, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)},
                      {"o": poisoned((tq, Hq, D), tdt), "lse": poisoned((Hq, tq), "f32")}, launch,
-                     [Check("o", "o", o_val, bound_for("attention_fwd.o", dtype), scale=o_scale),
-                      Check("lse", "lse", lse_val, bound_for("attention_fwd.lse", "f32"), k=max(lens_k))])
+                     [Check("o", "o", o_val, bound_for("attention_varlen.o", dtype), scale=o_scale),
+                      Check("lse", "lse", lse_val, bound_for("attention_varlen.lse", "f32"), k=max(lens_k))])
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
         (f"_{align}" if align else "")
     variant = (f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_D{D}_{mask}")
@@ -232,8 +232,8 @@ def _kvcache_case(dtype: str, config) -> Case:
             attention_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"], t.get("block_table"),
                               causal=causal, scale=scale, num_splits=splits, out=t["o"], lse=t["lse"], backend=be)
         return Setup(inputs, {"o": poisoned((B, Nq, Hq, D), tdt), "lse": poisoned((B, Hq, Nq), "f32")}, launch,
-                     [Check("o", "o", o_val, bound_for("attention_fwd.o", dtype), scale=o_scale),
-                      Check("lse", "lse", lse_val, bound_for("attention_fwd.lse", "f32"), k=max(lens))])
+                     [Check("o", "o", o_val, bound_for("attention_kvcache.o", dtype), scale=o_scale),
+                      Check("lse", "lse", lse_val, bound_for("attention_kvcache.lse", "f32"), k=max(lens))])
     variant = (f"{dtype}/L{'-'.join(map(str, lens))}_Nq{Nq}_Hq{Hq}_Hkv{Hkv}_D{D}_"
                f"{f'page{page}' if page else 'contiguous'}{'_causal' if causal else ''}_splits{splits or 'auto'}")
     return _kernel_case("attention_kvcache", variant, make, "attention_kvcache")
@@ -373,7 +373,8 @@ def _varlen_bwd_case(dtype: str, config) -> Case:
                 causal=causal, window=window, align=align, scale=scale, dq=t["dq"], dk=t["dk"], dv=t["dv"],
                 backend=be)
         terms = {"dq": max(lens_k) + D, "dk": (Hq // Hkv) * max(lens_q) + D, "dv": (Hq // Hkv) * max(lens_q)}
-        checks = [Check(name, name, value, bound_for(f"attention_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
+        checks = [Check(name, name, value,
+                        bound_for(f"attention_varlen_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
                         scale=mag, k=terms[name]) for name, (value, mag) in grads.items()]
         outputs = {"dq": poisoned((tq, Hq, D), tdt), "dk": poisoned((tk, Hkv, D), tdt),
                    "dv": poisoned((tk, Hkv, D), tdt)}
