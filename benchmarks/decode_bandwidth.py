@@ -5,7 +5,11 @@ against float64 math on sampled sequences (FlashAttention's rule: at most twice 
 timed with hk bench's two methods. Bandwidth = bytes of K and V the lengths cover (plus q and o) / time, next
 to the device's copy bandwidth (read + write of 1 GiB).
 
-    python benchmarks/decode_bandwidth.py --json decode_bandwidth.json [--splits 1,2,4,8]
+    python benchmarks/decode_bandwidth.py --json decode_bandwidth.json [--splits 1,2,4,8] [--configs JSON]
+
+Configurations: the wrapper's default (16-row blocks of one warp, two stages of 32-key tiles at D128: what fits
+every target) and "wide" (64-row blocks of four warps, three stages of 64-key tiles: TMA + wgmma on sm_90a, too
+much shared memory for gfx942), key tiles never longer than a page.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import torch
 
 B, HQ, HKV, D = 64, 32, 8, 128
 LENGTHS = (1, 128, 1024, 4096, 16384, 32768)
+CONFIGS = {"default": {}, "wide": dict(BM=64, BN=64, STAGES=3, num_warps=4)}
 
 
 def make_cache(lens, page, device, gen):
@@ -66,6 +71,8 @@ def main():
     ap.add_argument("--json", default="decode_bandwidth.json")
     ap.add_argument("--budget", type=float, default=0.5)
     ap.add_argument("--splits", default="", help="comma list of num_splits to time besides the automatic choice")
+    ap.add_argument("--configs", default=None, help='JSON {name: config}, e.g. {"wide": {"BM": 64, "BN": 64, '
+                    '"STAGES": 3, "num_warps": 4}}; default: the wrapper\'s and "wide"')
     args = ap.parse_args()
     from hk_portable.bench import time_fn
     from hk_portable.kernels.attention_kvcache import attention_kvcache
@@ -74,6 +81,7 @@ def main():
     print(f"device copy bandwidth: {copy_gbs:.0f} GB/s ({torch.cuda.get_device_name()})", flush=True)
     rows, t0 = [], time.time()
     splits_list = [None] + [int(s) for s in args.splits.split(",") if s]
+    configs = json.loads(args.configs) if args.configs else CONFIGS
     dists = [("uniform", L) for L in LENGTHS] + [("random", 32768)]
     for page in (16, 256, None):
         for dist, L in dists:
@@ -83,15 +91,22 @@ def main():
             q = torch.randn(B, 1, HQ, D, device="cuda", dtype=torch.bfloat16)
             out = torch.empty_like(q)
             nbytes = sum(lens) * HKV * D * 2 * 2 + 2 * q.numel() * 2
-            for splits in splits_list:
-                row = dict(page=page or "contiguous", lengths=dist, max_len=L, splits=splits or "auto",
+            for (name, config), splits in ((c, sp) for c in configs.items() for sp in splits_list):
+                cfg = dict(config)
+                if page and "BN" in cfg:
+                    cfg["BN"] = min(cfg["BN"], page)          # a key tile lies inside one page
+                row = dict(page=page or "contiguous", lengths=dist, max_len=L, config=name, splits=splits or "auto",
                            kv_bytes=nbytes, copy_gbs=round(copy_gbs))
+
+                def call(i=0):
+                    return attention_kvcache(q, kc, vc, lens_t, table, num_splits=splits, out=out, backend="cuda",
+                                             **cfg)
                 try:
-                    attention_kvcache(q, kc, vc, lens_t, table, num_splits=splits, out=out, backend="cuda")
+                    out.fill_(float("nan"))
+                    call()
                     err, terr = check(q, kc, vc, lens_t, table, out)
                     row.update(max_err=err, torch_bf16_err=terr, fa_rule=bool(err <= 2 * terr + 1e-6))
-                    t = time_fn(lambda i: attention_kvcache(q, kc, vc, lens_t, table, num_splits=splits, out=out,
-                                                            backend="cuda"), 1, "cuda", args.budget)
+                    t = time_fn(call, 1, "cuda", args.budget)
                     gbs = nbytes / t.ms / 1e6
                     row.update(ms=round(t.ms, 4), ms_batch=round(t.ms_batch, 4), gbs=round(gbs),
                                fraction_of_copy=round(gbs / copy_gbs, 3), agree=bool(t.agree))
