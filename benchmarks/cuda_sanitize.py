@@ -1,5 +1,6 @@
 """A small workload for compute-sanitizer (memcheck, racecheck): every library kernel (gemm, attention
-forward with its masks and backward in both dQ forms, layernorm and rmsnorm, rotary) on aligned and ragged
+forward with its masks and backward in both dQ forms, varlen attention and its backward, paged/contiguous KV-cache
+decode with split-KV, layernorm and rmsnorm, rotary) on aligned and ragged
 shapes through the cuda backend, each result checked against float64 math.
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/cuda_sanitize.py
@@ -71,6 +72,34 @@ def main() -> int:
         for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
             check(f"attention_bwd B{B} Hq{hq} Hkv{hkv} N{N} D{D} causal={causal} det={det} {name}",
                   rel_err(g.cpu(), r), 3e-2)
+
+    # serving: variable-length batches (forward and backward) and a paged KV cache with split-KV decode
+    from hk_portable.kernels import attention_kvcache, attention_varlen
+    lq, lk = [37, 0, 100, 1], [50, 3, 90, 64]
+    cq, ck = (torch.tensor([0] + torch.tensor(x).cumsum(0).tolist(), dtype=torch.int32, device=dev) for x in (lq, lk))
+    q, do = (torch.randn(sum(lq), 4, 64, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    kk, v = (torch.randn(sum(lk), 2, 64, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    o, lse = attention_varlen.attention_varlen(q, kk, v, cq, ck, 100, 90, causal=True, align="bottom_right", backend=be)
+    ro, _ = attention_varlen.varlen_reference(q.cpu(), kk.cpu(), v.cpu(), cq.cpu(), ck.cpu(), causal=True,
+                                              align="bottom_right")
+    check("attention_varlen causal bottom_right o", rel_err(o.cpu(), ro), 2e-2)
+    attention_varlen.attention_varlen_bwd(q, kk, v, o, lse, do, cq, ck, 100, 90, causal=True, align="bottom_right",
+                                          backend=be)
+    for page, nq in ((16, 1), (256, 4), (None, 1)):
+        lens = [1, 300, 77, 0]
+        if page:
+            table = torch.randperm(4 * (-(-300 // page)) + 2)[:4 * (-(-300 // page))].view(4, -1).to(torch.int32)
+            kc, vc = (torch.randn(table.numel() + 2, page, 2, 128, device=dev, dtype=torch.bfloat16) for _ in range(2))
+            table = table.to(dev)
+        else:
+            table = None
+            kc, vc = (torch.randn(4, 300, 2, 128, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        qd = torch.randn(4, nq, 8, 128, device=dev, dtype=torch.bfloat16)
+        lens_t = torch.tensor(lens, dtype=torch.int32, device=dev)
+        o, _ = attention_kvcache.attention_kvcache(qd, kc, vc, lens_t, table, causal=nq > 1, num_splits=3, backend=be)
+        ro, _ = attention_kvcache.kvcache_reference(qd.cpu(), kc.cpu(), vc.cpu(), lens_t.cpu(),
+                                                    None if table is None else table.cpu(), causal=nq > 1)
+        check(f"attention_kvcache page={page} Nq={nq} splits=3 o", rel_err(o.cpu(), ro), 2e-2)
 
     for layout, shape in (("neox", (2, 37, 3, 64)), ("gptj", (1, 70, 2, 128))):
         x = torch.randn(*shape, device=dev, dtype=torch.bfloat16)

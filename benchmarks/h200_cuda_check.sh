@@ -10,7 +10,7 @@
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl stevedore==5.10.0)
 #
 # STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck synccheck initcheck
-# overhead bench ncu
+# overhead bench ncu serving decode (serving and decode are not in the default set: STEPS="env serving decode" runs them)
 # (bench, `hk bench` over the issue's shapes, sweep, benchmarks/config_sweep.py, gemmcfg and attncfg,
 #  benchmarks/{gemm,attention}_configs.py, are not in the default set: STEPS="... bench gemmcfg attncfg" adds them)
 set -u -o pipefail
@@ -144,6 +144,12 @@ if want ncu && command -v ncu >/dev/null; then
         --section LaunchStats --section MemoryWorkloadAnalysis ${NCU_EXTRA:-} python3 benchmarks/ncu_probe.py \
         ${NCU_PROBE_ARGS:-}
 fi
+# serving attention (varlen, KV caches): the tests' kernels on the GPU against CPU float64; decode bandwidth
+# (its log goes to pytest.log: the device returns 8 files at most)
+step serving 400 "$OUT/pytest.log" env HK_SERVING_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider \
+    tests/test_attention_varlen.py tests/test_attention_kvcache.py tests/test_scalar_load.py
+step decode 560 "$OUT/pytest.log" python3 benchmarks/decode_bandwidth.py --json "$OUT/decode_bandwidth.json" \
+    --splits ${DECODE_SPLITS:-1,2,4,8}
 step sweep 560 "$OUT/sweep.log" python3 benchmarks/config_sweep.py --json "$OUT/config_sweep.json"
 step gemmcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/gemm_configs.py --json "$OUT/gemm_configs.json"
 step normcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/norm_bwd_configs.py --json "$OUT/norm_bwd_configs.json"

@@ -8,7 +8,8 @@ __version__ = "0.1.0"
 from .interface import (GL, RT, RV, ST, ArgumentError, BackendError, HKError, Program, TraceError,  # noqa: E402
                         UnsupportedError, bf16, const, f16, f32, fp8e4m3, fp8e5m2, i32)
 from .interface.ops import (abs, atomic_add, block_idx, bounds_mask, cast, causal_mask, cdiv,  # noqa: E402
-                            col_max, col_min, col_sum, dropout_mask, exp, exp2, fori_loop, full, load, log,
+                            col_max, col_min, col_sum, dropout_mask, exp, exp2, fori_loop, full, load, load_scalar,
+                            log,
                             log2, logical_not, max, maximum, min, minimum, mma, mma_AB, mma_ABt, mma_AtB,
                             mma_AtBt, neg, neg_inf, num_blocks, pipeline, range, relu, row_max, row_min, row_sum,
                             rsqrt, shared, sigmoid, sqrt, store, tanh, where, zeros)

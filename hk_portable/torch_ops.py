@@ -3,6 +3,10 @@
     torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c  (a [..., K], b [K, N])
     torch.ops.hk.gemm_fp8(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)  -> c  (fp8 a [M, K], b [K, N])
     torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
+    torch.ops.hk.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
+                                  align, scale)                              -> (o, lse)
+    torch.ops.hk.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits)
+                                                                             -> (o, lse)   (forward only)
     torch.ops.hk.rotary(x, cos, sin, layout, offset, heads_first, inverse)   -> y
     torch.ops.hk.dropout_residual_layernorm(x, residual, weight, bias, p, seed, offset, eps) -> (y, h)
     torch.ops.hk.rms_norm(x, residual, weight, bias, p, seed, offset, eps)   -> (y, h)
@@ -14,7 +18,8 @@ Each op has a fake implementation (shapes, dtypes and strides of what the wrappe
 so torch.compile traces through it without a graph break.
 
 Autograd: gemm_fp8 has none (like torch._scaled_mm); gemm differentiates through two hk gemms, rotary through the inverse rotation, attention through
-the attention_bwd kernels and the two normalisations through the layernorm_bwd kernels: all hk kernels (the
+the attention_bwd kernels, attention_varlen through the varlen backward kernels (attention_kvcache is forward
+only) and the two normalisations through the layernorm_bwd kernels: all hk kernels (the
 attention and norm backwards are ops of their own, hk::attention_backward and hk::norm_backward, so that
 autograd graphs stay traceable by torch.compile). Saved tensors are
 minimal: attention keeps q, k, v, o, lse; the norms keep h and the weight (the statistics are recomputed
@@ -30,6 +35,8 @@ import torch
 from .interface.errors import ArgumentError
 from .kernels import attention as _attention
 from .kernels import attention_bwd as _attention_bwd
+from .kernels import attention_kvcache as _attention_kvcache
+from .kernels import attention_varlen as _attention_varlen
 from .kernels import gemm as _gemm
 from .kernels import gemm_fp8 as _gemm_fp8
 from .kernels import layernorm as _layernorm
@@ -165,6 +172,82 @@ def _attention_backward(ctx, grad_o, grad_lse):
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+# ------------------------------------------------------------------------------- serving attention
+@torch.library.custom_op("hk::attention_varlen", mutates_args=())
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                     window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
+                     backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention's varlen forward: q [total_q, Hq, D], k/v [total_k, Hkv, D] packed, cu_seqlens int32
+    [B + 1]; (o [total_q, Hq, D], lse f32 [Hq, total_q]). Differentiable through hk::attention_varlen_backward."""
+    return _attention_varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                              causal=causal, window=_window(window), align=align, scale=scale,
+                                              backend=backend)
+
+
+@attention_varlen.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, window=None, align=None,
+      scale=None, backend=None):
+    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _attention_varlen_setup(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, window, align, scale, backend = inputs
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+    ctx.args = (max_q, max_k, causal, window, align, scale, backend)
+    ctx.same_cu = cu_q is cu_k          # one tensor for q and k: the forward needed no alignment, nor does this
+
+
+@torch.library.custom_op("hk::attention_varlen_backward", mutates_args=())
+def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                              do: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                              max_seqlen_q: int, max_seqlen_k: int, dlse: torch.Tensor | None = None,
+                              causal: bool = False, window: Sequence[int] | None = None, align: str | None = None,
+                              scale: float | None = None,
+                              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of hk::attention_varlen through the varlen backward kernels (no atomics)."""
+    return _attention_varlen.attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                  max_seqlen_k, causal=causal, window=_window(window), align=align,
+                                                  scale=scale, dlse=dlse, backend=backend)
+
+
+@attention_varlen_backward.register_fake
+def _(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dlse=None, causal=False,
+      window=None, align=None, scale=None, backend=None):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_varlen_backward(ctx, grad_o, grad_lse):
+    q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
+    max_q, max_k, causal, window, align, scale, backend = ctx.args
+    do = torch.zeros_like(o) if grad_o is None else grad_o.to(o.dtype).contiguous()
+    dlse = None if grad_lse is None else grad_lse.float().contiguous()
+    cu_k_arg = cu_q if ctx.same_cu else cu_k
+    dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k_arg, max_q, max_k, dlse, causal, window,
+                                           align, scale, backend)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+attention_varlen.register_autograd(_attention_varlen_backward, setup_context=_attention_varlen_setup)
+
+
+@torch.library.custom_op("hk::attention_kvcache", mutates_args=())
+def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                      block_table: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
+                      num_splits: int | None = None,
+                      backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention against a paged (block_table) or contiguous KV cache, split-KV: q [B, Nq, Hq, D];
+    (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]). Forward only (decode and prefill against a cache)."""
+    return _attention_kvcache.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal,
+                                                scale=scale, num_splits=num_splits, backend=backend)
+
+
+@attention_kvcache.register_fake
+def _(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None, num_splits=None, backend=None):
+    B, Nq, Hq, _ = q.shape
+    return torch.empty_like(q), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------- rotary

@@ -119,7 +119,7 @@ def test_conformance_exits_1_when_a_case_fails(capsys, fake_plugins):
      "hk compile: error: backend 'reference' has no emulated target 'cpu'"),
     (["compile", "softmax", "--backend", "reference", "--emit", "ir"],
      "hk compile: error: unknown kernel 'softmax'; the library's kernels are: attention_bwd, attention_fwd, "
-     "dropout_residual_layernorm, gemm"),
+     "attention_kvcache, attention_varlen, dropout_residual_layernorm, gemm"),
 ])
 def test_errors_are_one_clean_line(capsys, argv, message):
     rc, out, err = run(capsys, *argv)

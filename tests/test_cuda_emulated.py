@@ -24,7 +24,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("cl
 KERNEL_CASES = ("kernel/gemm/bf16-f32/17x33x65", "kernel/gemm/f16-f16/100x70x130",
                 "kernel/attention_fwd/bf16/B1_Hq2_Hkv1_N77_D64_causal",
                 "kernel/dropout_residual_layernorm/bf16/33x1000_p0.1",
-                "kernel/layernorm_bwd/bf16/ln_33x1000_p0.1_bias_dh")
+                "kernel/layernorm_bwd/bf16/ln_33x1000_p0.1_bias_dh",
+                "kernel/attention_varlen/bf16/q113-0-50_k203-5-20_Hq2_Hkv1_D64_causal_bottom_right",
+                "kernel/attention_kvcache/bf16/L1-77-300_Nq1_Hq8_Hkv2_D128_page16_splits3")
 
 
 @functools.cache

@@ -190,3 +190,50 @@ def test_ops_follow_the_runtime_selection():
         assert torch.equal(torch.ops.hk.gemm(a, b), want)
     with pytest.raises(hk.BackendError):
         torch.ops.hk.gemm(a, b, None, "no_such_backend")
+
+
+# ----------------------------------------------------------------------------- serving attention (forward)
+def _serving_opcheck_cases():
+    torch.manual_seed(2)
+    cu_q = torch.tensor([0, 5, 25, 26], dtype=torch.int32)
+    cu_k = torch.tensor([0, 30, 42, 70], dtype=torch.int32)
+    q, k, v = torch.randn(26, 4, 64).to(bf16), torch.randn(70, 2, 64).to(bf16), torch.randn(70, 2, 64).to(bf16)
+    kc, vc = torch.randn(9, 16, 2, 64).to(bf16), torch.randn(9, 16, 2, 64).to(bf16)
+    table = torch.tensor([[3, 1, 8], [0, 2, 5]], dtype=torch.int32)
+    lens = torch.tensor([40, 7], dtype=torch.int32)
+    return {
+        "varlen": (torch.ops.hk.attention_varlen.default, (q, k, v, cu_q, cu_k, 20, 30)),
+        "varlen_causal_window": (torch.ops.hk.attention_varlen.default,
+                                 (q, k, v, cu_q, cu_k, 20, 30, True, [8, -1], "bottom_right")),
+        "varlen_requires_grad": (torch.ops.hk.attention_varlen.default,
+                                 (q.clone().requires_grad_(), k.clone().requires_grad_(), v.clone().requires_grad_(),
+                                  cu_q, cu_k, 20, 30, True, None, "top_left")),
+        "varlen_backward": (torch.ops.hk.attention_varlen_backward.default,
+                            (q, k, v, *torch.ops.hk.attention_varlen(q, k, v, cu_q, cu_k, 20, 30), q.clone(), cu_q,
+                             cu_k, 20, 30)),
+        "kvcache_paged_decode": (torch.ops.hk.attention_kvcache.default,
+                                 (torch.randn(2, 1, 4, 64).to(bf16), kc, vc, lens, table, False, None, 3)),
+        "kvcache_contiguous_causal": (torch.ops.hk.attention_kvcache.default,
+                                      (torch.randn(2, 3, 4, 64).to(bf16), kc[:2], vc[:2], torch.tensor(
+                                          [16, 9], dtype=torch.int32), None, True)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_serving_opcheck_cases()))
+def test_serving_opcheck(case):
+    op, args = _serving_opcheck_cases()[case]
+    torch.library.opcheck(op, args)
+
+
+def test_serving_ops_give_the_wrappers_results():
+    from hk_portable.kernels.attention_kvcache import attention_kvcache
+    from hk_portable.kernels.attention_varlen import attention_varlen
+    cases = _serving_opcheck_cases()
+    op, args = cases["varlen_causal_window"]
+    o, lse = op(*args)
+    o2, lse2 = attention_varlen(*args[:7], causal=True, window=(8, None), align="bottom_right")
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    op, args = cases["kvcache_paged_decode"]
+    o, lse = op(*args)
+    o2, lse2 = attention_kvcache(*args[:5], num_splits=3)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)

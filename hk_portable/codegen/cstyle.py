@@ -233,6 +233,11 @@ class CStyleEmitter:
         gl, *idx = op.operands
         self._result(op, f"hk::load({{dst}}, {self.name(gl)}, {fill}, {self.args(idx)});")
 
+    def op_global_to_scalar(self, op):
+        gl, *idx = op.operands
+        self.line(f"const int {self.name(op.result)} = hk::load_scalar({self.name(gl)}, {op.attrs['fill']}, "
+                  f"{self.args(idx)});")
+
     def op_global_to_shared(self, op):
         st, gl, *idx = op.operands
         fill = self.literal(op.attrs["fill"], D.f32)

@@ -151,6 +151,134 @@ def attention_cases() -> list[Case]:
     return [_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_CONFIGS]
 
 
+# ==================================================================== attention on variable-length batches
+# (lens_q, lens_k, Hq, Hkv, D, causal, window, align): one cu_seqlens for q and k (no alignment named); FlashAttention
+# grid lengths with an empty sequence, bottom-right (rows that see no key); a window with D=128; no mask.
+VARLEN_CONFIGS = (((37, 100, 1, 64), None, 4, 2, 64, True, None, None),
+                  ((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
+                  ((70, 130), (128, 30), 4, 2, 128, False, (33, 7), "top_left"),
+                  ((20, 5, 9), (40, 8, 1), 2, 2, 64, False, None, None))
+
+
+def _cu(lens) -> torch.Tensor:
+    return torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], dtype=torch.int32)
+
+
+def varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align):
+    """attention_math one sequence at a time on packed [total, H, D] tensors: (o, lse [H, total_q], scale)."""
+    o = torch.zeros(q.shape, dtype=torch.float64)
+    o_scale = torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64)
+    cq, ck = _cu(lens_q).tolist(), _cu(lens_k).tolist()
+    for b in range(len(lens_q)):
+        if lens_q[b] == 0 or lens_k[b] == 0:
+            continue
+        qb, kb, vb = (t[c[b]:c[b + 1]].transpose(0, 1)[None] for t, c in ((q, cq), (k, ck), (v, ck)))
+        ob, lb, sb = attention_math(qb, kb, vb, causal, scale, window, align)
+        o[cq[b]:cq[b + 1]], o_scale[cq[b]:cq[b + 1]] = ob[0].transpose(0, 1), sb[0].transpose(0, 1)
+        lse[:, cq[b]:cq[b + 1]] = lb[0]
+    return o, lse, o_scale
+
+
+def _varlen_case(dtype: str, config) -> Case:
+    lens_q, lens_k, Hq, Hkv, D, causal, window, align = config
+    same = lens_k is None
+    lens_k = lens_q if same else lens_k
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    tq, tk = sum(lens_q), sum(lens_k)
+
+    def make(gen):
+        q = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
+        k, v = (rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        scale = 1.0 / math.sqrt(D)
+        o_val, lse_val, o_scale = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align)
+        attention_varlen = _wrapper("attention_varlen", "attention_varlen")
+
+        def launch(t, be):
+            attention_varlen(t["q"], t["k"], t["v"], t["cu_q"], t["cu_q"] if same else t["cu_k"], max(lens_q),
+                             max(lens_k), causal=causal, window=window, align=align, scale=scale, out=t["o"],
+                             lse=t["lse"], backend=be)
+        return Setup({"q": q, "k": k, "v": v, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)},
+                     {"o": poisoned((tq, Hq, D), tdt), "lse": poisoned((Hq, tq), "f32")}, launch,
+                     [Check("o", "o", o_val, bound_for("attention_varlen.o", dtype), scale=o_scale),
+                      Check("lse", "lse", lse_val, bound_for("attention_varlen.lse", "f32"), k=max(lens_k))])
+    mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
+        (f"_{align}" if align else "")
+    variant = (f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_D{D}_{mask}")
+    return _kernel_case("attention_varlen", variant, make, "attention_varlen")
+
+
+def varlen_cases() -> list[Case]:
+    return [_varlen_case(dt, c) for dt in ("bf16", "f16") for c in VARLEN_CONFIGS]
+
+
+# =================================================================== attention against a KV cache (split-KV)
+# (cache lengths, Nq, Hq, Hkv, D, page size (None: contiguous), causal, splits): decode on 16-token pages with
+# 3 splits; 4 queries on 256-token pages; 16 queries against a contiguous cache with an empty sequence
+# (o = 0, lse = -inf); prefill against 32-token pages (rows before every key).
+KVCACHE_CONFIGS = (((1, 77, 300), 1, 8, 2, 128, 16, False, 3),
+                   ((300, 40), 4, 8, 2, 64, 256, True, 2),
+                   ((50, 0), 16, 4, 1, 64, None, True, None),
+                   ((130, 20), 40, 4, 2, 64, 32, True, 1))
+
+
+def kvcache_math(q, kc, vc, lens, table, causal, scale):
+    """float64 (o [B, Nq, Hq, D], lse [B, Hq, Nq], sum softmax |v|), one sequence at a time."""
+    B, Nq, Hq, D = q.shape
+    o = torch.zeros(q.shape, dtype=torch.float64)
+    o_scale = torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float64)
+    for b, L in enumerate(lens):
+        if L == 0:
+            continue
+        if table is None:
+            kb, vb = kc[b, :L], vc[b, :L]
+        else:
+            pages = table[b, :-(-L // kc.shape[1])].long()
+            kb, vb = (c[pages].reshape(-1, *c.shape[2:])[:L] for c in (kc, vc))
+        ob, lb, sb = attention_math(q[b].transpose(0, 1)[None], kb.transpose(0, 1)[None], vb.transpose(0, 1)[None],
+                                    causal, scale, None, "bottom_right")
+        o[b], o_scale[b], lse[b] = ob[0].transpose(0, 1), sb[0].transpose(0, 1), lb[0]
+    return o, lse, o_scale
+
+
+def _kvcache_case(dtype: str, config) -> Case:
+    lens, Nq, Hq, Hkv, D, page, causal, splits = config
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    B = len(lens)
+
+    def make(gen):
+        if page:
+            max_pages = -(-max(lens) // page) + 1
+            num_pages = B * max_pages + 3
+            table = torch.randperm(num_pages, generator=gen)[:B * max_pages].view(B, max_pages).to(torch.int32)
+            shape = (num_pages, page, Hkv, D)
+        else:
+            table, shape = None, (B, max(lens) + 7, Hkv, D)
+        kc, vc = (rand_float(gen, shape, dtype, 0.05, 2.0) for _ in range(2))
+        q = rand_float(gen, (B, Nq, Hq, D), dtype, 0.05, 2.0)
+        scale = 1.0 / math.sqrt(D)
+        o_val, lse_val, o_scale = kvcache_math(q, kc, vc, lens, table, causal, scale)
+        attention_kvcache = _wrapper("attention_kvcache", "attention_kvcache")
+        inputs = {"q": q, "k_cache": kc, "v_cache": vc, "cache_seqlens": torch.tensor(lens, dtype=torch.int32)}
+        if table is not None:
+            inputs["block_table"] = table
+
+        def launch(t, be):
+            attention_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"], t.get("block_table"),
+                              causal=causal, scale=scale, num_splits=splits, out=t["o"], lse=t["lse"], backend=be)
+        return Setup(inputs, {"o": poisoned((B, Nq, Hq, D), tdt), "lse": poisoned((B, Hq, Nq), "f32")}, launch,
+                     [Check("o", "o", o_val, bound_for("attention_kvcache.o", dtype), scale=o_scale),
+                      Check("lse", "lse", lse_val, bound_for("attention_kvcache.lse", "f32"), k=max(lens))])
+    variant = (f"{dtype}/L{'-'.join(map(str, lens))}_Nq{Nq}_Hq{Hq}_Hkv{Hkv}_D{D}_"
+               f"{f'page{page}' if page else 'contiguous'}{'_causal' if causal else ''}_splits{splits or 'auto'}")
+    return _kernel_case("attention_kvcache", variant, make, "attention_kvcache")
+
+
+def kvcache_cases() -> list[Case]:
+    return [_kvcache_case(dt, c) for dt in ("bf16", "f16") for c in KVCACHE_CONFIGS]
+
+
 # ================================================================================ attention backward
 # (B, Hq, Hkv, N, Nkv, D, causal, window, align, deterministic): one query row; a ragged causal GQA sequence
 # (atomic dQ, then the deterministic two-kernel form); GQA with D=128; bottom-right causal with N < Nkv and
@@ -239,6 +367,62 @@ def _attention_bwd_case(dtype: str, config) -> Case:
     case = _kernel_case("attention_bwd", variant, make, "attention_bwd")
     # the atomic dQ sums key blocks in an unspecified order: only the deterministic form must rerun bitwise
     return dataclasses.replace(case, deterministic=deterministic)
+
+
+# varlen backward: (lens_q, lens_k, Hq, Hkv, D, causal, window, align)
+VARLEN_BWD_CONFIGS = (((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
+                      ((70, 30), (40, 130), 4, 2, 128, False, (33, 7), "top_left"))
+
+
+def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align):
+    """attention_bwd_math one sequence at a time on packed tensors: {name: (gradient, magnitude)}."""
+    out = {n: [torch.zeros(t.shape, dtype=torch.float64) for _ in range(2)] for n, t in (("dq", q), ("dk", k),
+                                                                                         ("dv", v))}
+    cq, ck = _cu(lens_q).tolist(), _cu(lens_k).tolist()
+    for b in range(len(lens_q)):
+        if lens_q[b] == 0 or lens_k[b] == 0:
+            continue
+        sl = {"dq": slice(cq[b], cq[b + 1]), "dk": slice(ck[b], ck[b + 1]), "dv": slice(ck[b], ck[b + 1])}
+        seq = [t[sl[n]].transpose(0, 1)[None] for t, n in ((q, "dq"), (k, "dk"), (v, "dv"), (do, "dq"))]
+        for name, (g, mag) in attention_bwd_math(*seq, causal, scale, window, align).items():
+            out[name][0][sl[name]], out[name][1][sl[name]] = g[0].transpose(0, 1), mag[0].transpose(0, 1)
+    return {n: tuple(v) for n, v in out.items()}
+
+
+def _varlen_bwd_case(dtype: str, config) -> Case:
+    lens_q, lens_k, Hq, Hkv, D, causal, window, align = config
+    tdt = TORCH[dtype]
+    tq, tk = sum(lens_q), sum(lens_k)
+
+    def make(gen):
+        q = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
+        k, v = (rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        do = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
+        scale = 1.0 / math.sqrt(D)
+        o_val, lse_val, _ = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align)
+        o, lse = round_to(o_val, tdt), lse_val.to(torch.float32)
+        grads = varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align)
+        bwd = _wrapper("attention_varlen", "attention_varlen_bwd")
+
+        def launch(t, be):
+            bwd(t["q"], t["k"], t["v"], t["o"], t["lse"], t["do"], t["cu_q"], t["cu_k"], max(lens_q), max(lens_k),
+                causal=causal, window=window, align=align, scale=scale, dq=t["dq"], dk=t["dk"], dv=t["dv"],
+                backend=be)
+        terms = {"dq": max(lens_k) + D, "dk": (Hq // Hkv) * max(lens_q) + D, "dv": (Hq // Hkv) * max(lens_q)}
+        checks = [Check(name, name, value,
+                        bound_for(f"attention_varlen_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
+                        scale=mag, k=terms[name]) for name, (value, mag) in grads.items()]
+        outputs = {"dq": poisoned((tq, Hq, D), tdt), "dk": poisoned((tk, Hkv, D), tdt),
+                   "dv": poisoned((tk, Hkv, D), tdt)}
+        inputs = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)}
+        return Setup(inputs, outputs, launch, checks)
+    mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + f"_{align}"
+    variant = f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_D{D}_{mask}"
+    return _kernel_case("attention_varlen_bwd", variant, make, "attention_varlen")
+
+
+def varlen_bwd_cases() -> list[Case]:
+    return [_varlen_bwd_case(dt, c) for dt in ("bf16", "f16") for c in VARLEN_BWD_CONFIGS]
 
 
 def attention_bwd_cases() -> list[Case]:
@@ -469,5 +653,5 @@ def rotary_cases() -> list[Case]:
 
 
 def cases() -> list[Case]:
-    return (gemm_cases() + gemm_fp8_cases() + attention_cases() + attention_bwd_cases() + layernorm_cases() + rmsnorm_cases()
-            + norm_bwd_cases() + rotary_cases())
+    return (gemm_cases() + gemm_fp8_cases() + attention_cases() + varlen_cases() + kvcache_cases() + attention_bwd_cases()
+            + varlen_bwd_cases() + layernorm_cases() + rmsnorm_cases() + norm_bwd_cases() + rotary_cases())

@@ -827,6 +827,93 @@ def scalar_cases() -> list[Case]:
     return out
 
 
+# ============================================================================ scalars read from memory
+SCALAR_LOAD_FILL = -7
+SCALAR_LOAD_COLS = 6                     # what each block stores: the five reads and a tile index read
+
+
+@functools.cache
+def _scalar_load_kernel():
+    """global_to_scalar: reads in bounds, past each edge (the fill, no memory touched), a data-dependent
+    trip count and a loop index, as cu_seqlens and block tables are read."""
+    @hk.kernel(name="scalar_load")
+    def k(t: GL[2], lens: GL[1], y: GL[2], *, FILL: hk.const = SCALAR_LOAD_FILL):
+        blk = hk.block_idx(0)
+        rows, cols = t.shape[0], t.shape[1]
+        reads = [hk.load_scalar(t, (blk, blk + 1), fill=FILL),          # in bounds
+                 hk.load_scalar(t, (blk - 1, 0), fill=FILL),            # row -1 on block 0
+                 hk.load_scalar(t, (blk, cols + blk), fill=FILL),       # past the last column
+                 hk.load_scalar(t, (rows, 0), fill=FILL)]               # past the last row
+        n = hk.load_scalar(lens, blk)                                   # a trip count read from memory
+        reads.append(hk.fori_loop(0, n, lambda j, acc: acc + hk.load_scalar(t, (blk, j), fill=FILL), 0))
+        reads.append(hk.load_scalar(lens, hk.load_scalar(lens, blk) - 3, fill=FILL))   # index read from memory
+        for c, v in enumerate(reads):
+            hk.store(y, hk.full(RV[i32, 16], v), (blk, c))          # 16 copies: a whole row vector
+    return k
+
+
+def _scalar_load_case(view: str):
+    def make(gen):
+        rows, cols = 5, 9
+        t = rand_int(gen, (rows, cols), 1, 50_000)
+        lens = torch.tensor([0, 3, cols, 1, 7], dtype=torch.int32)   # [0, cols]: every read of the loop in bounds
+        expected = torch.zeros(rows, SCALAR_LOAD_COLS, dtype=torch.int64)
+        F = SCALAR_LOAD_FILL
+        for b in range(rows):
+            n = int(lens[b])
+            j = n - 3
+            expected[b] = torch.tensor([int(t[b, b + 1]) if b + 1 < cols else F, int(t[b - 1, 0]) if b else F, F, F,
+                                        sum(int(t[b, i]) for i in range(n)),
+                                        int(lens[j]) if 0 <= j < rows else F])
+        stored, t_of = _stored_view(t, view)
+        kern = _scalar_load_kernel()
+        expected = expected.repeat_interleave(16, dim=1)
+        return Setup({"t": stored, "lens": lens}, {"y": poisoned((rows, SCALAR_LOAD_COLS * 16), "i32")},
+                     lambda d, be: kern(t_of(d["t"]), d["lens"], d["y"], grid=(rows,), backend=be),
+                     [_expect("y", "y", expected, "i32", "scalar")])
+    return _case("scalar_load", "global_to_scalar" + (f"_{view}" if view != "contiguous" else ""), "i32", (5, 9),
+                 make, tol="scalar")
+
+
+@functools.cache
+def _page_gather_kernel():
+    """A pipeline whose load region reads its tile index from a table (a paged KV cache's block table):
+    block b sums the pages table[b, 0..n) of x; entries -1 and past the pages read the tile's fill."""
+    @hk.kernel(name="scalar_load_pages")
+    def k(x: GL[2], table: GL[2], y: GL[2], *, TR: hk.const = BM, TC: hk.const = BN):
+        blk = hk.block_idx(0)
+        buf = hk.shared(ST[x.dtype, TR, TC], stages=2)
+
+        def load(j, s):
+            hk.load(buf[s], x, (hk.load_scalar(table, (blk, j), fill=-1), 0))
+
+        def compute(j, s, acc):
+            return acc + hk.load(RT[x.dtype, TR, TC], buf[s])
+
+        acc = hk.pipeline(table.shape[1], load, compute, carry=hk.zeros(RT[f32, TR, TC]), stages=2)
+        hk.store(y, acc, (blk, 0))
+    return k
+
+
+def _page_gather_case():
+    def make(gen):
+        pages, blocks, per = 6, 3, 4
+        x = rand_int(gen, (pages * BM, BN), 1, 100).to(torch.float32)     # integers: every sum is exact
+        table = torch.tensor([[5, 0, 2, 2], [1, -1, 3, 7], [4, 3, 2, 1]], dtype=torch.int32)
+        xp = f64(x).view(pages, BM, BN)
+        value = torch.stack([sum((xp[p] for p in table[b].tolist() if 0 <= p < pages), torch.zeros(BM, BN,
+                             dtype=torch.float64)) for b in range(blocks)]).reshape(blocks * BM, BN)
+        kern = _page_gather_kernel()
+        return Setup({"x": x, "table": table}, {"y": poisoned((blocks * BM, BN), "f32")},
+                     lambda d, be: kern(d["x"], d["table"], d["y"], grid=(blocks,), backend=be),
+                     [_expect("y", "y", value, "f32", "control")])
+    return _case("scalar_load", "pages", "f32", (6 * BM, BN), make, tol="control")
+
+
+def scalar_load_cases() -> list[Case]:
+    return [_scalar_load_case("contiguous"), _scalar_load_case("transposed"), _page_gather_case()]
+
+
 # =========================================================================== control: loops, pipelines
 @functools.cache
 def _loop_kernel(form: str):
@@ -1057,5 +1144,6 @@ def nan_minmax_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     return (move_cases() + atomic_cases() + unary_cases() + binary_cases() + select_cases() + cast_cases()
-            + fill_cases() + reduce_cases() + mma_cases() + scalar_cases() + control_cases() + mask_cases()
+            + fill_cases() + reduce_cases() + mma_cases() + scalar_cases() + scalar_load_cases() + control_cases()
+            + mask_cases()
             + broadcast_cases() + nan_minmax_cases())

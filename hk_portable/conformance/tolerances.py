@@ -173,6 +173,21 @@ TABLE: dict[tuple[str, str], Bound] = {
 }
 
 
+def _derived(kernel: str, dense: str, why: str) -> dict[tuple[str, str], Bound]:
+    """A serving kernel's entries: the dense kernel's bound for each output, with the reason saying why it holds."""
+    return {(f"{kernel}.{name[len(dense) + 1:]}", dt): bounded(f"{why}: {b.reason}", b.rel, b.abs, b.per_term)
+            for (name, dt), b in TABLE.items() if name.startswith(dense + ".")}
+
+
+# Serving attention: per row the same arithmetic as the dense kernels (the per-sequence masks select, they do not
+# round). attention_kvcache adds the combine of its splits: f32 partial outputs weighted by exp(lse_s - max) and
+# an f32 max + log(sum) for the lse, a few f32 ulps, far inside the 16-bit output's bound and the lse's 2^-16.
+TABLE.update(_derived("attention_varlen", "attention_fwd", "the dense forward's arithmetic, per sequence"))
+TABLE.update(_derived("attention_varlen_bwd", "attention_bwd", "the dense backward's arithmetic, per sequence"))
+TABLE.update(_derived("attention_kvcache", "attention_fwd", "the dense forward's arithmetic per split, then the "
+                      "split-KV combine in f32 (a few f32 ulps)"))
+
+
 def bound_for(name: str, dtype: str) -> Bound:
     """The table's entry for (name, dtype), else (name, '*'). KeyError names what is missing."""
     for key in ((name, dtype), (name, "*")):

@@ -199,6 +199,7 @@ _MASK = _t(RT, dtypes=("bool",))
 _CARRY = _t(RT, RV, I32, F32)
 _INDEX = Operand("index", _I32, variadic=True)     # one i32 per tensor dim: leading dims in elements,
 _FILL = Attr("fill", (float,))                      # the tile's dims in tile units
+_ELEMENT_INDEX = Operand("index", _I32, variadic=True)   # one i32 per tensor dim, all in elements
 _NUM = (int, float)
 
 OPS: tuple[OpSpec, ...] = (
@@ -229,6 +230,11 @@ OPS: tuple[OpSpec, ...] = (
            "elements outside the tensor read `fill`", operands=(Operand("src", _t(GL)), _INDEX),
            results=(_TILE,), result_rule="one index per tensor dim; tile rank <= tensor rank",
            attrs=(_FILL,), effects=_effects(reads=("global",))),
+    OpSpec("global_to_scalar", "read one element of an i32 tensor into an i32 scalar (every thread of the block "
+           "reads the same element: cu_seqlens, block tables); an index outside the tensor reads `fill` and "
+           "touches no memory", operands=(Operand("src", _t(GL, dtypes=("i32",))), _ELEMENT_INDEX),
+           results=(_I32,), result_rule="one index per tensor dim, every one in elements",
+           attrs=(Attr("fill", (int,)),), effects=_effects(reads=("global",))),
     OpSpec("global_to_shared", "copy a tile of a tensor into shared memory (raw, may be asynchronous); "
            "elements outside the tensor read `fill`",
            operands=(Operand("dst", _t(ST)), Operand("src", _t(GL)), _INDEX),

@@ -288,6 +288,31 @@ def load(dst, src, idx=(), fill: float = 0.0):
                     f"got {dst!r}")
 
 
+def load_scalar(src, idx, fill: int = 0) -> Scalar:
+    """One element of an int32 tensor as an i32 scalar: `src[idx]`, one index per dim, all in elements
+    (a tile load's leading-dim convention). Every thread of the block reads the same element, so the
+    value may be a loop bound, a tile index (cu_seqlens, a block table's page) or a mask offset. An index
+    outside the tensor (negative, or >= the dim) reads `fill` and touches no memory."""
+    if not isinstance(src, GlobalArg):
+        raise TypeError(f"load_scalar reads a tensor argument (GL), got {src!r}")
+    if src.dtype is not D.i32:
+        raise TypeError(f"load_scalar reads int32 tensors, got {src.dtype}")
+    if isinstance(fill, bool) or not isinstance(fill, int) or not -2**31 <= fill < 2**31:
+        raise TypeError(f"load_scalar: fill must be an int in int32 range, got {fill!r}")
+    if not isinstance(idx, (tuple, list)):
+        idx = (idx,)
+    if len(idx) != src.rank:
+        raise TypeError(f"load_scalar: index {tuple(idx)!r} has {len(idx)} entries but the tensor has rank "
+                        f"{src.rank}; give one entry per dimension (in elements)")
+    index = []
+    for k, x in enumerate(idx):
+        s = as_scalar(x)
+        if s.dtype is not D.i32:
+            raise TypeError(f"load_scalar: index entry {k} must be int32, got {s.dtype}")
+        index.append(s)
+    return emit1("global_to_scalar", [src] + index, ScalarType(D.i32), {"fill": fill})
+
+
 def store(dst, src, idx=()):
     """store(gl, rt|rv|st, idx): registers or shared -> GL, converting to the tensor dtype; elements
     outside the tensor are dropped.  store(st, rt): registers -> shared (same shape and dtype)."""

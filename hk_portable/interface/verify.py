@@ -266,6 +266,14 @@ def _global_to_register(v: _Verifier, op: Op) -> None:
     _index_count(v, op, gl.type, index, op.result.type)
 
 
+@rule("global_to_scalar")
+def _global_to_scalar(v: _Verifier, op: Op) -> None:
+    gl, *index = op.operands
+    _index_count(v, op, gl.type, index, None)
+    if not -2**31 <= op.attrs["fill"] < 2**31:
+        v.fail(op, f"fill {op.attrs['fill']} does not fit in int32")
+
+
 @rule("global_to_shared")
 def _global_to_shared(v: _Verifier, op: Op) -> None:
     st, gl, *index = op.operands

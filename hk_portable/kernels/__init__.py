@@ -12,6 +12,8 @@ KERNELS: dict[str, tuple[str, str]] = {
     "gemm_fp8": ("hk_portable.kernels.gemm_fp8", "gemm_fp8_kernel"),
     "attention_fwd": ("hk_portable.kernels.attention", "attention_fwd_kernel"),
     "attention_bwd": ("hk_portable.kernels.attention_bwd", "attention_bwd_dkdv_kernel"),
+    "attention_varlen": ("hk_portable.kernels.attention_varlen", "attention_varlen_kernel"),
+    "attention_kvcache": ("hk_portable.kernels.attention_kvcache", "attention_kvcache_kernel"),
     "dropout_residual_layernorm": ("hk_portable.kernels.layernorm", "dropout_residual_layernorm_kernel"),
     "layernorm_bwd": ("hk_portable.kernels.layernorm_bwd", "layernorm_bwd_kernel"),
     "rotary": ("hk_portable.kernels.rotary", "rotary_kernel"),

@@ -246,3 +246,16 @@ def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype
     o = torch.empty_like(q)
     lse = torch.empty(B, Hq, N, device=device, dtype=torch.float32)
     return (q, k, v, o, lse, 1.0 / math.sqrt(D), 0, N, 0), {**config_for(D), "MASKED": causal}
+
+
+SERVING = {"attention_varlen": "attention_varlen", "varlen_reference": "attention_varlen",
+           "attention_kvcache": "attention_kvcache", "kvcache_reference": "attention_kvcache"}
+
+
+def __getattr__(name):
+    """The serving entry points live in attention_varlen.py (variable-length batches) and attention_kvcache.py
+    (KV caches, split-KV decode); they are reachable from here too, as hk_portable.kernels.attention.<name>."""
+    if name in SERVING:
+        import importlib
+        return getattr(importlib.import_module(f"{__package__}.{SERVING[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

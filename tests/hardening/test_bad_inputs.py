@@ -16,6 +16,8 @@ import hk_portable.torch_ops  # noqa: F401  (registers torch.ops.hk)
 from hk_portable.interface import GL, RT, ArgumentError, f32
 from hk_portable.kernels.attention import attention_fwd
 from hk_portable.kernels.attention_bwd import attention_bwd
+from hk_portable.kernels.attention_kvcache import attention_kvcache
+from hk_portable.kernels.attention_varlen import attention_varlen, attention_varlen_bwd
 from hk_portable.kernels.gemm import gemm
 from hk_portable.kernels.layernorm import dropout_residual_layernorm, dropout_residual_rmsnorm
 from hk_portable.kernels.layernorm_bwd import dropout_residual_layernorm_bwd, dropout_residual_rmsnorm_bwd
@@ -53,6 +55,31 @@ def _attn_bwd(**kw):
     over = {n: kw.pop(n) for n in list(kw) if n in args}
     args.update(over)
     return lambda: attention_bwd(args["q"], args["k"], args["v"], args["o"], args["lse"], args["do"], **REF, **kw)
+
+
+CU = torch.tensor([0, 5, 16], dtype=torch.int32)
+
+
+def _varlen(**kw):
+    args = dict(q=bf16(16, 2, 64), k=bf16(16, 1, 64), v=bf16(16, 1, 64), cu_q=CU, cu_k=CU, max_q=11, max_k=11)
+    args.update({n: kw.pop(n) for n in list(kw) if n in args})
+    return lambda: attention_varlen(*args.values(), **REF, **kw)
+
+
+def _varlen_bwd(**kw):
+    q, k = bf16(16, 2, 64), bf16(16, 1, 64)
+    args = dict(q=q, k=k, v=bf16(16, 1, 64), o=torch.zeros_like(q), lse=torch.zeros(2, 16), do=torch.zeros_like(q),
+                cu_q=CU, cu_k=CU, max_q=11, max_k=11)
+    args.update({n: kw.pop(n) for n in list(kw) if n in args})
+    return lambda: attention_varlen_bwd(*args.values(), **REF, **kw)
+
+
+def _kvcache(**kw):
+    args = dict(q=bf16(2, 1, 4, 64), k_cache=bf16(5, 16, 2, 64), v_cache=bf16(5, 16, 2, 64),
+                cache_seqlens=torch.tensor([3, 20], dtype=torch.int32),
+                block_table=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32))
+    args.update({n: kw.pop(n) for n in list(kw) if n in args})
+    return lambda: attention_kvcache(*args.values(), **REF, **kw)
 
 
 def _ln_bwd(fn=dropout_residual_layernorm_bwd, **kw):
@@ -155,7 +182,45 @@ CASES = [
     ("rotary", "layout", _rot(layout="zigzag"), ArgumentError, "layout"),
     ("rotary", "device", _rot(sin=torch.zeros(8, 32, device="meta")), ArgumentError, "'sin'"),
     ("rotary", "out_overlap", (lambda x: _rot(x=x, out=x))(bf16(1, 8, 2, 64)), ArgumentError, "'out'"),
+    # ---- serving attention: variable-length batches and KV caches
+    ("attention_varlen", "dtype", _varlen(q=torch.zeros(16, 2, 64)), ArgumentError, "'q'"),
+    ("attention_varlen", "rank", _varlen(k=bf16(1, 16, 1, 64)), ArgumentError, "'k'"),
+    ("attention_varlen", "cu_dtype", _varlen(cu_q=CU.long()), ArgumentError, "'cu_seqlens_q'"),
+    ("attention_varlen", "cu_decreasing", _varlen(cu_k=torch.tensor([0, 9, 5], dtype=torch.int32)), ArgumentError,
+     "'cu_seqlens_k'"),
+    ("attention_varlen", "max_seqlen", _varlen(max_k=-3), ArgumentError, "'max_seqlen_k'"),
+    ("attention_varlen", "scale_nan", _varlen(scale=nan), ArgumentError, "'scale'"),
+    ("attention_varlen", "window", _varlen(window=(3,)), ArgumentError, "window"),
+    ("attention_varlen", "align", _varlen(causal=True, align="middle"), ArgumentError, "align"),
+    ("attention_varlen", "out_overlap", (lambda q: _varlen(q=q, out=q))(bf16(16, 2, 64)), ArgumentError, "'out'"),
+    ("attention_varlen_bwd", "lse_shape", _varlen_bwd(lse=torch.zeros(2, 15)), ArgumentError, "'lse'"),
+    ("attention_varlen_bwd", "do_dtype", _varlen_bwd(do=torch.zeros(16, 2, 64)), ArgumentError, "'do'"),
+    ("attention_varlen_bwd", "dq_overlap", (lambda q: _varlen_bwd(q=q, dq=q))(bf16(16, 2, 64)), ArgumentError,
+     "'dq'"),
+    ("attention_kvcache", "q_rank", _kvcache(q=bf16(1, 4, 64)), ArgumentError, "'q'"),
+    ("attention_kvcache", "cache_dtype", _kvcache(v_cache=torch.zeros(5, 16, 2, 64)), ArgumentError, "'v_cache'"),
+    ("attention_kvcache", "seqlens_dtype", _kvcache(cache_seqlens=torch.tensor([3, 20])), ArgumentError,
+     "'cache_seqlens'"),
+    ("attention_kvcache", "seqlens_capacity", _kvcache(cache_seqlens=torch.tensor([3, 33], dtype=torch.int32)),
+     ArgumentError, "cache_seqlens"),
+    ("attention_kvcache", "table_shape", _kvcache(block_table=torch.zeros(3, 2, dtype=torch.int32)), ArgumentError,
+     "'block_table'"),
+    ("attention_kvcache", "page_size", _kvcache(k_cache=bf16(5, 8, 2, 64), v_cache=bf16(5, 8, 2, 64)),
+     ArgumentError, "page_size"),
+    ("attention_kvcache", "num_splits", _kvcache(num_splits=0), ArgumentError, "'num_splits'"),
+    ("attention_kvcache", "scale_inf", _kvcache(scale=inf), ArgumentError, "'scale'"),
+    ("attention_kvcache", "out_overlap", (lambda q: _kvcache(q=q, out=q))(bf16(2, 1, 4, 64)), ArgumentError, "'out'"),
     # ---- torch.ops.hk (the same checks reach torch users)
+    ("torch.ops.hk.attention_varlen", "cu_dtype",
+     _op("attention_varlen", bf16(16, 2, 64), bf16(16, 1, 64), bf16(16, 1, 64), CU.long(), CU, 11, 11,
+         backend="reference"), ArgumentError, "'cu_seqlens_q'"),
+    ("torch.ops.hk.attention_varlen_backward", "lse_shape",
+     _op("attention_varlen_backward", bf16(16, 2, 64), bf16(16, 1, 64), bf16(16, 1, 64), bf16(16, 2, 64),
+         torch.zeros(3, 16), bf16(16, 2, 64), CU, CU, 11, 11, backend="reference"), ArgumentError, "'lse'"),
+    ("torch.ops.hk.attention_kvcache", "num_splits",
+     _op("attention_kvcache", bf16(2, 1, 4, 64), bf16(5, 16, 2, 64), bf16(5, 16, 2, 64),
+         torch.tensor([3, 20], dtype=torch.int32), torch.tensor([[0, 1], [2, 3]], dtype=torch.int32), num_splits=-1,
+         backend="reference"), ArgumentError, "'num_splits'"),
     ("torch.ops.hk.gemm", "dtype", _op("gemm", torch.randn(4, 4), x44, backend="reference"), ArgumentError, "'a'"),
     ("torch.ops.hk.attention", "scale_nan", _op("attention", bf16(1, 2, 16, 64), bf16(1, 2, 16, 64),
                                                  bf16(1, 2, 16, 64), scale=nan, backend="reference"),
@@ -196,7 +261,7 @@ def test_bad_input_names_the_argument(entry, case, call, error, names):
 def test_every_public_kernel_function_is_in_the_table():
     import hk_portable.kernels as K
     public = {"gemm", "attention_fwd", "attention_bwd", "layernorm", "rmsnorm", "rotary", "layernorm_bwd",
-              "rmsnorm_bwd"}
+              "rmsnorm_bwd", "attention_varlen", "attention_varlen_bwd", "attention_kvcache"}
     assert public <= {e for e, *_ in CASES}
     assert set(K.KERNELS) - {"dropout_residual_layernorm"} <= public | {"kernel"}
     ops = {n for n in dir(torch.ops.hk) if not n.startswith("_") and n != "name"}

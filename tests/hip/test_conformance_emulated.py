@@ -24,7 +24,10 @@ KERNEL_CASES = ("kernel/gemm/bf16-f32/17x33x65", "kernel/gemm/f16-f16/100x70x130
                 "kernel/attention_fwd/f16/B1_Hq4_Hkv2_N130_D128_full_win33-7",
                 "kernel/rotary/bf16/gptj/BNHD_2x37x3x64_off3", "kernel/rotary/f16/neox/BHND_1x2x70x128_off0_inverse",
                 "kernel/dropout_residual_rmsnorm/bf16/33x1000_p0.1",
-                "kernel/layernorm_bwd/bf16/ln_33x1000_p0.1_bias_dh", "kernel/layernorm_bwd/f16/rms_33x1000_p0.1_bias_dh")
+                "kernel/layernorm_bwd/bf16/ln_33x1000_p0.1_bias_dh", "kernel/layernorm_bwd/f16/rms_33x1000_p0.1_bias_dh",
+                "kernel/attention_varlen/bf16/q113-0-50_k203-5-20_Hq2_Hkv1_D64_causal_bottom_right",
+                "kernel/attention_kvcache/bf16/L1-77-300_Nq1_Hq8_Hkv2_D128_page16_splits3",
+                "kernel/attention_kvcache/f16/L300-40_Nq4_Hq8_Hkv2_D64_page256_causal_splits2")
 
 
 @functools.cache

@@ -98,7 +98,7 @@ def plan(program: Program, target: Target) -> Plan:
 
 # What the producer warpgroup runs of the Program: the scalars and shared addresses its loads need.
 PRODUCER_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "block_idx", "num_blocks", "global_dim",
-                "alloc_shared", "shared_stage")
+                "global_to_scalar", "alloc_shared", "shared_stage")
 MIN_SPECIALISED_WARPS = 8        # two consumer warpgroups: a smaller block would lose occupancy to the producer
 
 
@@ -224,7 +224,7 @@ def _tma_loads(lreg, producers: dict, params: dict) -> list[tuple[Op, TmaLoad]] 
                 return None
             loads.append((o, spec))
         elif o.opcode not in ("shared_stage", "scalar_const", "scalar_binary", "scalar_cast", "block_idx",
-                              "num_blocks", "global_dim"):
+                              "num_blocks", "global_dim", "global_to_scalar"):
             return None                 # anything else in the load region keeps the all-threads ring
     return loads or None
 

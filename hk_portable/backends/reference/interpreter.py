@@ -207,6 +207,18 @@ class Interpreter:
         gl = self.env[op.operands[0]]
         return self._read_gl(gl, op.operands[1:], t.shape, op.attrs["fill"], t.dtype.torch)
 
+    def op_global_to_scalar(self, op, active):
+        gl = self.env[op.operands[0]]
+        idx = [self.env[v] for v in op.operands[1:]]
+        valid = torch.ones(self.nb, dtype=torch.bool, device=self.device)
+        for d, x in enumerate(idx):
+            valid = valid & (x >= 0) & (x < gl.shape[d])
+        fill = torch.full((self.nb,), op.attrs["fill"], dtype=torch.int64, device=self.device)
+        if gl.numel() == 0:
+            return fill
+        vals = gl[tuple(x.clamp(0, max(gl.shape[d] - 1, 0)) for d, x in enumerate(idx))].long()
+        return torch.where(valid, vals, fill)
+
     def op_global_to_shared(self, op, active):
         st: _ST = self.env[op.operands[0]]
         gl = self.env[op.operands[1]]

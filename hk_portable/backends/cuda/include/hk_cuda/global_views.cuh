@@ -46,6 +46,22 @@ template <int ND, class T, int RANK> struct origin {
     }
 };
 
+// global_to_scalar: element idx... (all in elements) of an int tensor, the same for every thread; an index
+// outside the tensor reads `fill` and touches no memory.
+template <class T, int RANK, class... I>
+HK_DEV int load_scalar(const gl<T, RANK>& g, int fill, I... idx) {
+    static_assert(sizeof...(I) == RANK, "one index per tensor dimension");
+    const int ix[RANK] = {idx...};
+    long long off = 0;
+    bool ok = true;
+#pragma unroll
+    for (int dd = 0; dd < RANK; ++dd) {
+        ok = ok && ix[dd] >= 0 && ix[dd] < g.shape[dd];
+        off += (long long)ix[dd] * g.stride[dd];
+    }
+    return ok ? (int)g.ptr[off] : fill;
+}
+
 HK_DEV bool aligned(const void* p, int bytes) { return ((unsigned long long)p & (bytes - 1)) == 0; }
 
 }  // namespace hk

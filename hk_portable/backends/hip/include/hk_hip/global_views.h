@@ -115,4 +115,20 @@ template<class T, class F, class Mode> HK_DEV F read_mode(Mode, const T* ptr, co
 }
 }  // namespace detail
 
+// global_to_scalar: element idx... (all in elements) of an int tensor, the same for every lane; an index
+// outside the tensor reads `fill` and touches no memory. The value goes to a scalar register (it is a
+// loop bound or a tile index: cu_seqlens, block tables).
+template<class T, int RANK, class... I> HK_DEV int load_scalar(const gl<T, RANK>& g, int fill, I... idx) {
+  static_assert(sizeof...(I) == RANK, "one index per tensor dimension");
+  const int ix[RANK] = {idx...};
+  long long off = 0;
+  bool ok = true;
+#pragma unroll
+  for (int d = 0; d < RANK; ++d) {
+    ok = ok && ix[d] >= 0 && ix[d] < g.shape[d];
+    off += (long long)ix[d] * g.stride[d];
+  }
+  return detail::sgpr(ok ? (int)g.ptr[off] : fill);
+}
+
 }  // namespace hk

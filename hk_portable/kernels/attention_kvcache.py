@@ -1,0 +1,287 @@
+"""Attention against a KV cache, paged or contiguous, for decode (split-KV) and prefill.
+
+q [B, Nq, Hq, D] against k_cache, v_cache: paged, [num_pages, page_size, Hkv, D] addressed through
+block_table [B, max_pages] int32 (vLLM's and FlashInfer's layout), or contiguous, [B, S, Hkv, D] (one page per
+sequence). cache_seqlens [B] int32: sequence b has keys 0 .. L_b - 1, and its Nq queries are its last Nq
+positions (with causal, bottom-right: query n sees keys j <= L_b - Nq + n). flash_attn_with_kvcache's
+layouts, without its in-kernel append of new keys (write them to the cache first).
+
+The query heads of a GQA group share their key/value head's loads: the wrapper packs q to [B, Hkv, R, D] with
+row r = n·g + h_in_group (R = Nq·g), so one block computes every head of a group. The causal limit of row r,
+L_b - Nq + r // g, is not linear in r: the kernel reads each row's query index from `row_pos` (int32 [R])
+and each key column's offset from `iota` (int32 [BN]) and compares tiles. A key tile lies inside one page
+(page_size a multiple of the tile); the load region reads the tile's page from the block table with
+hk.load_scalar. Split-KV: grid axis 0 splits the key tiles of a sequence into `splits` ranges; each block
+writes its partial o (f32, normalised) and lse, and attention_combine_kernel (attention_combine.py) merges
+them, so one long sequence fills the device. Prefill against a cache is the same kernel with more row tiles.
+A row that sees no key gives o = 0, lse = -inf."""
+from __future__ import annotations
+
+import torch
+
+import hk_portable as hk
+from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
+from hk_portable.interface.kernel import check_no_overlap
+
+from .attention import LN2, LOG2E, scale_value
+from .attention_combine import attention_combine_kernel
+
+
+def _fn_error(fn: str, msg: str) -> ArgumentError:
+    return ArgumentError(f"{fn}: {msg}")
+
+
+def _describe(t) -> str:
+    return f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+@hk.kernel(num_warps=1)
+def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_part: GL[2], block_table: GL[2],
+                             cache_seqlens: GL[1], row_pos: GL[1], iota: GL[1], scale: float, n_q: int,
+                             row_tiles: int, *, D: hk.const = 128, BM: hk.const = 16, BN: hk.const = 32,
+                             PAGED: hk.const = True, TPP: hk.const = 1, CAUSAL: hk.const = False,
+                             STAGES: hk.const = 2):
+    """q [B, Hkv, R, D] packed rows; k, v [num_pages, Hkv, page_size, D] views with page_size = TPP·BN (PAGED),
+    or [B, Hkv, S, D] (contiguous; block_table unused); o_part [B·Hkv·splits, R, D] f32; lse_part
+    [B·Hkv·splits, R] f32 (natural log)."""
+    s, hm, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    splits = hk.num_blocks(0)
+    h_kv, m = hm // row_tiles, hm % row_tiles
+    part = (b * k.shape[1] + h_kv) * splits + s
+    q_s = hk.shared(ST[q.dtype, BM, D])
+    k_s = hk.shared(ST[k.dtype, BN, D], stages=STAGES)
+    v_s = hk.shared(ST[v.dtype, BN, D], stages=STAGES)
+    hk.load(q_s, q, (b, h_kv, m, 0))
+    scale_log2 = scale * LOG2E
+    n_keys = hk.max(hk.load_scalar(cache_seqlens, b), 0)
+    n_tiles = hk.cdiv(n_keys, BN)
+    chunk = hk.cdiv(n_tiles, splits)
+    lo = hk.min(s * chunk, n_tiles)
+    hi = hk.min(lo + chunk, n_tiles)
+    # tiles every row of the block sees whole: below L (and, causal, below the first row's limit)
+    first_pos = hk.load_scalar(row_pos, m * BM, fill=0)
+    full_hi = n_keys // BN
+    if CAUSAL:
+        full_hi = hk.min(full_hi, (n_keys - n_q + first_pos + 1) // BN)
+    full_hi = hk.max(hk.min(full_hi, hi), lo)
+    limit = hk.load(RV[hk.i32, BM], row_pos, (m,)) + (n_keys - n_q)           # each row's last visible key
+    cols0 = hk.load(RV[hk.i32, BN], iota, (0,))
+
+    def blocks(t_lo, t_hi, edge, carry):
+        def load(i, st):
+            jt = t_lo + i
+            if PAGED:                       # the tile's page from the block table; a page id out of range reads 0
+                page, tile = hk.load_scalar(block_table, (b, jt // TPP), fill=-1), jt % TPP
+            else:
+                page, tile = b, jt
+            hk.load(k_s[st], k, (page, h_kv, tile, 0))
+            hk.load(v_s[st], v, (page, h_kv, tile, 0))
+
+        def compute(i, st, acc, row_m, row_l):
+            jt = t_lo + i
+            scores = hk.mma_ABt(q_s, k_s[st], hk.zeros(RT[f32, BM, BN])) * scale_log2
+            if edge:
+                cols = hk.zeros(RT[hk.i32, BM, BN]) + (cols0 + jt * BN)[None, :]
+                keep = cols < n_keys
+                if CAUSAL:
+                    keep = keep & (cols <= limit[:, None])
+                scores = hk.where(keep, scores, float("-inf"))
+            new_m = hk.maximum(row_m, hk.row_max(scores))
+            new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m) if edge else new_m
+            p = hk.exp2(scores - new_m_safe[:, None])
+            alpha = hk.exp2(row_m - new_m_safe)
+            new_l = row_l * alpha + hk.row_sum(p)
+            acc = hk.mma(p.to(v.dtype), v_s[st], acc * alpha[:, None])
+            return acc, new_m, new_l
+
+        return hk.pipeline(t_hi - t_lo, load, compute, carry=carry, stages=STAGES)
+
+    carry = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
+    carry = blocks(lo, full_hi, False, carry)
+    acc, row_m, row_l = blocks(full_hi, hi, True, carry)
+    row_l = hk.where(row_l == 0.0, 1.0, row_l)
+    hk.store(o_part, acc / row_l[:, None], (part, m, 0))
+    hk.store(lse_part, (row_m + hk.log2(row_l)) * LN2, (part, m))
+
+
+_IOTA: dict = {}
+
+
+def _iota(n: int, device) -> torch.Tensor:
+    key = (n, str(device))
+    if key not in _IOTA:
+        _IOTA[key] = torch.arange(n, dtype=torch.int32, device=device)
+    return _IOTA[key]
+
+
+def _row_pos(n_q: int, g: int, device) -> torch.Tensor:
+    key = ("pos", n_q, g, str(device))
+    if key not in _IOTA:
+        _IOTA[key] = (torch.arange(n_q * g, dtype=torch.int32, device=device) // g).to(torch.int32)
+    return _IOTA[key]
+
+
+TARGET_BLOCKS = 264     # about two blocks per SM of an H100/H200 (132 SMs); more splits only add combine work
+
+
+def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:
+    """Decode (R <= 16 packed rows): 16-row blocks of one warp; prefill: the dense kernel's 64-row blocks.
+    Key tiles: 32 rows at D=128, 64 at D=64 (every target's shared memory), at most one page."""
+    bn = 32 if D > 64 else 64
+    if paged:
+        bn = min(bn, page_size)
+    if R <= 16:
+        return dict(D=D, BM=16, BN=bn, STAGES=2, num_warps=1)
+    return dict(D=D, BM=64, BN=bn, STAGES=2, num_warps=4)
+
+
+def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal: bool = False,
+                      scale: float | None = None, num_splits: int | None = None, out=None, lse=None, backend=None,
+                      **config):
+    """Attention of q [B, Nq, Hq, D] against a KV cache (flash_attn_with_kvcache's layouts): k_cache, v_cache
+    [num_pages, page_size, Hkv, D] with block_table [B, max_pages] int32 (paged), or [B, S, Hkv, D] with
+    block_table None (contiguous); cache_seqlens [B] int32, the keys of sequence b being 0 .. L_b - 1 (the new
+    tokens' keys already written). causal: bottom-right, query n sees keys j <= L_b - Nq + n. The KV length is
+    split across `num_splits` blocks (None: enough blocks for the device) and the splits are merged by a
+    second kernel. Returns (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]); a row that sees no key gives o = 0,
+    lse = -inf. Page ids outside [0, num_pages) read zeros (their keys are masked only by L_b: keep them valid)."""
+    fn = "attention_kvcache"
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise _fn_error(fn, f"'{name}' must be a 4-D tensor, got "
+                            f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if t.dtype not in (torch.bfloat16, torch.float16):
+            raise _fn_error(fn, f"'{name}' must be bfloat16 or float16, got {t.dtype}")
+        if t.stride(-1) != 1:
+            raise _fn_error(fn, f"'{name}' must have a contiguous last dim, got strides {t.stride()}")
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise _fn_error(fn, f"q, k_cache, v_cache must share a dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if not (q.device == k_cache.device == v_cache.device):
+        raise _fn_error(fn, "q, k_cache and v_cache must be on one device")
+    B, Nq, Hq, D = q.shape
+    if D not in (64, 128):
+        raise _fn_error(fn, f"head dim D must be 64 or 128, got {D}")
+    if k_cache.shape != v_cache.shape or k_cache.shape[3] != D:
+        raise _fn_error(fn, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape "
+                        f"[..., Hkv, D={D}]")
+    Hkv = k_cache.shape[2]
+    if Hkv == 0 or Hq % Hkv:
+        raise _fn_error(fn, f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    if Nq < 1 or B < 1:
+        raise _fn_error(fn, f"q must have B >= 1 and Nq >= 1, got {tuple(q.shape)}")
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 or \
+            tuple(cache_seqlens.shape) != (B,) or cache_seqlens.device != q.device:
+        raise _fn_error(fn, f"'cache_seqlens' must be int32 [B={B}] on {q.device}, got {_describe(cache_seqlens)}")
+    paged = block_table is not None
+    page_size = k_cache.shape[1]
+    if paged:
+        if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
+                or block_table.shape[0] != B or block_table.device != q.device or block_table.shape[1] < 1:
+            raise _fn_error(fn, f"'block_table' must be int32 [B={B}, max_pages >= 1] on {q.device}, got "
+                            f"{_describe(block_table)}")
+        if page_size % 16:
+            raise _fn_error(fn, f"page_size must be a multiple of 16, got {page_size}")
+        capacity = block_table.shape[1] * page_size
+    else:
+        if k_cache.shape[0] != B:
+            raise _fn_error(fn, f"a contiguous cache must be [B={B}, S, Hkv, D], got {tuple(k_cache.shape)}")
+        capacity = page_size
+    if cache_seqlens.device.type == "cpu" and cache_seqlens.numel() and \
+            (int(cache_seqlens.min()) < 0 or int(cache_seqlens.max()) > capacity):
+        raise _fn_error(fn, f"cache_seqlens must be in [0, {capacity}] (the cache's capacity), got "
+                        f"{cache_seqlens.tolist()}")
+    if not isinstance(causal, bool):
+        raise _fn_error(fn, f"'causal' must be a bool, got {causal!r}")
+    if capacity >= 2**30:
+        raise _fn_error(fn, f"cache capacity must be < 2**30 keys, got {capacity}")
+    scale = scale_value(scale, D, fn)
+    g = Hq // Hkv
+    R = Nq * g
+    cfg = {**kvcache_config(D, R, page_size, paged), **config, "CAUSAL": causal}
+    BM, BN = cfg["BM"], cfg["BN"]
+    if paged and page_size % BN:
+        raise _fn_error(fn, f"page_size {page_size} must be a multiple of the key tile {BN}")
+    row_tiles = hk.cdiv(R, BM)
+    blocks = B * Hkv * row_tiles
+    if num_splits is None:
+        num_splits = max(1, min(hk.cdiv(TARGET_BLOCKS, blocks), hk.cdiv(capacity, 8 * BN)))
+    elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
+        raise _fn_error(fn, f"'num_splits' must be an int >= 1 or None, got {num_splits!r}")
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype:
+        raise _fn_error(fn, f"'out' must be {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)} {out.dtype}")
+    if lse is None:
+        lse = torch.empty(B, Hq, Nq, device=q.device, dtype=torch.float32)
+    elif tuple(lse.shape) != (B, Hq, Nq) or lse.dtype != torch.float32:
+        raise _fn_error(fn, f"'lse' must be {(B, Hq, Nq)} float32, got {tuple(lse.shape)} {lse.dtype}")
+    check_no_overlap(fn, {"out": out, "lse": lse}, {"q": q, "k_cache": k_cache, "v_cache": v_cache})
+    dev = q.device
+    # the query heads of a group as rows: [B, Hkv, Nq·g, D], row n·g + h_in_group
+    q_rows = q.reshape(B, Nq, Hkv, g, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, R, D)
+    table = block_table if paged else _row_pos(1, 1, dev).view(1, 1)     # contiguous: no table is read
+    o_part = torch.empty(B * Hkv * num_splits, R, D, device=dev, dtype=torch.float32)
+    lse_part = torch.empty(B * Hkv * num_splits, R, device=dev, dtype=torch.float32)
+    attention_kvcache_kernel(q_rows, k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3), o_part, lse_part,
+                             table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles,
+                             grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
+                             TPP=page_size // BN if paged else 1, **cfg)
+    # one query per sequence: rows are the heads of a group, so the outputs' own memory has the rows' layout
+    direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
+    o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
+    lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
+    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, BM), Hkv, B), backend=backend,
+                             D=D, BM=BM, num_warps=cfg["num_warps"])
+    if not direct:
+        out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
+        lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))
+    return out, lse
+
+
+def kvcache_reference(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None):
+    """float64 math, one sequence at a time: gathers each sequence's keys from its pages."""
+    B, Nq, Hq, D = q.shape
+    scale = D ** -0.5 if scale is None else scale
+    g = Hq // k_cache.shape[2]
+    o = torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float64)
+    for b in range(B):
+        L = int(cache_seqlens[b])
+        if block_table is None:
+            kb, vb = k_cache[b, :L], v_cache[b, :L]
+        else:
+            ps = k_cache.shape[1]
+            pages = block_table[b, :-(-L // ps)].long()
+            kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:L]
+            vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:L]
+        kd = kb.double().permute(1, 0, 2).repeat_interleave(g, 0)          # [Hq, L, D]
+        vd = vb.double().permute(1, 0, 2).repeat_interleave(g, 0)
+        s = (q[b].double().permute(1, 0, 2) @ kd.transpose(-1, -2)) * scale    # [Hq, Nq, L]
+        if causal:
+            i = torch.arange(Nq).view(-1, 1) + (L - Nq)
+            s = s.masked_fill(torch.arange(L).view(1, -1) > i, float("-inf"))
+        lse[b] = torch.logsumexp(s, -1) if L else lse[b]
+        p = torch.softmax(s, -1).nan_to_num(0.0) if L else s.new_zeros(s.shape)
+        o[b] = (p @ vd).permute(1, 0, 2) if L else 0.0
+    return o, lse
+
+
+def example_args(device="cpu", B=2, Nq=1, Hq=8, Hkv=2, D=128, page=16, pages=4, R=None, causal=False,
+                         dtype=torch.bfloat16, splits=2):
+    """Arguments of attention_kvcache_kernel for a paged cache (R packed rows: Nq·Hq/Hkv unless given)."""
+    g = Hq // Hkv
+    R = Nq * g if R is None else R
+    Nq = max(1, R // g)
+    cfg = kvcache_config(D, R, page, True)
+    cfg["CAUSAL"] = causal
+    q = torch.randn(B, Hkv, R, D, device=device, dtype=dtype)
+    kc = torch.randn(B * pages, page, Hkv, D, device=device, dtype=dtype)
+    vc = torch.randn(B * pages, page, Hkv, D, device=device, dtype=dtype)
+    table = torch.arange(B * pages, dtype=torch.int32, device=device).view(B, pages)
+    seqlens = torch.full((B,), page * pages - 3, dtype=torch.int32, device=device)
+    o_part = torch.empty(B * Hkv * splits, R, D, device=device)
+    lse_part = torch.empty(B * Hkv * splits, R, device=device)
+    pos = (torch.arange(R, dtype=torch.int32, device=device) // g).to(torch.int32)
+    iota = torch.arange(cfg["BN"], dtype=torch.int32, device=device)
+    return ((q, kc.permute(0, 2, 1, 3), vc.permute(0, 2, 1, 3), o_part, lse_part, table, seqlens, pos, iota,
+             D ** -0.5, Nq, -(-R // cfg["BM"])), {**cfg, "PAGED": True, "TPP": page // cfg["BN"]})

@@ -1,0 +1,40 @@
+"""The serving kernels (attention_varlen and its backward, attention_kvcache, attention_combine) compile offline
+for sm_80 and sm_90a without spills, every Program their conformance cases launch included (no GPU needed)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="cupy (with NVRTC) is not installed")
+
+from hk_portable.backends.cuda import precompile  # noqa: E402
+from hk_portable.conformance.cases import all_cases  # noqa: E402
+
+SERVING = ("kernel/attention_varlen", "kernel/attention_kvcache", "op/scalar_load")
+
+
+def _programs():
+    cap = precompile.Capture()
+    for case in all_cases():
+        if case.id.startswith(SERVING):
+            setup = case.make(torch.Generator().manual_seed(0))
+            setup.launch({**setup.inputs, **setup.outputs}, cap)
+    return {f"{p.name}#{h[:8]}": p for h, p in cap.programs.items()}
+
+
+@pytest.mark.slow          # ~30 Programs x 2 targets: a few minutes on a 2-core runner (it still runs by default)
+def test_serving_programs_compile_for_sm80_and_sm90a():
+    progs = _programs()
+    names = {p.name for p in progs.values()}
+    assert {"attention_varlen_kernel", "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
+            "attention_kvcache_kernel", "attention_combine_kernel"} <= names, names
+    results = precompile.compile_many(progs, ("sm_80", "sm_90a"), workers=min(2, os.cpu_count() or 1))
+    errors = [f"{r['name']} [{r['arch']}]: {r['error'][:500]}" for r in results if r["error"]]
+    assert not errors, "\n".join(errors)
+    spills = [r["name"] for r in results if r["resources"]["spill_stores"] or r["resources"]["stack_bytes"]]
+    assert not spills, spills
+    by = {(r["name"].split("#")[0], r["arch"]): r for r in results}
+    assert by["attention_varlen_kernel", "sm_90a"]["wgmma"] and by["attention_varlen_kernel", "sm_90a"]["tma"]
+    assert by["attention_kvcache_kernel", "sm_80"]["mma"] and by["attention_kvcache_kernel", "sm_80"]["cp_async"]
