@@ -147,7 +147,9 @@ def test_gemm_fp8_on_cuda_matches_float64_and_scaled_mm(cuda, fmt_b, rowwise, b_
     gemm_fp8(a, b, sa, sb, out, backend="cuda")
     ref = reference(a, b, sa, sb)
     scale = (a.double().abs() @ b.double().abs()) * sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)
-    assert float(((out.double() - ref).abs() / (2.0**-8 * ref.abs() + 2 * 2.0**-24 * K * scale + 1e-30)).max()) <= 1
+    # bf16 output rounding plus the fp8 sum bound (tolerances.FP8_SUM: sm_90a's fp8 tensor cores sum with ~14 bits)
+    bound = 2.0**-8 * ref.abs() + 2.0**-18 * K * scale + 1e-30
+    assert float(((out.double() - ref).abs() / bound).max()) <= 1
     if b_colmajor and not rowwise:
         theirs = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
         assert float((out.double() - theirs.double()).abs().max()) <= 2.0**-7 * float(ref.abs().max())

@@ -456,7 +456,8 @@ def col_sum(x): return _reduce("sum", "col", x)       # noqa: E704
 # ------------------------------------------------------------------------------------------------ mma
 def mma(a, b, acc, *, trans_a: bool = False, trans_b: bool = False) -> Tile:
     """acc + op(a) @ op(b) with f32 accumulation; op(x) = x or xᵀ. a, b: RT or ST, both bf16, both f16,
-    or both fp8 (e4m3 and e5m2 mix). Products are exact and summed in f32 on every target; how a target
+    or both fp8 (e4m3 and e5m2 mix). Products are exact on every target and summed in f32 (sm_90a's fp8
+    tensor cores keep about 14 bits: tolerances.FP8_SUM); how a target
     gets there for fp8 (natively, by an exact format mapping, or by exact widening) is its backend's
     table (docs/fp8.md)."""
     ta = _tile(a, "mma a", ("rt", "st"))

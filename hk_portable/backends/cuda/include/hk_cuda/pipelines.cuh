@@ -15,7 +15,7 @@ HK_DEV void publish() {
 // overwrites the stage it reads; this ring refills a stage one step after computing on it.
 HK_DEV void retire() {
 #ifdef HK_WGMMA
-    wgmma_wait<0>();
+    if constexpr (NUM_WARPS % 4 == 0) wgmma_wait<0>();   // wgmma needs whole warpgroups (smaller blocks have none)
 #endif
 }
 // sm_80+: a ring of S shared stages filled by cp.async, S-1 loads in flight ahead of the compute.

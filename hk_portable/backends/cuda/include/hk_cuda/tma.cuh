@@ -118,8 +118,8 @@ template <int S, int TX, bool ASYNC> struct pipeline_tma {
                 load(nx, t, &full[t]);
             }
         }
-        wgmma_wait<0>();
-        sync();                                    // later code may reuse the buffers
+        if constexpr (NUM_WARPS % 4 == 0) wgmma_wait<0>();   // whole warpgroups only (synccheck: a 1-warp
+        sync();                                    // block may not execute it); later code may reuse the buffers
         if (threadIdx.x == 0) {
 #pragma unroll
             for (int s = 0; s < S; ++s) {
