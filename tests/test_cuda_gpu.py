@@ -137,7 +137,7 @@ def test_gemm_fp8_on_cuda_matches_float64_and_scaled_mm(cuda, fmt_b, rowwise, b_
     (row-major b): within the bf16 output's rounding of float64, and of torch._scaled_mm (the oracle)."""
     from hk_portable.kernels.gemm_fp8 import gemm_fp8, reference
     fb = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt_b]
-    M, N, K = 1000, 776, 1056
+    M, N, K = 1000, 784, 1056          # N: a multiple of 16 (torch._scaled_mm), not of the 128-wide tiles
     a = (torch.randn(M, K, device="cuda") * 2).to(torch.float8_e4m3fn)
     bt = (torch.randn(N, K, device="cuda") * 2).to(fb)
     b = bt.t() if b_colmajor else bt.t().contiguous()
