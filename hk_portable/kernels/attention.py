@@ -108,15 +108,27 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     return [{**base, **c} for c in wide] + [base]
 
 
-def _check(q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ArgumentError(f"attention_fwd: '{name}' must be a 4-D tensor [B, H, N, D], got "
+def check_qkv(fn: str, named: dict, ndim: int, what: str, unit_last_stride: bool = False) -> None:
+    """What every attention entry point checks of its q/k/v-like tensors: `ndim` dims (`what` names the
+    layout), bf16 or f16, one dtype, one device, and where the kernel needs it a unit-stride last dim."""
+    first_name, first = next(iter(named.items()))
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor) or t.dim() != ndim:
+            raise ArgumentError(f"{fn}: '{name}' must be a {what}, got "
                                 f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
         if t.dtype not in (torch.bfloat16, torch.float16):
-            raise ArgumentError(f"attention_fwd: '{name}' must be bfloat16 or float16, got {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ArgumentError(f"attention_fwd: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+            raise ArgumentError(f"{fn}: '{name}' must be bfloat16 or float16, got {t.dtype}")
+        if unit_last_stride and t.stride(-1) != 1:
+            raise ArgumentError(f"{fn}: '{name}' must have a contiguous last dim (stride 1), got strides {t.stride()}")
+        if t.dtype != first.dtype:
+            raise ArgumentError(f"{fn}: {', '.join(named)} must share a dtype, got "
+                                f"{', '.join(str(x.dtype) for x in named.values())}")
+        if unit_last_stride and t.device != first.device:
+            raise ArgumentError(f"{fn}: '{name}' is on {t.device}, '{first_name}' on {first.device}: one device")
+
+
+def _check(q, k, v):
+    check_qkv("attention_fwd", {"q": q, "k": k, "v": v}, 4, "4-D tensor [B, H, N, D]")
     B, Hq, N, D = q.shape
     if D not in (64, 128):
         raise ArgumentError(f"attention_fwd: head dim D must be 64 or 128, got {D}")

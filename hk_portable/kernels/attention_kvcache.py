@@ -23,7 +23,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import LN2, LOG2E, scale_value
+from .attention import LN2, LOG2E, check_qkv, scale_value
 from .attention_combine import attention_combine_kernel
 
 
@@ -146,18 +146,7 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     second kernel. Returns (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]); a row that sees no key gives o = 0,
     lse = -inf. Page ids outside [0, num_pages) read zeros (their keys are masked only by L_b: keep them valid)."""
     fn = "attention_kvcache"
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise _fn_error(fn, f"'{name}' must be a 4-D tensor, got "
-                            f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-        if t.dtype not in (torch.bfloat16, torch.float16):
-            raise _fn_error(fn, f"'{name}' must be bfloat16 or float16, got {t.dtype}")
-        if t.stride(-1) != 1:
-            raise _fn_error(fn, f"'{name}' must have a contiguous last dim, got strides {t.stride()}")
-    if not (q.dtype == k_cache.dtype == v_cache.dtype):
-        raise _fn_error(fn, f"q, k_cache, v_cache must share a dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
-    if not (q.device == k_cache.device == v_cache.device):
-        raise _fn_error(fn, "q, k_cache and v_cache must be on one device")
+    check_qkv(fn, {"q": q, "k_cache": k_cache, "v_cache": v_cache}, 4, "4-D tensor", unit_last_stride=True)
     B, Nq, Hq, D = q.shape
     if D not in (64, 128):
         raise _fn_error(fn, f"head dim D must be 64 or 128, got {D}")

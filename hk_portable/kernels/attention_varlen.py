@@ -27,7 +27,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import ALIGNS, LN2, LOG2E, _window, config_for, scale_value
+from .attention import ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, scale_value
 
 BIG = 2**31 - 1
 
@@ -136,18 +136,7 @@ def _check_cu(fn: str, name: str, cu, total: int, device) -> int:
 
 
 def _check_packed(fn: str, q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise _fn_error(fn, f"'{name}' must be a 3-D packed tensor [total_tokens, H, D], got "
-                            f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-        if t.dtype not in (torch.bfloat16, torch.float16):
-            raise _fn_error(fn, f"'{name}' must be bfloat16 or float16, got {t.dtype}")
-        if t.stride(-1) != 1:
-            raise _fn_error(fn, f"'{name}' must have a contiguous last dim (stride 1), got strides {t.stride()}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise _fn_error(fn, f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise _fn_error(fn, f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    check_qkv(fn, {"q": q, "k": k, "v": v}, 3, "3-D packed tensor [total_tokens, H, D]", unit_last_stride=True)
     D = q.shape[2]
     if D not in (64, 128):
         raise _fn_error(fn, f"head dim D must be 64 or 128, got {D}")

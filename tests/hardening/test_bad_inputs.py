@@ -19,6 +19,7 @@ from hk_portable.kernels.attention_bwd import attention_bwd
 from hk_portable.kernels.attention_kvcache import attention_kvcache
 from hk_portable.kernels.attention_varlen import attention_varlen, attention_varlen_bwd
 from hk_portable.kernels.gemm import gemm
+from hk_portable.kernels.gemm_fp8 import gemm_fp8
 from hk_portable.kernels.layernorm import dropout_residual_layernorm, dropout_residual_rmsnorm
 from hk_portable.kernels.layernorm_bwd import dropout_residual_layernorm_bwd, dropout_residual_rmsnorm_bwd
 from hk_portable.kernels.rotary import rotary, tables
@@ -104,6 +105,19 @@ def _rot(**kw):
     return lambda: rotary(x, cos, sin, **REF, **kw)
 
 
+ONE = torch.ones(1)
+
+
+def E4(*shape):
+    return torch.zeros(*shape).to(torch.float8_e4m3fn)
+
+
+def _fp8_overlap():
+    buf = torch.zeros(64, dtype=torch.float32)
+    a = buf[:16].view(torch.uint8).view(torch.float8_e4m3fn).view(8, 8)
+    return gemm_fp8(a, E4(8, 2), ONE, ONE, out=buf[:16].view(8, 2), **REF)
+
+
 def _op(name, *args, **kw):
     return lambda: getattr(torch.ops.hk, name)(*args, **kw)
 
@@ -134,6 +148,22 @@ CASES = [
     ("gemm", "out_shape", lambda: gemm(x44, x44, out=torch.empty(4, 5), **REF), ArgumentError, "'out'"),
     ("gemm", "overlap", lambda: gemm(x44, bf16(4, 4), out=x44, **REF), ArgumentError, "'out'"),
     ("gemm", "device", lambda: gemm(x44, bf16(4, 4).to("meta"), **REF), ArgumentError, "'b'"),
+    # ---- gemm_fp8
+    ("gemm_fp8", "dtype", lambda: gemm_fp8(x44, E4(4, 4), ONE, ONE, **REF), ArgumentError, "'a'"),
+    ("gemm_fp8", "fnuz", lambda: gemm_fp8(E4(4, 4).view(torch.float8_e4m3fnuz), E4(4, 4), ONE, ONE, **REF),
+     ArgumentError, "'a'"),
+    ("gemm_fp8", "rank", lambda: gemm_fp8(E4(4), E4(4, 4), ONE, ONE, **REF), ArgumentError, "'a'"),
+    ("gemm_fp8", "shape", lambda: gemm_fp8(E4(4, 5), E4(4, 4), ONE, ONE, **REF), ArgumentError, "'b'"),
+    ("gemm_fp8", "scale_dtype", lambda: gemm_fp8(E4(4, 4), E4(4, 4), ONE.double(), ONE, **REF), ArgumentError,
+     "'scale_a'"),
+    ("gemm_fp8", "scale_shape", lambda: gemm_fp8(E4(4, 4), E4(4, 4), ONE, torch.ones(3), **REF), ArgumentError,
+     "'scale_b'"),
+    ("gemm_fp8", "out_dtype", lambda: gemm_fp8(E4(4, 4), E4(4, 4), ONE, ONE, out=torch.empty(4, 4, dtype=torch.int32),
+                                               **REF), ArgumentError, "'out'"),
+    ("gemm_fp8", "overlap", lambda: _fp8_overlap(), ArgumentError, "'out'"),
+    ("gemm_fp8", "device", lambda: gemm_fp8(E4(4, 4), E4(4, 4).to("meta"), ONE, ONE, **REF), ArgumentError, "'b'"),
+    ("torch.ops.hk.gemm_fp8", "dtype", _op("gemm_fp8", x44, E4(4, 4), ONE, ONE, backend="reference"),
+     ArgumentError, "'a'"),
     # ---- attention forward
     ("attention_fwd", "dtype", _attn(q=torch.randn(1, 2, 16, 64)), ArgumentError, "'q'"),
     ("attention_fwd", "dtype_mix", _attn(v=bf16(1, 2, 16, 64).half()), ArgumentError, "v"),
@@ -260,7 +290,7 @@ def test_bad_input_names_the_argument(entry, case, call, error, names):
 
 def test_every_public_kernel_function_is_in_the_table():
     import hk_portable.kernels as K
-    public = {"gemm", "attention_fwd", "attention_bwd", "layernorm", "rmsnorm", "rotary", "layernorm_bwd",
+    public = {"gemm", "gemm_fp8", "attention_fwd", "attention_bwd", "layernorm", "rmsnorm", "rotary", "layernorm_bwd",
               "rmsnorm_bwd", "attention_varlen", "attention_varlen_bwd", "attention_kvcache"}
     assert public <= {e for e, *_ in CASES}
     assert set(K.KERNELS) - {"dropout_residual_layernorm"} <= public | {"kernel"}
@@ -272,6 +302,8 @@ ZERO_SIZE_THAT_IS_DEFINED = [       # (what, call, expected shape, expected valu
     ("gemm M=0", lambda: gemm(bf16(0, 4), x44, **REF), (0, 4)),
     ("gemm N=0", lambda: gemm(x44, bf16(4, 0), **REF), (4, 0)),
     ("gemm K=0", lambda: gemm(bf16(4, 0), bf16(0, 4), **REF), (4, 4)),          # an empty sum: zeros
+    ("gemm_fp8 M=0", lambda: gemm_fp8(E4(0, 4), E4(4, 4), ONE, ONE, **REF), (0, 4)),
+    ("gemm_fp8 K=0", lambda: gemm_fp8(E4(4, 0), E4(0, 4), ONE, ONE, **REF), (4, 4)),
     ("attention B=0", lambda: _attn(q=bf16(0, 2, 16, 64), k=bf16(0, 2, 16, 64), v=bf16(0, 2, 16, 64))()[0],
      (0, 2, 16, 64)),
     ("layernorm rows=0", lambda: _ln(x=bf16(0, 64), residual=bf16(0, 64))()[0], (0, 64)),
