@@ -195,3 +195,23 @@ def test_llama_with_hk_attention_trains_on_cuda(transformers):
     hk_model, _ = llama_pair("cuda")
     losses = llama_train(hk_model, llama_ids("cuda"))
     assert losses[-1] < losses[0], losses
+
+
+def _to_cuda(x):
+    return x.cuda() if isinstance(x, torch.Tensor) else x
+
+
+def test_opcheck_of_the_fp8_and_serving_ops_on_cuda():
+    """gemm_fp8 (without the schema test: torch's allclose has no fp8 kernel), attention_varlen and its
+    backward, attention_kvcache: the CPU cases of tests/test_torch_ops.py on CUDA tensors."""
+    from test_torch_ops import _serving_opcheck_cases
+    a = (torch.randn(40, 64, device="cuda") * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(24, 64, device="cuda") * 2).to(torch.float8_e5m2).t()
+    sa, sb = torch.tensor([0.5], device="cuda"), torch.rand(24, device="cuda") + 0.5
+    torch.library.opcheck(torch.ops.hk.gemm_fp8.default, (a, b, sa, sb),
+                          test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+    for name, (op, args) in _serving_opcheck_cases().items():
+        args = tuple(_to_cuda(x) for x in args)
+        args = tuple(x.detach().requires_grad_() if isinstance(x, torch.Tensor) and x.is_leaf and x.requires_grad
+                     else x for x in args)
+        torch.library.opcheck(op, args)
