@@ -10,12 +10,12 @@ from hk_portable.backends.cuda.archs import make_target as cuda_target
 from hk_portable.backends.hip import codegen as hip_codegen
 from hk_portable.backends.hip.archs import make_target as hip_target
 from hk_portable.codegen import resources
-from hk_portable.interface import GL, RT, ST, f32
+from hk_portable.interface import GL, RT, ST, bf16, f32
 
 
 class _T:
-    def __init__(self, rows, cols, space, nbytes=0):
-        self.rows, self.cols, self.space, self.nbytes = rows, cols, space, nbytes
+    def __init__(self, rows, cols, space, nbytes=0, dtype=bf16):
+        self.rows, self.cols, self.space, self.nbytes, self.dtype = rows, cols, space, nbytes, dtype
 
 
 def test_round_up_and_arena_layout():
