@@ -1,7 +1,7 @@
 """Offline compilation for the cuda backend (no GPU needed: NVRTC runs on the CPU).
 
 Every library kernel and every Program the conformance suite launches is compiled for sm_80 and sm_90a;
-the matrix kernels must use mma.sync m16n8k16, pipelined kernels cp.async, and nothing may spill to
+the matrix kernels must use mma.sync (m16n8k16; m16n8k32 for fp8) or wgmma, pipelined kernels cp.async, and nothing may spill to
 local memory. Also: the parameter buffer layout agrees with the PTX entry's parameter list, status()
 gives the reason on a machine without a GPU, and `hk compile` emits source and PTX for both targets."""
 from __future__ import annotations

@@ -63,16 +63,7 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
                     keep = keep & hk.causal_mask(scores, m * BM + shift + right, j * BN)       # j <= i + shift + right
                     keep = keep & ~hk.causal_mask(scores, m * BM + shift - left - 1, j * BN)  # j >= i + shift - left
                 scores = hk.where(keep, scores, float("-inf"))
-            new_m = hk.maximum(row_m, hk.row_max(scores))
-            if edge and MASKED:                      # a row with no visible key yet: subtract 0, not -inf
-                new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m)
-            else:                                    # finite: every row sees a key of this block
-                new_m_safe = new_m
-            p = hk.exp2(scores - new_m_safe[:, None])
-            alpha = hk.exp2(row_m - new_m_safe)                         # rescale of the old partial sums
-            new_l = row_l * alpha + hk.row_sum(p)
-            acc = hk.mma(p.to(v.dtype), v_s[s], acc * alpha[:, None])
-            return acc, new_m, new_l
+            return softmax_step(scores, v_s[s], v.dtype, acc, row_m, row_l, guard=edge and MASKED)
 
         return hk.pipeline(hi - lo, load, compute, carry=carry, stages=STAGES)
 
@@ -85,6 +76,18 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
         row_l = hk.where(row_l == 0.0, 1.0, row_l)     # acc is 0 there; row_m stays -inf
     hk.store(o, (acc / row_l[:, None]).to(o.dtype), (b, h, m, 0))
     hk.store(lse, (row_m + hk.log2(row_l)) * LN2, (b, h, m))
+
+
+def softmax_step(scores, v_tile, v_dtype, acc, row_m, row_l, guard: bool):
+    """One key block of online softmax (log2 domain): the new running max and sum, and acc rescaled plus
+    P @ V. guard: a row may have seen no key yet (its max still -inf), so subtract 0 there, not -inf; without
+    it every row sees a key of this block and the max is finite. Shared by every attention forward."""
+    new_m = hk.maximum(row_m, hk.row_max(scores))
+    new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m) if guard else new_m
+    p = hk.exp2(scores - new_m_safe[:, None])
+    alpha = hk.exp2(row_m - new_m_safe)                         # rescale of the old partial sums
+    new_l = row_l * alpha + hk.row_sum(p)
+    return hk.mma(p.to(v_dtype), v_tile, acc * alpha[:, None]), new_m, new_l
 
 
 def config_for(d: int) -> dict:

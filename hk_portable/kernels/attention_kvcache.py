@@ -23,7 +23,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import LN2, LOG2E, check_qkv, scale_value
+from .attention import LN2, LOG2E, check_qkv, scale_value, softmax_step
 from .attention_combine import attention_combine_kernel
 
 
@@ -86,13 +86,7 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
                 if CAUSAL:
                     keep = keep & (cols <= limit[:, None])
                 scores = hk.where(keep, scores, float("-inf"))
-            new_m = hk.maximum(row_m, hk.row_max(scores))
-            new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m) if edge else new_m
-            p = hk.exp2(scores - new_m_safe[:, None])
-            alpha = hk.exp2(row_m - new_m_safe)
-            new_l = row_l * alpha + hk.row_sum(p)
-            acc = hk.mma(p.to(v.dtype), v_s[st], acc * alpha[:, None])
-            return acc, new_m, new_l
+            return softmax_step(scores, v_s[st], v.dtype, acc, row_m, row_l, guard=edge)
 
         return hk.pipeline(t_hi - t_lo, load, compute, carry=carry, stages=STAGES)
 

@@ -27,7 +27,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, scale_value
+from .attention import ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, scale_value, softmax_step
 
 BIG = 2**31 - 1
 
@@ -95,13 +95,7 @@ def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], 
                         keep = keep & hk.causal_mask(scores, row0 - qs + shift + right, j * BN - ks)
                         keep = keep & ~hk.causal_mask(scores, row0 - qs + shift - left - 1, j * BN - ks)
                     scores = hk.where(keep, scores, float("-inf"))
-                new_m = hk.maximum(row_m, hk.row_max(scores))
-                new_m_safe = hk.where(new_m == float("-inf"), 0.0, new_m) if edge else new_m
-                p = hk.exp2(scores - new_m_safe[:, None])
-                alpha = hk.exp2(row_m - new_m_safe)
-                new_l = row_l * alpha + hk.row_sum(p)
-                acc = hk.mma(p.to(v.dtype), v_s[s], acc * alpha[:, None])
-                return acc, new_m, new_l
+                return softmax_step(scores, v_s[s], v.dtype, acc, row_m, row_l, guard=edge)
 
             return hk.pipeline(hi - lo, load, compute, carry=carry, stages=STAGES)
 

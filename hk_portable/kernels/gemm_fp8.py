@@ -120,7 +120,7 @@ def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
         raise ArgumentError(f"gemm_fp8: 'out' must be a ({M}, {N}) bfloat16, float16 or float32 tensor, got "
                             f"{tuple(out.shape)} {out.dtype}")
     check_no_overlap("gemm_fp8", {"out": out}, {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
-    b_nk = b.stride(0) == 1 and b.stride(1) != 1 or N == 1
+    b_nk = (b.stride(0) == 1 and b.stride(1) != 1) or N == 1     # column-major (or one column): pass b.t()
     bk = b.t() if b_nk else b
 
     def launch(cfg):
