@@ -103,6 +103,20 @@ def test_specialisation_rules():
     assert schedule.register_split(4, schedule.PRODUCER_WARPS)[2] <= 248
 
 
+def test_softmax_takes_one_instruction_per_exp2_and_per_bf16_cast():
+    """exp2 is one ex2.approx.ftz (flushing results below 2^-126 stays within the exp2 bound) and f32 -> bf16 one
+    cvt.rn.bf16.f32 (the core's RNE bits): the H200's attention loop had spent half its instructions on exp2f's
+    subnormal fix-up and the integer RNE (docs/perf-notes.md, 2026-12-03). A kernel that would spill with the
+    flushing form is rebuilt with exp2f (options["fast_exp2"] says which ran)."""
+    q = _meta(2, 4, 256, 128)
+    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
+    cfg = attention.candidates({"D": 128, "MASKED": False})[0]
+    art = attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg)
+    assert "ex2.approx.ftz.f32" in art.asm and "cvt.rn.bf16.f32" in art.asm
+    assert art.options["fast_exp2"] is True
+    assert "#define HK_FAST_EXP2 1" in art.source
+
+
 def test_hk_compile_shows_wgmma_and_tma_for_sm90a(capsys):
     from hk_portable import cli
     assert cli.main(["compile", "gemm", "--backend", "cuda", "--target", "sm_90a", "--emit", "ptx"]) == 0

@@ -137,10 +137,19 @@ class CudaBackend(Backend):
             r2 = compiler.parse_ptxas(retry.log)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
                 emitted, compiled, resources, min_blocks = again, retry, r2, 1
+        fast_exp2 = True
+        if resources["spill_stores"] or resources["stack_bytes"]:
+            # many flushing exps in flight can cost registers the unflushed form does not: try that
+            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False)
+            retry = compiler.compile_source(again.source, again.kernel_name, target.arch, flags)
+            r2 = compiler.parse_ptxas(retry.log)
+            if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
+                emitted, compiled, resources, fast_exp2 = again, retry, r2, False
         wanted = emitted.extras.get("hand_over_registers")
         if wanted and resources["registers"] != wanted:
             # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over
-            emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False)
+            emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False,
+                                           fast_exp2=fast_exp2)
             compiled = compiler.compile_source(emitted.source, emitted.kernel_name, target.arch, flags)
             resources = compiler.parse_ptxas(compiled.log)
         resources["shared_bytes"] = shared
@@ -149,7 +158,8 @@ class CudaBackend(Backend):
             source=emitted.source, binary=compiled.cubin, asm=compiled.ptx,
             launch=self._launch_info(emitted, shared), resources=resources,
             options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "flags": list(compiled.options),
-                     "launch_bounds_min_blocks": min_blocks, "library": codegen.library_hash()},
+                     "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2,
+                     "library": codegen.library_hash()},
             payload=None)
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:

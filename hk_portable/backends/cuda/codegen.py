@@ -68,8 +68,10 @@ class CudaEmitter(CStyleEmitter):
     smem_align = BUFFER_ALIGN
     strip_layouts = True
 
-    def __init__(self, target: Target, min_blocks: int | None = None, hand_over: bool = True):
+    def __init__(self, target: Target, min_blocks: int | None = None, hand_over: bool = True,
+                 fast_exp2: bool = True):
         self.target = target
+        self.fast_exp2 = fast_exp2              # exp2 as one ex2.approx.ftz (hw.cuh HK_FAST_EXP2)
         self.min_blocks = min_blocks
         self.hand_over = hand_over              # setmaxnreg in a specialised block (see _register_hand_over)
         self.hand_over_registers = 0
@@ -209,6 +211,7 @@ class CudaEmitter(CStyleEmitter):
             f"#define HK_SCRATCH_BYTES {scratch}",
             f"#define HK_TARGET_{arch.upper()} 1",
             f"#define HK_BLOCK_GROUPED {1 if self.plan.grouped_blocks else 0}",
+            f"#define HK_FAST_EXP2 {1 if self.fast_exp2 else 0}",
             "#define HK_SMEM_ARENA(name, bytes) unsigned char* name = hk::smem_base()",
             header_text(),
             wgmma.render(program),
@@ -216,9 +219,9 @@ class CudaEmitter(CStyleEmitter):
 
 
 def emit(program: Program, target: Target, min_blocks: int | None = None,
-         hand_over: bool = True) -> tuple[EmittedKernel, int]:
+         hand_over: bool = True, fast_exp2: bool = True) -> tuple[EmittedKernel, int]:
     """The generated kernel and the dynamic shared memory it launches with (buffers + scratch)."""
-    em = CudaEmitter(target, min_blocks, hand_over)
+    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2)
     out = em.emit(program)
     warps = em.num_threads(program) // em.lanes
     return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps)) + base_slack(target)

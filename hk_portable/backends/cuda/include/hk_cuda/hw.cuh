@@ -1,7 +1,7 @@
 // hk_cuda/hw.cuh -- the primitives the portable core (hk_core/) builds on, for CUDA (the core's hooks,
 // DEVICE_API.md): bit casts, correctly rounded f32 arithmetic that is never contracted (__f*_rn), the
-// accurate CUDA math library (no fast math, no flush to zero), and PTX conversions where one
-// instruction gives the core's bits.
+// accurate CUDA math library (no fast math, no flush to zero) except exp2 (one ex2.approx.ftz: see there),
+// and PTX conversions where one instruction gives the core's bits.
 namespace hk {
 namespace hw {
 
@@ -34,7 +34,19 @@ HK_DEV float fmul(float a, float b) { return __fmul_rn(a, b); }
 HK_DEV float fabs(float x) { return fabsf(x); }
 HK_DEV float sqrt(float x) { return __fsqrt_rn(x); }
 HK_DEV float exp(float x) { return expf(x); }
+#if defined(HK_PTX) && HK_FAST_EXP2
+// One MUFU.EX2: exp2f's non-flushing form costs a compare and two predicated multiplies around it to
+// produce subnormal results; flushing those (< 2^-126) stays within the interface's exp2 bound (2^-20
+// relative, 2^-100 absolute: conformance/tolerances.py) and halves softmax's exp cost. The backend
+// rebuilds a kernel that spills with HK_FAST_EXP2 0: the unflushed form can need fewer registers.
+HK_DEV float exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#else
 HK_DEV float exp2(float x) { return exp2f(x); }
+#endif
 HK_DEV float log(float x) { return logf(x); }
 HK_DEV float log2(float x) { return log2f(x); }
 HK_DEV float tanh(float x) { return tanhf(x); }
@@ -67,6 +79,14 @@ __device__ __forceinline__ int f32_to_i32(float x) {
     asm("cvt.rzi.s32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
+// cvt.rn.bf16.f32 (sm_80+) rounds like the core on every non-NaN input (NaN -> the canonical 0x7FFF, a
+// payload the interface leaves open): one instruction where the core's integer RNE takes seven
+__device__ __forceinline__ unsigned short bf16_bits_from_float(float f) {
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#define HK_HW_F32_TO_BF16(x) hk::hw::bf16_bits_from_float(x)
 #define HK_HW_F32_TO_F16(x) hk::hw::f16_bits_from_float(x)
 #define HK_HW_F16_TO_F32(h) hk::hw::float_from_f16_bits(h)
 #define HK_HW_F32_TO_I32(x) hk::hw::f32_to_i32(x)
