@@ -115,49 +115,6 @@ def test_softmax_takes_one_instruction_per_exp2_and_per_bf16_cast():
     assert "ex2.approx.ftz.f32" in art.asm and "cvt.rn.bf16.f32" in art.asm
     assert art.options["fast_exp2"] is True
     assert "#define HK_FAST_EXP2 1" in art.source
-def _x_dependent_trip_kernel():
-    @hk.kernel(num_warps=8)
-    def trips_follow_x(a: GL[2], b: GL[2], c: GL[2], *, BK: hk.const = 64):
-        m = hk.block_idx(0)
-        a_s = hk.shared(ST[a.dtype, 128, BK], stages=2)
-        b_s = hk.shared(ST[b.dtype, BK, 128], stages=2)
-
-        def load(k, s):
-            hk.load(a_s[s], a, (m, k))
-            hk.load(b_s[s], b, (k, 0))
-
-        acc = hk.pipeline(m + 1, load, lambda k, s, acc: hk.mma(a_s[s], b_s[s], acc),
-                          carry=hk.zeros(RT[f32, 128, 128]), stages=2)
-        hk.store(c, acc.to(c.dtype), (m, 0))
-    return trips_follow_x
-
-
-def test_clusters_multicast_the_loads_that_ignore_block_x():
-    """x-neighbour blocks pair into clusters when some TMA load's indices and every pipeline's step count
-    ignore block_idx(0): gemm's B tile (indices (k, n)) and non-causal attention's K and V are issued half
-    by each block and multicast into both; A and Q stay per block. A causal block's key range follows its
-    query block, and a step count that follows x would leave one block of a pair waiting: no cluster."""
-    hopper = hk.get_backend("cuda").target("sm_90a")
-    args = (_meta(256, 256), _meta(256, 256), _meta(256, 256, dtype=torch.float32))
-    prog = gemm_kernel.trace(*args, **CANDIDATES[0])
-    plan = schedule.plan(prog, hopper)
-    (pipe,) = [op for op in prog.body.walk() if op.opcode == "pipeline"]
-    loads = [o for o in pipe.regions[0].walk() if o.opcode == "global_to_shared"]
-    assert plan.cluster_x == 2 and plan.multicast_loads == {id(loads[1])}       # B, not A
-    assert schedule.plan(_x_dependent_trip_kernel().trace(*args), hopper).cluster_x == 1
-    art, _ = _gemm_artifact("sm_90a")
-    assert art.launch["cluster"] == [2, 1, 1]
-    for needle in ("multicast::cluster", "mapa.shared::cluster", "barrier.cluster.arrive",
-                   "mbarrier.arrive.shared::cluster"):
-        assert needle in art.asm, needle
-    q, o = _meta(2, 4, 512, 128), _meta(2, 4, 512, 128)
-    lse = _meta(2, 4, 512, dtype=torch.float32)
-    for masked in (False, True):
-        cfg = attention.candidates({"D": 128, "MASKED": masked})[0]
-        p = attention.attention_fwd_kernel.trace(q, q, q, o, lse, 0.1, 0, 0, 0, **cfg)
-        plan = schedule.plan(p, hopper)
-        assert plan.cluster_x == (1 if masked else 2) and len(plan.multicast_loads) == (0 if masked else 4)
-    assert "cluster" not in _gemm_artifact("sm_80")[0].launch
 
 
 def test_hk_compile_shows_wgmma_and_tma_for_sm90a(capsys):

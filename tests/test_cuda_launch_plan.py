@@ -126,29 +126,3 @@ def test_a_failed_launch_is_an_error_that_names_the_driver_result(plan, monkeypa
     y = torch.zeros(2, 2, 2)
     with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_701"):
         plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")
-
-
-def test_cluster_kernels_launch_as_clusters_only_when_the_grid_pairs_up(monkeypatch):
-    """A kernel compiled for clusters of two x-neighbour blocks (multicast TMA loads) launches through
-    cuLaunchKernelEx's cluster attribute when grid x is even and its tensor maps were encoded; otherwise
-    (odd grid x, or a tensor TMA cannot read) the same kernel runs its blocks alone."""
-    drv = FakeDriver()
-    clustered = []
-    drv.cluster_launcher = lambda dims: (lambda *a: clustered.append((dims, a[1:4])) or 0)
-    drv.launch_kernel = lambda f, gx, gy, gz, *rest: drv.launches.append((gx, gy, gz)) or 0
-    monkeypatch.setattr(driver, "cudrv", drv)
-    encodable = [True]
-    monkeypatch.setattr(driver.tma, "encode", lambda t, spec: bytes(128) if encodable[0] else None)
-    fmt, size, params = param_layout(PARAMS[:1])
-    art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
-                   launch={"threads": 384, "shared_bytes": 1024, "params": params, "param_format": fmt,
-                           "param_size": size, "cluster": [2, 1, 1],
-                           "tma": [{"param": 0, "rank": 2, "dtype": "bf16", "box_rows": 64, "box_cols": 64}]})
-    plan = driver.LaunchPlan(art, device_index=-1)
-    x = torch.zeros(64, 64, dtype=torch.bfloat16)
-    plan.launch([x], (4, 3, 1), 0, "k")
-    plan.launch([x], (5, 3, 1), 0, "k")
-    encodable[0] = False
-    plan.launch([x[:, 1:]], (4, 3, 1), 0, "k")
-    assert clustered == [((2, 1, 1), (4, 3, 1))]
-    assert drv.launches == [(5, 3, 1), (4, 3, 1)]

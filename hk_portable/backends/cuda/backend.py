@@ -179,8 +179,6 @@ class CudaBackend(Backend):
                 "params": params, "param_format": fmt, "param_size": size}
         if emitted.extras.get("tma"):
             info["tma"] = emitted.extras["tma"]       # tensor maps + flag after the params (tma.py)
-        if emitted.extras.get("cluster"):
-            info["cluster"] = emitted.extras["cluster"]   # blocks per cluster when the grid pairs up (driver.py)
         return info
 
     def restore(self, artifact: Artifact, program) -> Artifact | None:

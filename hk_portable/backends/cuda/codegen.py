@@ -93,8 +93,6 @@ class CudaEmitter(CStyleEmitter):
         out = {"tma": [m.to_json() for m in self.plan.tensor_maps]} if self.plan.uses_tma else {}
         if self.hand_over_registers:
             out["hand_over_registers"] = self.hand_over_registers
-        if self.plan.cluster_x > 1:
-            out["cluster"] = [self.plan.cluster_x, 1, 1]
         return out
 
     def mma_template_args(self, op):
@@ -106,8 +104,7 @@ class CudaEmitter(CStyleEmitter):
         if self._tma_loads is None or id(op) not in self._tma_loads:
             return super().op_global_to_shared(op)
         st, gl, *idx = op.operands
-        fn = "tma_load_mc" if id(op) in self.plan.multicast_loads else "tma_load"
-        self.line(f"hk::{fn}({self.name(st)}, hk_tm{self._tma_loads[id(op)]}, hk_bar, {self.args(idx)});")
+        self.line(f"hk::tma_load({self.name(st)}, hk_tm{self._tma_loads[id(op)]}, hk_bar, {self.args(idx)});")
 
     def op_pipeline(self, op):
         pp = self.plan.pipelines.get(id(op))
@@ -121,8 +118,7 @@ class CudaEmitter(CStyleEmitter):
         stages, async_mma = op.attrs["stages"], "true" if pp.async_mma else "false"
         if self.plan.producer_warps:     # the consumers' side; the producer's is in _specialised_body
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
-            self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}, {self.plan.cluster_x}>("
-                      f"{self.name(n)}, hk_it, hk_full, "
+            self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, hk_full, "
                       f"hk_empty, hk_compute{uid});")
             self.line(f"else hk::pipeline<{stages}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
             return
@@ -152,7 +148,7 @@ class CudaEmitter(CStyleEmitter):
         stages = next(op.attrs["stages"] for op in body.walk() if op.opcode == "pipeline")
         producer, consumer = self._register_hand_over()
         self.line(f"__shared__ hk::u64 hk_full[{stages}], hk_empty[{stages}];")
-        self.line(f"hk::ws_init<{stages}, {self.plan.cluster_x}>(hk_full, hk_empty);")
+        self.line(f"hk::ws_init<{stages}>(hk_full, hk_empty);")
         self.line("int hk_it = 0;                     // steps of the ring so far")
         self.line("if (hk::producer_thread()) {")
         self.indent += 1
@@ -167,8 +163,6 @@ class CudaEmitter(CStyleEmitter):
                 self._tma_load_lambda(op, pp)
                 self.line(f"hk::ws_produce<{stages}, {pp.tx_bytes}>({self.name(op.operands[0])}, hk_it, hk_full, "
                           f"hk_empty, hk_load_tma{self.pipeline_uid(op)});")
-        if self.plan.cluster_x > 1:
-            self.line(f"hk::ws_produce_tail<{stages}, {self.plan.cluster_x}>(hk_it, hk_empty);")
         self.indent -= 1
         self.line("}")
         self.line("hk::exit_thread();")

@@ -28,7 +28,6 @@ def lib() -> ctypes.CDLL:
                        ("cuModuleUnload", [_vp]),
                        ("cuGetErrorName", [_int, ctypes.POINTER(ctypes.c_char_p)]),
                        ("cuLaunchKernel", [_vp, _u32, _u32, _u32, _u32, _u32, _u32, _u32, _vp, _vp, _vp]),
-                       ("cuLaunchKernelEx", [_vp, _vp, _vp, _vp]),
                        ("cuTensorMapEncodeTiled", [_vp, _int, ctypes.c_uint32, _vp, _u64p, _u64p, _u32p, _u32p,
                                                    _int, _int, _int, _int])):
         fn = getattr(cu, name)
@@ -78,33 +77,3 @@ def unload_module(module: int) -> None:
 def launcher():
     """cuLaunchKernel itself: (func, gx, gy, gz, bx, by, bz, shared, stream, kernelParams, extra) -> CUresult."""
     return lib().cuLaunchKernel
-
-
-CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
-
-
-class LaunchAttribute(ctypes.Structure):
-    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union (here the cluster dims)."""
-    _fields_ = [("id", _int), ("pad", ctypes.c_char * 4), ("x", _u32), ("y", _u32), ("z", _u32),
-                ("rest", ctypes.c_char * 52)]
-
-
-class LaunchConfig(ctypes.Structure):
-    """CUlaunchConfig of cuLaunchKernelEx."""
-    _fields_ = [("gridDimX", _u32), ("gridDimY", _u32), ("gridDimZ", _u32), ("blockDimX", _u32),
-                ("blockDimY", _u32), ("blockDimZ", _u32), ("sharedMemBytes", _u32), ("hStream", _vp),
-                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", _u32)]
-
-
-def cluster_launcher(cluster: tuple[int, int, int]):
-    """A launch of thread-block clusters of `cluster` blocks (cuLaunchKernelEx with the cluster-dimension
-    attribute): (func, gx, gy, gz, bx, by, bz, shared, stream, kernelParams, extra) -> CUresult, as launcher()."""
-    attr = LaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, x=cluster[0], y=cluster[1], z=cluster[2])
-    cfg = LaunchConfig(blockDimY=1, blockDimZ=1, attrs=ctypes.pointer(attr), numAttrs=1)
-    ex, ref = lib().cuLaunchKernelEx, ctypes.byref(cfg)
-
-    def launch(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra, _keep=(attr, cfg)):
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX = gx, gy, gz, bx
-        cfg.sharedMemBytes, cfg.hStream = shared, stream
-        return ex(ref, func, params, extra)
-    return launch

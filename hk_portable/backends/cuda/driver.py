@@ -8,7 +8,6 @@ struct.pack per call. An artifact of the emulated target runs the same buffer th
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
 import threading
 
@@ -167,11 +166,6 @@ class LaunchPlan(_Packing):
             self.size = self.maps.size                      # the maps and their flag follow the params
         self.tls = threading.local()                       # one parameter buffer per launching thread
         self.launch_kernel = cudrv.launcher()
-        # pairs of x-neighbour blocks as clusters (multicast TMA loads) when the grid pairs up and the maps
-        # were encoded; otherwise the same kernel runs its blocks alone (tma.cuh: clusters of one)
-        cluster = launch.get("cluster") if os.environ.get("HK_CUDA_CLUSTERS", "1") != "0" else None
-        self.cluster_x = cluster[0] if cluster else 0
-        self.launch_cluster = cudrv.cluster_launcher(tuple(cluster)) if cluster else None
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     def _buffer(self):
@@ -222,10 +216,10 @@ class LaunchPlan(_Packing):
         except AttributeError:
             slot = self._buffer()
         self._pack(args, slot[0], kernel_name)
-        on_tma = self.maps.fill(args, slot[0]) if self.maps is not None else 0
+        if self.maps is not None:
+            self.maps.fill(args, slot[0])
         gx, gy, gz = grid
-        launch = self.launch_cluster if on_tma and self.cluster_x and gx % self.cluster_x == 0 else self.launch_kernel
-        rc = launch(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
+        rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
         if rc:
             raise BackendError(f"{kernel_name}: cuLaunchKernel failed: {cudrv.error_name(rc)} (grid {grid}, "
                                f"{self.threads} threads, {self.shared} bytes of dynamic shared memory)")

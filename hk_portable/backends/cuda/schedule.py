@@ -65,8 +65,6 @@ class Plan:
     tensor_maps: list[TmaLoad] = field(default_factory=list)
     grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
     producer_warps: int = 0             # > 0: warp-specialised, a producer warpgroup issues every pipeline's loads
-    cluster_x: int = 1                  # > 1: pairs of x-neighbour blocks form a cluster (launched so when grid x is even)
-    multicast_loads: set[int] = field(default_factory=set)    # TMA loads both blocks of a cluster share
 
     @property
     def uses_tma(self) -> bool:
@@ -95,44 +93,7 @@ def plan(program: Program, target: Target) -> Plan:
             out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
     if _specialisable(program, out, producers):
         out.producer_warps = PRODUCER_WARPS
-        out.multicast_loads = _multicast_loads(program, producers)
-        out.cluster_x = CLUSTER_X if out.multicast_loads else 1
     return out
-
-
-CLUSTER_X = 2                    # blocks per cluster along x: a pair shares (multicasts) the loads that ignore x
-
-
-def _multicast_loads(program: Program, producers: dict) -> set[int]:
-    """The TMA loads two x-neighbour blocks issue identically: tile indices that do not depend on
-    block_idx(0), in pipelines whose step counts do not either (both blocks of a cluster must walk the ring
-    in step: each releases the other's stages). Blocks (2c, y) and (2c+1, y) differ in block_idx(0) alone,
-    in the hardware order and in the grouped one when grid x is even (hk::grouped_xy keeps such pairs).
-    Each block of the pair then issues half of such a tile's boxes, multicast into both (tma.cuh
-    tma_load_mc), halving the L2 -> shared traffic of that operand. Empty when any step count depends on x."""
-    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
-    memo: dict[int, bool] = {}
-    if any(_depends_on_x(op.operands[0], producers, memo) for op in pipes):
-        return set()
-    return {id(o) for op in pipes for o in op.regions[0].walk() if o.opcode == "global_to_shared"
-            and not any(_depends_on_x(v, producers, memo) for v in o.operands[2:])}
-
-
-def _depends_on_x(v: Value, producers: dict, memo: dict) -> bool:
-    """Whether scalar `v` may differ between blocks that differ only in block_idx(0). Region arguments
-    (a pipeline's step and stage) are the same in both; values loaded from memory follow their indices."""
-    if v.id in memo:
-        return memo[v.id]
-    op = producers.get(v.id)
-    memo[v.id] = False                  # no cycles in SSA; a placeholder while recursing
-    if op is None:
-        dep = False
-    elif op.opcode == "block_idx":
-        dep = op.attrs["axis"] == 0
-    else:
-        dep = any(_depends_on_x(u, producers, memo) for u in op.operands if not isinstance(u.type, GlobalType))
-    memo[v.id] = dep
-    return dep
 
 
 # What the producer warpgroup runs of the Program: the scalars and shared addresses its loads need.
@@ -323,10 +284,6 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                 block, prod, cons = register_split(program.num_warps, p.producer_warps)
                 extra += (f", warp-specialised ({p.producer_warps} producer warps issue the loads; registers "
                           f"{block} -> producer {prod}, consumers {max(cons, block)})")
-            if p.cluster_x > 1:
-                mc = sum(1 for o in op.regions[0].walk() if id(o) in p.multicast_loads)
-                extra += (f", clusters of {p.cluster_x} x-neighbour blocks multicast {mc} of its tile loads "
-                          "(when grid x is even)")
             lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
         elif op.opcode == "mma" and not (hopper and wgmma_eligible(op, program.num_warps)):
             k = 32 if op.operands[0].type.dtype.itemsize == 1 else 16

@@ -86,9 +86,8 @@ class TensorMaps:
         """Where each map, then the flag, sits in the parameter buffer."""
         return [self.first + i * TMAP_BYTES for i in range(len(self.specs))] + [self.flag]
 
-    def fill(self, args, buf) -> int:
-        """Writes every map and the flag into `buf` (a ctypes buffer of at least self.size bytes); returns
-        the flag (1: the kernel runs on TMA)."""
+    def fill(self, args, buf) -> None:
+        """Writes every map and the flag into `buf` (a ctypes buffer of at least self.size bytes)."""
         ok = 1
         base = ctypes.addressof(buf)
         for i, spec in enumerate(self.specs):
@@ -98,4 +97,3 @@ class TensorMaps:
                 break
             ctypes.memmove(base + self.first + i * TMAP_BYTES, m, TMAP_BYTES)
         ctypes.c_int.from_address(base + self.flag).value = ok
-        return ok

@@ -50,47 +50,6 @@ template <int RANK> HK_DEV void tma_box(void* dst, const tmap& tm, u64* bar, con
                      ::"r"(d), "l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(b) : "memory");
 }
 
-// The same box multicast into every block of the cluster whose bit is set in `mask` (same shared offset in
-// each), completing on each one's barrier at `bar`'s offset.
-template <int RANK> HK_DEV void tma_box_mc(void* dst, const tmap& tm, u64* bar, const int (&c)[RANK], unsigned short mask) {
-    const u32 d = smem_addr(dst), b = smem_addr(bar);
-    const unsigned long long m = reinterpret_cast<unsigned long long>(&tm);
-    if constexpr (RANK == 2)
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
-                     ::"r"(d), "l"(m), "r"(c[0]), "r"(c[1]), "r"(b), "h"(mask) : "memory");
-    else if constexpr (RANK == 3)
-        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
-                     ::"r"(d), "l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(b), "h"(mask) : "memory");
-    else
-        asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
-                     ::"r"(d), "l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(b), "h"(mask) : "memory");
-}
-
-// Clusters (schedule.py _multicast_loads; launched as pairs of x-neighbour blocks when grid x is even, else
-// as single blocks, which every function below also serves).
-HK_DEV u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-HK_DEV u32 cluster_size() {
-    u32 n;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
-    return n;
-}
-// Every thread of every block of the cluster (barrier initialisation before any block touches another's).
-HK_DEV void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// One arrival on the barrier at `bar`'s offset in block `rank` of the cluster. Release at CTA scope, as
-// the local arrival: it only says this warp's reads of the stage are done (wgmma waited), and a
-// cluster-scope release would fence every earlier memory access of the thread on each step.
-HK_DEV void mbar_arrive_cluster(u64* bar, u32 rank) {
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
-                 ::"r"(smem_addr(bar)), "r"(rank) : "memory");
-}
-
 // GL -> ST by TMA (one thread): the tile at tile index idx... (the indices of hk::load), one box per
 // 128-byte column block of the st layout. Out-of-bounds elements, leading indices included, read 0:
 // the tensor map's bounds do what origin's row_ok/col_ok do for cp.async.
@@ -107,26 +66,6 @@ HK_DEV void tma_load(const st<T, R, C>& dst, const tmap& tm, u64* bar, I... idx)
     for (int j = 0; j < C / BLOCK_COLS; ++j) {
         c[0] = ix[RANK - 1] * C + j * BLOCK_COLS;
         tma_box<RANK>(dst.ptr + j * R * 128, tm, bar, c);
-    }
-}
-
-// tma_load for a tile both blocks of a cluster load alike: block r issues boxes j with j % n == r, each
-// multicast into all n blocks (n == 1: all boxes, plain). Every block's barrier still expects the whole tile.
-template <class T, int R, int C, class... I>
-HK_DEV void tma_load_mc(const st<T, R, C>& dst, const tmap& tm, u64* bar, I... idx) {
-    static_assert(st<T, R, C>::BLOCKED && sizeof(T) <= 2, "TMA loads fill 16-bit or fp8 tiles of the block layout");
-    constexpr int RANK = sizeof...(I), BLOCK_COLS = 128 / (int)sizeof(T);
-    const int ix[RANK] = {idx...};
-    const u32 n = cluster_size(), rank = cluster_rank();
-    int c[RANK];
-#pragma unroll
-    for (int d = 0; d < RANK - 2; ++d) c[RANK - 1 - d] = ix[d];
-    c[1] = ix[RANK - 2] * R;
-#pragma unroll
-    for (int j = 0; j < C / BLOCK_COLS; ++j) {
-        c[0] = ix[RANK - 1] * C + j * BLOCK_COLS;
-        if (n == 1) tma_box<RANK>(dst.ptr + j * R * 128, tm, bar, c);
-        else if ((u32)j % n == rank) tma_box_mc<RANK>(dst.ptr + j * R * 128, tm, bar, c, (unsigned short)((1u << n) - 1));
     }
 }
 
@@ -215,41 +154,9 @@ HK_DEV void exit_thread() {
 
 // The barriers of a specialised ring, armed by the producer: every thread of the block, producer
 // included, calls this.
-// In a cluster (CLUSTER > 1 compiled in, and launched so) each empty barrier also counts the peer block's
-// consumer warps: a stage is refilled (multicast into both) only when both blocks are done with it.
-template <int S, int CLUSTER> HK_DEV void ws_init(u64* full, u64* empty) {
-    if constexpr (CLUSTER > 1) {
-        if (threadIdx.x == NUM_THREADS) {
-            const int n = (int)cluster_size();
-#pragma unroll
-            for (int s = 0; s < S; ++s) {
-                mbar_init(&full[s], 1);
-                mbar_init(&empty[s], NUM_WARPS * n);
-            }
-            fence_mbar_init();
-        }
-        cluster_sync();
-    } else {
-        if (threadIdx.x == NUM_THREADS) init_ring<S>(full, empty);
-        __syncthreads();
-    }
-}
-// A consumer warp releases a stage of the specialised ring: in its own block and, in a cluster, the peer's.
-template <int CLUSTER> HK_DEV void ws_release(u64* empty) {
-    __syncwarp();
-    if (lane_id() == 0) {
-        mbar_arrive(empty);
-        if constexpr (CLUSTER > 1)
-            if (cluster_size() > 1) mbar_arrive_cluster(empty, cluster_rank() ^ 1u);
-    }
-}
-// The producer of a cluster block stays until the last S stages were released by both blocks: the peer's
-// consumers arrive on this block's barriers until then, and its shared memory must outlive them.
-template <int S, int CLUSTER> HK_DEV void ws_produce_tail(int it, u64* empty) {
-    if constexpr (CLUSTER > 1) {
-        if (cluster_size() > 1)
-            for (int t = it - S < 0 ? 0 : it - S; t < it; ++t) mbar_wait(&empty[t % S], (t / S) & 1);
-    }
+template <int S> HK_DEV void ws_init(u64* full, u64* empty) {
+    if (threadIdx.x == NUM_THREADS) init_ring<S>(full, empty);
+    __syncthreads();
 }
 // The producer's n loads (one thread): step `it` of the ring fills stage it % S once its previous use,
 // step it - S, has been released by every consumer warp.
@@ -266,8 +173,7 @@ template <int S, int TX, class L> HK_DEV void ws_produce(int n, int& it, u64* fu
 // reads them through the async proxy. ASYNC (an accumulator chain): compute(i) leaves its wgmma group in
 // flight and stage i - 1 is released once group i - 1 retired, the last after the final wait; else
 // compute(i) is done with its stage when it returns.
-template <int S, bool ASYNC, int CLUSTER, class C>
-HK_DEV void ws_consume(int n, int& it, u64* full, u64* empty, C& compute) {
+template <int S, bool ASYNC, class C> HK_DEV void ws_consume(int n, int& it, u64* full, u64* empty, C& compute) {
     fence_proxy_async();
     sync();
     for (int i = 0; i < n; ++i, ++it) {
@@ -276,14 +182,14 @@ HK_DEV void ws_consume(int n, int& it, u64* full, u64* empty, C& compute) {
         compute(i, s);
         if constexpr (ASYNC) {
             wgmma_wait<1>();
-            if (i > 0) ws_release<CLUSTER>(&empty[(it - 1) % S]);
+            if (i > 0) release_stage(&empty[(it - 1) % S]);
         } else {
-            ws_release<CLUSTER>(&empty[s]);
+            release_stage(&empty[s]);
         }
     }
     if constexpr (ASYNC) {
         wgmma_wait<0>();
-        if (n > 0) ws_release<CLUSTER>(&empty[(it - 1) % S]);
+        if (n > 0) release_stage(&empty[(it - 1) % S]);
     }
 }
 
