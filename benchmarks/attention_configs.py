@@ -13,7 +13,7 @@ import torch
 
 CONFIGS = [dict(BM=64, BN=32, STAGES=2, num_warps=4), dict(BM=64, BN=64, STAGES=2, num_warps=4),
            dict(BM=128, BN=64, STAGES=2, num_warps=8), dict(BM=128, BN=128, STAGES=2, num_warps=8),
-           dict(BM=128, BN=64, STAGES=3, num_warps=8)]
+           dict(BM=128, BN=64, STAGES=3, num_warps=8), dict(BM=128, BN=128, STAGES=3, num_warps=8)]
 
 
 def check(cfg, d) -> float:
