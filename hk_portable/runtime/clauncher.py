@@ -19,7 +19,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -80,6 +79,7 @@ def compiler() -> list[str] | None:
     """The host C compiler as a command: $CC, else the first of COMPILERS on PATH."""
     cc = os.environ.get("CC")
     if cc:
+        import shlex
         return shlex.split(cc)
     for name in COMPILERS:
         path = shutil.which(name)
