@@ -388,6 +388,7 @@ def test_signature_is_the_python_key(mod):
              (x.unsqueeze(0), "s", b"b", 1 << 40)]
     for args in cases:
         assert mod.signature(args) == clauncher._py_signature(args)
+        assert mod.signature(list(args)) == clauncher._py_signature(args)
     assert mod.signature((x,)) != mod.signature((x.to("meta"),))
     assert mod.signature((1,)) != mod.signature((True,))
 

@@ -101,25 +101,28 @@ typedef struct {
     Py_ssize_t *ptr_offsets;
 } Launcher;
 
-/* Packs args into buf (size bytes, zeroed here). 0, LAUNCH_REFUSED, or PY_ERROR with an exception set. */
+static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf);
+
+/* Packs args (a tuple or a list) into buf (size bytes, zeroed here). 0, LAUNCH_REFUSED, or PY_ERROR with
+ * an exception set. */
 static int pack_args(Launcher *L, PyObject *args, unsigned char *buf) {
-    PyObject *const *items;
-    Py_ssize_t n;
-    if (PyTuple_Check(args)) {
-        items = &PyTuple_GET_ITEM(args, 0);
-        n = PyTuple_GET_SIZE(args);
-    } else if (PyList_Check(args)) {
-        items = &PyList_GET_ITEM(args, 0);
-        n = PyList_GET_SIZE(args);
-    } else {
-        return LAUNCH_REFUSED;
-    }
+    if (PyTuple_Check(args)) return pack_tuple(L, args, buf);
+    if (!PyList_Check(args)) return LAUNCH_REFUSED;
+    PyObject *t = PyList_AsTuple(args);      /* a list could change while a tensor method runs Python code */
+    if (t == NULL) return PY_ERROR;
+    int rc = pack_tuple(L, t, buf);
+    Py_DECREF(t);
+    return rc;
+}
+
+static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (n != L->nparams) return LAUNCH_REFUSED;
     memset(buf, 0, (size_t)L->size);
     for (Py_ssize_t i = 0; i < n; i++) {
         const Param *p = &L->params[i];
-        PyObject *a = items[i];
-        Py_INCREF(a);                /* a list may change while a tensor method runs Python code */
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        Py_INCREF(a);
         int rc = 0;
         if (p->kind == KIND_GL) {
             PyObject *dev = NULL, *ptr = NULL, *shape = NULL, *stride = NULL;
@@ -673,15 +676,22 @@ static PyObject *grid3(PyObject *mod, PyObject *grid) {
 /* ----------------------------------------------------------------------------------------- signature */
 /* signature(args) -> flat tuple: per tensor its dtype, ndim and device, per other value its type.
  * Unambiguous: a tensor's run starts with a torch.dtype, which is never a type. */
+static PyObject *signature_tuple(PyObject *args);
+
 static PyObject *signature(PyObject *mod, PyObject *args) {
-    if (!PyTuple_Check(args)) {
-        PyErr_SetString(PyExc_TypeError, "signature(args): args must be a tuple");
-        return NULL;
-    }
     if (tensor_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "signature: set_tensor_type(torch.Tensor) was not called");
         return NULL;
     }
+    if (PyTuple_Check(args)) return signature_tuple(args);
+    PyObject *t = PySequence_Tuple(args);
+    if (t == NULL) return NULL;
+    PyObject *out = signature_tuple(t);
+    Py_DECREF(t);
+    return out;
+}
+
+static PyObject *signature_tuple(PyObject *args) {
     Py_ssize_t n = PyTuple_GET_SIZE(args), len = 0;
     int is_tensor[64];
     int *flags = n <= 64 ? is_tensor : PyMem_Malloc(sizeof(int) * (size_t)n);
