@@ -393,6 +393,42 @@ def test_signature_is_the_python_key(mod):
     assert mod.signature((1,)) != mod.signature((True,))
 
 
+def test_fastcall_key_is_the_python_key(mod, monkeypatch):
+    monkeypatch.setattr(clauncher, "signature", clauncher._py_signature)    # call_key all in Python
+    x = torch.zeros(2, 3)
+    be = object()
+    calls = [((x, 3), {}, None, None), ((x,), {"B": 16, "C": (1, 2)}, "cuda", "sm_90a"), ((x,), {}, be, None),
+             ((x.to("meta"), 2.5), {"B": 1}, None, Target(backend="cuda", arch="sm_80"))]
+
+    def check():
+        for args, kwargs, backend, target in calls:
+            got = mod.fastcall({}, len(args), args, kwargs, backend, target, None, 1)
+            assert got == [clauncher.call_key(args, kwargs, backend, target)]
+    check()
+    with hk.use_backend("reference"):
+        check()
+    monkeypatch.setenv("HK_BACKEND", "reference")
+    check()
+    assert mod.fastcall({}, 1, (x,), {}, None, None, None, 1) == [clauncher.call_key((x,), {}, None, None)]
+    assert mod.fastcall({}, 2, (x,), {}, None, None, None, 1) is False            # wrong argument count
+    assert mod.fastcall({}, 1, (x,), {"B": [1]}, None, None, None, 1) is False    # an unhashable const
+
+
+def test_fastcall_leaves_to_python_what_it_does_not_launch(mod):
+    x = torch.zeros(2, 3)
+    key = mod.fastcall({}, 1, (x,), {}, None, None, None, 1)[0]
+    launched = []
+    hit_py = ("be", "art", None)
+    assert mod.fastcall({key: hit_py}, 1, (x,), {}, None, None, None, 1) is hit_py       # no fast_launch
+    hit = ("be", "art", lambda args, grid, stream: launched.append((args, grid, stream)))
+    table = {key: hit}
+    assert mod.fastcall(table, 1, (x,), {}, None, None, "s", (2, 3)) is None
+    assert launched == [((x,), (2, 3, 1), "s")]
+    for grid in ((0, 3), (True, 1), [2], -1):                                   # empty or not plain: Python's
+        assert mod.fastcall(table, 1, (x,), {}, None, None, None, grid) is hit
+    assert len(launched) == 1
+
+
 @pytest.mark.parametrize("grid", [1, 7, (2,), (2, 3), (2, 3, 4), 0, (0, 1), (2**31 - 1, 1, 1), True, (True, 2),
                                   (1, False), -1, (1, -2), 2**31, (1, 2, 3, 4), (), [2, 3], "x", (1.0,), None])
 def test_grid3_agrees_with_the_python_check(mod, grid):

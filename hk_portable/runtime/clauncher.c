@@ -732,6 +732,133 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------------ fastcall */
+/* fastcall(table, nargs, args, kwargs, backend, target, stream, grid): Kernel.__call__'s fast path.
+ * The key is the one runtime/launch.py's _fast_key builds (signature, kwargs items, backend or its id,
+ * target, the use_backend context, HK_BACKEND as stored); `table` maps keys to (backend, artifact,
+ * fast_launch). Returns None when fast_launch launched; the hit when Python must finish the call (no
+ * fast_launch, or a grid that is not a plain non-empty one); [key] on a miss; False when the call does
+ * not qualify (wrong argument count, an unhashable const). */
+static PyObject *ctx_var, *env_store, *env_key, *env_fn, *empty_tuple;
+
+static PyObject *call_key(PyObject *args, PyObject *kwargs, PyObject *backend, PyObject *target) {
+    PyObject *sig = NULL, *kw = NULL, *be = NULL, *ctx = NULL, *env = NULL, *key = NULL;
+    if ((sig = signature_tuple(args)) == NULL) goto done;
+    if (kwargs == Py_None || PyDict_GET_SIZE(kwargs) == 0) {
+        kw = Py_NewRef(empty_tuple);
+    } else {
+        PyObject *items = PyDict_Items(kwargs);
+        if (items == NULL) goto done;
+        kw = PyList_AsTuple(items);
+        Py_DECREF(items);
+        if (kw == NULL) goto done;
+    }
+    be = (backend == Py_None || PyUnicode_CheckExact(backend)) ? Py_NewRef(backend) : PyLong_FromVoidPtr(backend);
+    if (be == NULL) goto done;
+    if (ctx_var != NULL) {
+        if (PyContextVar_Get(ctx_var, Py_None, &ctx) < 0) goto done;
+    } else {
+        ctx = Py_NewRef(Py_None);
+    }
+    if (env_store != NULL) {
+        env = PyDict_GetItemWithError(env_store, env_key);
+        if (env == NULL && PyErr_Occurred()) goto done;
+        env = Py_NewRef(env ? env : Py_None);
+    } else if (env_fn != NULL) {
+        if ((env = PyObject_CallNoArgs(env_fn)) == NULL) goto done;
+    } else {
+        env = Py_NewRef(Py_None);
+    }
+    key = PyTuple_Pack(6, sig, kw, be, target, ctx, env);
+done:
+    Py_XDECREF(sig);
+    Py_XDECREF(kw);
+    Py_XDECREF(be);
+    Py_XDECREF(ctx);
+    Py_XDECREF(env);
+    return key;
+}
+
+static PyObject *fastcall(PyObject *mod, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyDict_Check(argv[0]) || !PyTuple_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "fastcall(table, nargs, args: tuple, kwargs, backend, target, stream, grid)");
+        return NULL;
+    }
+    if (tensor_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fastcall: set_tensor_type(torch.Tensor) was not called");
+        return NULL;
+    }
+    PyObject *table = argv[0], *args = argv[2], *grid = argv[7];
+    Py_ssize_t want = PyLong_AsSsize_t(argv[1]);
+    if (want == -1 && PyErr_Occurred()) return NULL;
+    if (PyTuple_GET_SIZE(args) != want) Py_RETURN_FALSE;
+    PyObject *key = call_key(args, argv[3], argv[4], argv[5]);
+    if (key == NULL) return NULL;
+    PyObject *hit = PyDict_GetItemWithError(table, key);
+    if (hit == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+            PyErr_Clear();                           /* an unhashable const: the slow path reports it */
+            Py_RETURN_FALSE;
+        }
+        PyObject *out = PyList_New(1);
+        if (out == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 0, key);
+        return out;
+    }
+    Py_INCREF(hit);
+    Py_DECREF(key);
+    if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 3 || PyTuple_GET_ITEM(hit, 2) == Py_None) return hit;
+    PyObject *g3 = grid3(NULL, grid);
+    if (g3 == NULL) {
+        Py_DECREF(hit);
+        return NULL;
+    }
+    int plain = g3 != Py_None;
+    for (int k = 0; plain && k < 3; k++)             /* grid3's axes are exact ints */
+        plain = PyLong_AsLong(PyTuple_GET_ITEM(g3, k)) != 0;
+    if (!plain) {                                    /* empty or not plain: Python checks it, in order */
+        Py_DECREF(g3);
+        return hit;
+    }
+    PyObject *launch = PyTuple_GET_ITEM(hit, 2);
+    Py_INCREF(launch);
+    Py_DECREF(hit);
+    PyObject *call[3] = {args, g3, argv[6]};
+    PyObject *res = PyObject_Vectorcall(launch, call, 3, NULL);
+    Py_DECREF(launch);
+    Py_DECREF(g3);
+    if (res == NULL) return NULL;
+    Py_DECREF(res);
+    Py_RETURN_NONE;
+}
+
+/* configure(context_var, env_store, env_key, env_fn): where fastcall reads the use_backend context and
+ * HK_BACKEND (runtime/selection.py); env_store None: it calls env_fn() instead. */
+static PyObject *configure(PyObject *mod, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "configure(context_var, env_store, env_key, env_fn)");
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(argv[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure: context_var must be a contextvars.ContextVar");
+        return NULL;
+    }
+    if (argv[1] != Py_None && !PyDict_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure: env_store must be a dict or None");
+        return NULL;
+    }
+    Py_XSETREF(ctx_var, Py_NewRef(argv[0]));
+    Py_XSETREF(env_store, argv[1] == Py_None ? NULL : Py_NewRef(argv[1]));
+    Py_XSETREF(env_key, Py_NewRef(argv[2]));
+    Py_XSETREF(env_fn, argv[3] == Py_None ? NULL : Py_NewRef(argv[3]));
+    Py_RETURN_NONE;
+}
+
 static PyObject *set_tensor_type(PyObject *mod, PyObject *t) {
     if (!PyType_Check(t)) {
         PyErr_SetString(PyExc_TypeError, "set_tensor_type: a type is needed");
@@ -746,6 +873,8 @@ static PyMethodDef module_methods[] = {
     {"signature", signature, METH_O, "signature(args) -> the flat argument-kind key of a kernel call"},
     {"set_tensor_type", set_tensor_type, METH_O, "set_tensor_type(torch.Tensor)"},
     {"grid3", grid3, METH_O, "grid3(grid) -> (gx, gy, gz), or None when the grid needs the Python check"},
+    {"fastcall", (PyCFunction)(void (*)(void))fastcall, METH_FASTCALL, "Kernel.__call__'s fast path (see clauncher.c)"},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "configure(context_var, env_store, env_key, env_fn)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -765,6 +894,7 @@ PyMODINIT_FUNC PyInit__hk_launcher(void) {
     INTERN(s_device, "device");
 #undef INTERN
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ByDeviceType) < 0) return NULL;
+    if ((empty_tuple = PyTuple_New(0)) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     Py_INCREF(&LauncherType);

@@ -2,11 +2,12 @@
 cache, loaded with importlib; where it cannot be built (no compiler, no Python headers, a failed build,
 HK_C_LAUNCHER=0) every caller keeps its Python path and `reason()` says why (`hk backends` prints it).
 
-What it speeds up (docs/ARCHITECTURE.md, "The launch path"): the argument-kind key of Kernel.__call__'s
-fast path (`signature`), the grid check (`grid3`), and for a GPU backend the whole launch: packing the
-hk::gl parameter buffer and calling cuLaunchKernel / hipModuleLaunchKernel by address (`Launcher`, one per
-loaded kernel and device; `ByDevice`, one per artifact, picks the current device's). It is one generic
-module, not one per kernel signature: a kernel's parameter layout is data the Launcher is built with.
+What it speeds up (docs/ARCHITECTURE.md, "The launch path"): Kernel.__call__'s fast path (`fastcall`: the
+argument-kind key, the lookup, the grid check and the backend's fast_launch in one call; `signature` and
+`grid3` are its pieces), and for a GPU backend the whole launch: packing the hk::gl parameter buffer and
+calling cuLaunchKernel / hipModuleLaunchKernel by address (`Launcher`, one per loaded kernel and device;
+`ByDevice`, one per artifact, picks the current device's). It is one generic module, not one per kernel
+signature: a kernel's parameter layout is data the Launcher is built with.
 
 The shared object is keyed by the sha256 of the C source, the Python ABI (extension suffix, version) and
 the platform; it lives in `<cache>/launcher/` (the cache directory's ownership checks apply: it is loaded
@@ -66,8 +67,33 @@ def _py_grid3(grid):
     return None
 
 
+def call_key(args, kwargs, backend, target) -> tuple:
+    """The fast-path key of a kernel call (clauncher.c's fastcall builds the same tuple): the arguments'
+    kinds, the consts as passed, the backend (a spec, or the object's id), the target, and the selection
+    inputs (the use_backend context, HK_BACKEND as stored), so a change of backend never reuses a stale
+    choice."""
+    from .selection import _context, env_backend_raw
+    return (signature(args), tuple(kwargs.items()) if kwargs else (),
+            backend if backend is None or backend.__class__ is str else id(backend), target, _context.get(),
+            env_backend_raw())
+
+
+def _py_fastcall(table, nargs, args, kwargs, backend, target, stream, grid):
+    """Kernel.__call__'s fast-path lookup (clauncher.c's fastcall without its launch): the hit (backend,
+    artifact, fast_launch) for Python to launch, [key] on a miss, False when the call does not qualify."""
+    if len(args) != nargs:
+        return False
+    key = call_key(args, kwargs, backend, target)
+    try:
+        hit = table.get(key)
+    except TypeError:           # an unhashable const: the slow path reports it
+        return False
+    return [key] if hit is None else hit
+
+
 signature = _py_signature      # rebound to the compiled functions once the module is loaded
 grid3 = _py_grid3
+fastcall = _py_fastcall
 
 
 # ------------------------------------------------------------------------------------------- build
@@ -157,13 +183,15 @@ def _import(p: Path):
             LAUNCH_REFUSED, STREAM_NOT_A_HANDLE, GRID_REFUSED):
         raise RuntimeError(f"{p} has launcher ABI {getattr(mod, 'ABI', None)}, expected {ABI}")
     mod.set_tensor_type(torch.Tensor)
+    from . import selection
+    mod.configure(selection._context, selection._ENV_STORE, selection._ENV_KEY, selection.env_backend_raw)
     return mod
 
 
 def load(build_if_missing: bool = True):
     """The compiled module, or None (reason() says why). Loaded once per process; with
     build_if_missing=False only a shared object already on disk is loaded (no compiler runs)."""
-    global _module, _reason, signature, grid3
+    global _module, _reason, signature, grid3, fastcall
     if _module is not None or _reason is not None:
         return _module
     with _lock:
@@ -183,7 +211,7 @@ def load(build_if_missing: bool = True):
             _reason = f"{type(e).__name__}: {e}" if not isinstance(e, RuntimeError) else str(e)
             log.debug("hk_portable: compiled launcher unavailable, using the Python path: %s", _reason)
             return None
-        signature, grid3 = mod.signature, mod.grid3
+        signature, grid3, fastcall = mod.signature, mod.grid3, mod.fastcall
         _module = mod
         log.debug("hk_portable: compiled launcher loaded from %s", p)
         return mod
@@ -204,7 +232,7 @@ def describe() -> str:
 
 def reset() -> None:
     """Forget the loaded module and any failure (tests; the process keeps a loaded extension)."""
-    global _module, _reason, signature, grid3, _dir, _path
+    global _module, _reason, signature, grid3, fastcall, _dir, _path
     with _lock:
         _module, _reason, _dir, _path = None, None, None, None
-        signature, grid3 = _py_signature, _py_grid3
+        signature, grid3, fastcall = _py_signature, _py_grid3, _py_fastcall

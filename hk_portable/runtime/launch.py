@@ -2,12 +2,12 @@
 devices, compiles through the cache (once per specialisation) and launches.
 
 A repeat call whose launch is fully decided by its arguments' kinds takes the fast path: the argument-kind
-key (compiled: clauncher.signature), one dict lookup, the int32 range check it still owes, the grid, and
-the backend's launch (its compiled fast_launch where it has one). Keep it that way: no per-call work
-belongs there, and no extra Python call either (each costs ~0.1 us of a ~5 us budget)."""
+key, one dict lookup, the int32 range check it still owes, the grid, and the backend's launch. With the
+compiled launcher (runtime/clauncher.py) that is one C call, `fastcall`, down to cuLaunchKernel for a
+backend with a fast_launch (cuda). Keep it that way: no per-call work belongs there, and no extra Python
+call either (each costs ~0.1 us of a ~5 us budget)."""
 from __future__ import annotations
 
-import functools
 import os
 import weakref
 from typing import Any, Callable
@@ -45,35 +45,27 @@ class Kernel(KernelDef):
         _KERNELS.add(self)
 
     def __call__(self, *args, grid, backend=None, target: str | Target | None = None, stream=None, **kwargs):
-        # the fast path, inline (see _fast_key): the key, the lookup, the checks it owes, the launch
-        hit = fast = None
-        if len(args) == self._nargs:
-            fast = (clauncher.signature(args), tuple(kwargs.items()) if kwargs else (),
-                    backend if backend is None or backend.__class__ is str else id(backend), target,
-                    selection._context.get(), _env_backend())
-            try:
-                hit = self._launches.get(fast)
-            except TypeError:       # an unhashable const: the slow path reports it
-                fast = None
-        if hit is None:
-            return self._slow_call(args, kwargs, grid, backend, target, stream, fast)
-        launch = hit[2]
-        if launch is None:                          # the backend's launch(), after the checks the call owes
-            if self._i32:
+        try:
+            # the key (_fast_key's), the lookup and, where the backend has a fast_launch and the grid is plain,
+            # the launch, in one compiled call (clauncher.fastcall; its Python form only looks up)
+            r = clauncher.fastcall(self._launches, self._nargs, args, kwargs, backend, target, stream, grid)
+        except ArgumentError:
+            if self._i32:           # an int32 out of range: fast_launch refused it; today's message first
                 _check_scalars(self.name, self._i32, args)
-            grid3 = _grid3(grid)
-            if 0 not in grid3:
-                hit[0].launch(hit[1], list(args), grid3, stream)
+            raise
+        if r is None:
             return
-        # a compiled fast_launch refuses an int32 out of range itself; the same checks in the same order
-        # as above run only when something is refused, so the errors are the same
-        grid3 = clauncher.grid3(grid)
-        if grid3 is None or 0 in grid3:
-            if self._i32:
-                _check_scalars(self.name, self._i32, args)
-            grid3 = _grid3(grid)
-            if 0 in grid3:
-                return
+        if r.__class__ is not tuple:                # [key] on a miss, False when the call does not qualify
+            return self._slow_call(args, kwargs, grid, backend, target, stream, r[0] if r else None)
+        be, art, launch = r                         # a hit Python finishes: the checks the call owes, the launch
+        if self._i32:
+            _check_scalars(self.name, self._i32, args)
+        grid3 = _grid3(grid)
+        if 0 in grid3:
+            return
+        if launch is None:
+            be.launch(art, list(args), grid3, stream)
+            return
         try:
             launch(args, grid3, stream)
         except ArgumentError:
@@ -103,16 +95,11 @@ class Kernel(KernelDef):
         return be, self.compile_for(prog, be, selection.target_for(selected, target)), runtime
 
     def _fast_key(self, args, kwargs, backend, target):
-        """A key for calls whose launch is fully decided by the arguments' kinds: every runtime argument
-        passed positionally, consts by keyword. Selection inputs (context, HK_BACKEND) are part of it,
-        so a change of backend never reuses a stale choice. None when the call does not qualify."""
+        """A key for calls whose launch is fully decided by the arguments' kinds (clauncher.call_key): every
+        runtime argument passed positionally, consts by keyword. None when the call does not qualify."""
         if len(args) != self._nargs:
             return None
-        # per tensor (dtype, rank, device), flat: one tuple whose hash and comparison are cheaper than nested
-        # ones (the device object tells cpu from meta and cuda:0 from another accelerator's first device)
-        key = (clauncher.signature(args), tuple(kwargs.items()) if kwargs else (),
-               backend if backend is None or backend.__class__ is str else id(backend), target,
-               selection.current_context(), selection.env_backend_raw())
+        key = clauncher.call_key(args, kwargs, backend, target)
         try:
             hash(key)
         except TypeError:       # an unhashable const: the slow path reports it
@@ -241,15 +228,6 @@ def _check_scalars(name, i32, args) -> None:
         v = args[i]
         if isinstance(v, bool) or not -2**31 <= v < 2**31:
             raise ArgumentError(f"{name}: argument '{pname}' must be an int32 Python int, got {v!r}")
-
-
-def _env_backend():
-    """HK_BACKEND as stored (selection.env_backend_raw, without its call on the fast path)."""
-    return selection.env_backend_raw()
-
-
-if selection._ENV_STORE is not None:
-    _env_backend = functools.partial(selection._ENV_STORE.get, selection._ENV_KEY)   # noqa: F811 - a C call
 
 
 def _check_devices(name, params, runtime, be) -> None:

@@ -144,9 +144,6 @@ class EmulatedPlan(_Packing):
         self.lib = emulator.load(artifact.binary)
 
     def launch(self, args, grid, stream, kernel_name: str) -> None:
-        if self.c_launch is not None:
-            self.c_launch(args, grid, stream)
-            return
         self.check_grid(grid, kernel_name)
         buf = bytearray(max(self.size, 1))
         self._pack(args, buf, kernel_name)
