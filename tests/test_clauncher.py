@@ -513,7 +513,7 @@ def test_kernel_call_through_the_fast_path(compiled, mod, stub, monkeypatch):
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """clauncher with no module loaded and an empty cache directory; restored afterwards."""
-    saved = {k: getattr(clauncher, k) for k in ("_module", "_reason", "_dir", "_path", "signature", "grid3")}
+    saved = {k: getattr(clauncher, k) for k in ("_module", "_reason", "_dir", "_path", "signature", "fastcall")}
     monkeypatch.setenv("HK_CACHE_DIR", str(tmp_path / "cache"))
     clauncher.reset()
     yield tmp_path
@@ -525,7 +525,7 @@ def test_no_compiler_means_the_python_path_with_a_reason(fresh, monkeypatch, stu
     monkeypatch.setattr(clauncher, "compiler", lambda: None)
     assert clauncher.load() is None
     assert "no host C compiler" in clauncher.reason()
-    assert clauncher.signature is clauncher._py_signature
+    assert clauncher.signature is clauncher._py_signature and clauncher.fastcall is clauncher._py_fastcall
     assert "Python launcher (ctypes)" in clauncher.describe() and "no host C compiler" in clauncher.describe()
     plan = _plan(monkeypatch, stub, compiled=False)
     x, y = torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2)

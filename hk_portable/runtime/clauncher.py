@@ -2,7 +2,7 @@
 cache, loaded with importlib; where it cannot be built (no compiler, no Python headers, a failed build,
 HK_C_LAUNCHER=0) every caller keeps its Python path and `reason()` says why (`hk backends` prints it).
 
-What it speeds up (docs/ARCHITECTURE.md, "The launch path"): Kernel.__call__'s fast path (`fastcall`: the
+What it speeds up (docs/ARCHITECTURE.md section 1.1): Kernel.__call__'s fast path (`fastcall`: the
 argument-kind key, the lookup, the grid check and the backend's fast_launch in one call; `signature` and
 `grid3` are its pieces), and for a GPU backend the whole launch: packing the hk::gl parameter buffer and
 calling cuLaunchKernel / hipModuleLaunchKernel by address (`Launcher`, one per loaded kernel and device;
@@ -62,11 +62,6 @@ def _py_signature(args) -> tuple:
     return tuple(sig)
 
 
-def _py_grid3(grid):
-    """None: the caller validates (runtime/launch._grid3); the compiled form returns the checked 3-tuple."""
-    return None
-
-
 def call_key(args, kwargs, backend, target) -> tuple:
     """The fast-path key of a kernel call (clauncher.c's fastcall builds the same tuple): the arguments'
     kinds, the consts as passed, the backend (a spec, or the object's id), the target, and the selection
@@ -92,7 +87,6 @@ def _py_fastcall(table, nargs, args, kwargs, backend, target, stream, grid):
 
 
 signature = _py_signature      # rebound to the compiled functions once the module is loaded
-grid3 = _py_grid3
 fastcall = _py_fastcall
 
 
@@ -191,7 +185,7 @@ def _import(p: Path):
 def load(build_if_missing: bool = True):
     """The compiled module, or None (reason() says why). Loaded once per process; with
     build_if_missing=False only a shared object already on disk is loaded (no compiler runs)."""
-    global _module, _reason, signature, grid3, fastcall
+    global _module, _reason, signature, fastcall
     if _module is not None or _reason is not None:
         return _module
     with _lock:
@@ -211,7 +205,7 @@ def load(build_if_missing: bool = True):
             _reason = f"{type(e).__name__}: {e}" if not isinstance(e, RuntimeError) else str(e)
             log.debug("hk_portable: compiled launcher unavailable, using the Python path: %s", _reason)
             return None
-        signature, grid3, fastcall = mod.signature, mod.grid3, mod.fastcall
+        signature, fastcall = mod.signature, mod.fastcall
         _module = mod
         log.debug("hk_portable: compiled launcher loaded from %s", p)
         return mod
@@ -232,7 +226,7 @@ def describe() -> str:
 
 def reset() -> None:
     """Forget the loaded module and any failure (tests; the process keeps a loaded extension)."""
-    global _module, _reason, signature, grid3, fastcall, _dir, _path
+    global _module, _reason, signature, fastcall, _dir, _path
     with _lock:
         _module, _reason, _dir, _path = None, None, None, None
-        signature, grid3, fastcall = _py_signature, _py_grid3, _py_fastcall
+        signature, fastcall = _py_signature, _py_fastcall
