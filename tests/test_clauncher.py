@@ -410,6 +410,9 @@ def test_fastcall_key_is_the_python_key(mod, monkeypatch):
     monkeypatch.setenv("HK_BACKEND", "reference")
     check()
     assert mod.fastcall({}, 1, (x,), {}, None, None, None, 1) == [clauncher.call_key((x,), {}, None, None)]
+    for args, kwargs, backend, target in calls:                                  # the Python form's key too
+        assert clauncher._py_fastcall({}, len(args), args, kwargs, backend, target, None, 1) == \
+            mod.fastcall({}, len(args), args, kwargs, backend, target, None, 1)
     assert mod.fastcall({}, 2, (x,), {}, None, None, None, 1) is False            # wrong argument count
     assert mod.fastcall({}, 1, (x,), {"B": [1]}, None, None, None, 1) is False    # an unhashable const
 
@@ -480,8 +483,10 @@ def test_kernel_call_through_the_fast_path(compiled, mod, stub, monkeypatch):
     monkeypatch.setattr(driver, "current_device", lambda: -1)
     monkeypatch.setattr(driver, "device_getter", lambda: (lambda: -1))
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: 0x99, raising=False)
-    if not compiled:
+    if not compiled:                       # all of it in Python, as without a compiler
         monkeypatch.setattr(clauncher, "load", lambda build_if_missing=True: None)
+        monkeypatch.setattr(clauncher, "fastcall", clauncher._py_fastcall)
+        monkeypatch.setattr(clauncher, "signature", clauncher._py_signature)
     be = StubCuda()
     x, y = torch.randn(32, 16), torch.empty(32, 16)
     fmt, size, _ = abi.param_layout([("x", GlobalType(f32, 2)), ("y", GlobalType(f32, 2)), ("n", ScalarType(i32)),

@@ -16,6 +16,7 @@ this process. Builds are atomic (temp file + os.replace): racing processes both 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -29,6 +30,8 @@ import threading
 from pathlib import Path
 
 import torch
+
+from . import selection
 
 SOURCE = Path(__file__).with_name("clauncher.c")
 ENV = "HK_C_LAUNCHER"
@@ -67,23 +70,36 @@ def call_key(args, kwargs, backend, target) -> tuple:
     kinds, the consts as passed, the backend (a spec, or the object's id), the target, and the selection
     inputs (the use_backend context, HK_BACKEND as stored), so a change of backend never reuses a stale
     choice."""
-    from .selection import _context, env_backend_raw
     return (signature(args), tuple(kwargs.items()) if kwargs else (),
-            backend if backend is None or backend.__class__ is str else id(backend), target, _context.get(),
-            env_backend_raw())
+            backend if backend is None or backend.__class__ is str else id(backend), target,
+            selection._context.get(), selection.env_backend_raw())
 
 
-def _py_fastcall(table, nargs, args, kwargs, backend, target, stream, grid):
+def _py_fastcall(table, nargs, args, kwargs, backend, target, stream, grid, _Tensor=torch.Tensor):
     """Kernel.__call__'s fast-path lookup (clauncher.c's fastcall without its launch): the hit (backend,
-    artifact, fast_launch) for Python to launch, [key] on a miss, False when the call does not qualify."""
+    artifact, fast_launch) for Python to launch, [key] on a miss, False when the call does not qualify.
+    call_key and _py_signature inline: this is the call path without a compiler."""
     if len(args) != nargs:
         return False
-    key = call_key(args, kwargs, backend, target)
+    sig = []
+    for a in args:
+        if isinstance(a, _Tensor):
+            sig += (a.dtype, a.ndim, a.device)
+        else:
+            sig.append(type(a))
+    key = (tuple(sig), tuple(kwargs.items()) if kwargs else (),
+           backend if backend is None or backend.__class__ is str else id(backend), target,
+           _context_get(), _env_backend())
     try:
         hit = table.get(key)
     except TypeError:           # an unhashable const: the slow path reports it
         return False
     return [key] if hit is None else hit
+
+
+_context_get = selection._context.get
+_env_backend = (functools.partial(selection._ENV_STORE.get, selection._ENV_KEY) if selection._ENV_STORE is not None
+                else selection.env_backend_raw)
 
 
 signature = _py_signature      # rebound to the compiled functions once the module is loaded
@@ -177,7 +193,6 @@ def _import(p: Path):
             LAUNCH_REFUSED, STREAM_NOT_A_HANDLE, GRID_REFUSED):
         raise RuntimeError(f"{p} has launcher ABI {getattr(mod, 'ABI', None)}, expected {ABI}")
     mod.set_tensor_type(torch.Tensor)
-    from . import selection
     mod.configure(selection._context, selection._ENV_STORE, selection._ENV_KEY, selection.env_backend_raw)
     return mod
 
