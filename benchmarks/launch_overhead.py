@@ -8,7 +8,9 @@ Rows: `hk kernel call` is the whole public path (argument-kind key, cached artif
 parameter packing, cuLaunchKernel); `hk backend.launch` is the backend's share alone; `torch eager` is
 torch.add(x, y, out=z) on the same [256, 256] f32 tensors. The `(HK_C_LAUNCHER=0)` rows are the same
 calls in a child process without the compiled launcher (runtime/clauncher.py), i.e. the Python packer and
-ctypes; `launcher` says which one the main rows ran. The acceptance (issue 9 item 5): hk kernel call
+ctypes; `launcher` says which one the main rows ran. The `device time (graph replay)` rows are each
+kernel's GPU time per launch (100 launches in one CUDA graph): a per-call row close to its device row is
+bound by the GPU, not by the launch path. The acceptance (issue 9 item 5): hk kernel call
 <= 1.2x torch eager; first call in a new process with a warm cache <= 100 ms; and a CUDA graph of hk calls
 replays correctly."""
 from __future__ import annotations
@@ -98,6 +100,30 @@ def first_call(backend: str, cache_dir: str, profile: str = "") -> dict:
     return {"import_ms": imp, "first_call_ms": first, "second_call_ms": second}
 
 
+def device_us(fn, launches: int = 100, repeats: int = 20) -> dict:
+    """Device time per launch, without host launch cost: `launches` calls captured in one CUDA graph and
+    replayed. When a per-call row is not clearly above this, the per-call row measures the GPU, not the
+    launch path."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(launches):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        g.replay()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / launches * 1e6)
+    return {"median_us": statistics.median(samples), "min_us": min(samples), "samples_us": samples}
+
+
 def launcher_in_use(art) -> str:
     """Which launcher the artifact's plans use: the compiled one, or the Python packer + ctypes (and why)."""
     from hk_portable.runtime import clauncher
@@ -133,7 +159,8 @@ def graph_replay_ok(be) -> bool:
     return bool(ok)
 
 
-def per_call_rows(be, calls: int, repeats: int, label: str = "") -> tuple[dict, str, object]:
+def per_call_rows(be, calls: int, repeats: int) -> tuple[dict, str, object]:
+    """The hk rows (kernel call, backend.launch), which launcher ran them, and the artifact."""
     x, y = torch.randn(*SHAPE, device="cuda"), torch.randn(*SHAPE, device="cuda")
     z = torch.empty_like(x)
     add_kernel(x, y, z, grid=GRID, backend=be)
@@ -142,8 +169,8 @@ def per_call_rows(be, calls: int, repeats: int, label: str = "") -> tuple[dict, 
     prog = add_kernel.trace(x, y, z)
     art = add_kernel.compile_for(prog, be)
     rows = {
-        f"hk kernel call{label}": per_call_us(lambda: add_kernel(x, y, z, grid=GRID, backend=be), calls, repeats),
-        f"hk backend.launch{label}": per_call_us(lambda: be.launch(art, (x, y, z), (*GRID, 1)), calls, repeats),
+        "hk kernel call": per_call_us(lambda: add_kernel(x, y, z, grid=GRID, backend=be), calls, repeats),
+        "hk backend.launch": per_call_us(lambda: be.launch(art, (x, y, z), (*GRID, 1)), calls, repeats),
     }
     return rows, launcher_in_use(art), art
 
@@ -189,6 +216,8 @@ def main(argv=None) -> int:
             print(f"HK_C_LAUNCHER=0 rows failed: {py['error'][-300:]}")
         else:
             rows.update({f"{k} (HK_C_LAUNCHER=0)": v for k, v in py.items()})
+    rows["torch eager, device time (graph replay)"] = device_us(lambda: torch.add(x, y, out=z))
+    rows["hk kernel, device time (graph replay)"] = device_us(lambda: add_kernel(x, y, z, grid=GRID, backend=be))
     graph_ok = graph_replay_ok(be)
     with tempfile.TemporaryDirectory(prefix="hk-launch-bench-") as d:
         cold = first_call(args.backend, d)
