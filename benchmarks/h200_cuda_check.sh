@@ -124,7 +124,7 @@ r["environment"] = {"gpu": torch.cuda.get_device_name(), "nvidia_smi": smi, "tor
 json.dump(r, open(path, "w"), indent=1)
 print("environment added to", path, r["environment"])
 PY
-step overhead 120 "$OUT/pytest.log" python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json" \
+step overhead 240 "$OUT/pytest.log" python3 benchmarks/launch_overhead.py --json "$OUT/launch_overhead.json" \
     --profile "$OUT/first_call_profile.txt"
 # the device returns 8 files at most: the first call's profile travels inside pytest.log
 [ -f "$OUT/first_call_profile.txt" ] && { echo "=== first call profile"; cat "$OUT/first_call_profile.txt"; } >> "$OUT/pytest.log" \
@@ -170,7 +170,7 @@ for c in bad[:25]:
 PY
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer|=== " "$OUT/sanitizer.log" 2>/dev/null | head -30
 grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
-grep -A6 "launch path" "$OUT/pytest.log" 2>/dev/null
+grep -B1 -A10 "launch path" "$OUT/pytest.log" 2>/dev/null
 [ -f "$OUT/gemmcfg.log" ] && grep -vE "^=== (gemmcfg|attncfg|normcfg)" "$OUT/gemmcfg.log" | tail -40
 [ -f "$OUT/sweep.log" ] && grep -vE "^=== sweep" "$OUT/sweep.log" | tail -40
 [ -f "$OUT/bench.log" ] && grep -vE "^(=== bench|wrote )" "$OUT/bench.log" | tail -40

@@ -47,7 +47,10 @@ def cmd_backends(args) -> int:
     for i in infos:
         table.add_row(i.name, "yes" if i.loaded else "[red]no[/]", "[green]yes[/]" if i.available else "[yellow]no[/]",
                       i.reason or i.device or "", ", ".join(i.targets))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    from .runtime import clauncher
+    console.print(f"GPU launches: {clauncher.describe()}", highlight=False, markup=False)
     return 0
 
 

@@ -1,6 +1,8 @@
 """The cuda LaunchPlan without a GPU (a fake cudrv records cuLaunchKernel): the parameter buffer holds
 exactly the data pointers, shapes, strides and scalars in the kernel's ABI, bad arguments are
-ArgumentErrors that name the argument, and concurrent launching threads use separate buffers."""
+ArgumentErrors that name the argument, and concurrent launching threads use separate buffers. Every test
+runs on both launch paths: the compiled launcher (runtime/clauncher.py, calling the fake through a C
+function pointer) and the Python packer with ctypes."""
 from __future__ import annotations
 
 import ctypes
@@ -16,12 +18,25 @@ from hk_portable.interface import ArgumentError, BackendError
 from hk_portable.interface.backend import Artifact
 from hk_portable.interface.dtypes import bf16, f32, i32
 from hk_portable.interface.ir import GlobalType, ScalarType
+from hk_portable.runtime import clauncher
+
+
+LAUNCH_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p)
 
 
 class FakeDriver:
-    """Stands in for cudrv (libcuda through ctypes): records cuLaunchKernel's arguments."""
+    """Stands in for cudrv (libcuda through ctypes): records cuLaunchKernel's arguments, returns `rc`."""
     def __init__(self):
         self.launches = []
+        self.rc = 0
+        self.c_function = LAUNCH_FN(self.launch_kernel)     # what the compiled launcher calls
+
+    def launch_address(self):
+        return ctypes.cast(self.c_function, ctypes.c_void_p).value
+
+    def error_name(self, rc):
+        return f"CUDA_ERROR_{rc}"
 
     def current_context(self):
         return 1
@@ -41,17 +56,21 @@ class FakeDriver:
     def launch_kernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         words = (ctypes.c_void_p * 5).from_address(extra)
         size = ctypes.c_size_t.from_address(words[3]).value
-        self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "stream": stream,
+        self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "stream": stream or 0,
                               "bytes": ctypes.string_at(words[1], size), "buffer": words[1],
                               "thread": threading.get_ident()})
-        return 0                                        # CUDA_SUCCESS
+        return self.rc                                  # 0: CUDA_SUCCESS
 
 
 PARAMS = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarType(i32)), ("s", ScalarType(f32))]
 
 
-@pytest.fixture
-def plan(monkeypatch):
+@pytest.fixture(params=["compiled", "python"])
+def plan(request, monkeypatch):
+    if request.param == "python":
+        monkeypatch.setattr(clauncher, "load", lambda build_if_missing=True: None)
+    elif clauncher.load() is None:
+        pytest.skip(f"no compiled launcher here: {clauncher.reason()}")
     drv = FakeDriver()
     monkeypatch.setattr(driver, "cudrv", drv)
     fmt, size, params = param_layout(PARAMS)
@@ -59,6 +78,7 @@ def plan(monkeypatch):
                    launch={"threads": 128, "shared_bytes": 64 * 1024, "params": params, "param_format": fmt,
                            "param_size": size})
     p = driver.LaunchPlan(art, device_index=-1)     # CPU tensors report get_device() == -1
+    assert (p.c_launch is not None) == (request.param == "compiled")
     p.drv = drv
     return p
 
@@ -78,13 +98,13 @@ def test_parameter_buffer_is_the_kernel_abi(plan):
     assert [p["offset"] for p in params] == [0, 32, 80, 84] and size == plan.size == 88
 
 
-def test_bad_arguments_name_the_argument(plan):
+def test_bad_arguments_name_the_argument(plan, monkeypatch):
     x = torch.zeros(4, 4, dtype=torch.bfloat16)
     y = torch.zeros(2, 2, 2)
-    plan.device_index = 0                             # now CPU tensors are on the wrong device
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 7)   # now every tensor is on the wrong device
     with pytest.raises(ArgumentError, match="'x' must be a CUDA tensor"):
         plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")
-    plan.device_index = -1
+    monkeypatch.undo()
     with pytest.raises(ArgumentError, match="int32"):
         plan.launch([x, y, 2**40, 1.0], (1, 1, 1), 0, "k")
     with pytest.raises(ArgumentError, match="65535"):
@@ -119,9 +139,8 @@ def test_threads_pack_into_their_own_buffers(plan):
         assert len(seen) == 1, "a thread's launches carried another thread's scalars"
 
 
-def test_a_failed_launch_is_an_error_that_names_the_driver_result(plan, monkeypatch):
-    monkeypatch.setattr(plan, "launch_kernel", lambda *a: 701)          # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
-    monkeypatch.setattr(driver.cudrv, "error_name", lambda rc: f"CUDA_ERROR_{rc}", raising=False)
+def test_a_failed_launch_is_an_error_that_names_the_driver_result(plan):
+    plan.drv.rc = 701                                                    # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
     x = torch.zeros(4, 4, dtype=torch.bfloat16)
     y = torch.zeros(2, 2, 2)
     with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_701"):

@@ -62,6 +62,19 @@ def gl_size(rank: int) -> int:
     return struct.calcsize(gl_format(rank))
 
 
+@lru_cache(maxsize=None)
+def gl_offsets(rank: int) -> tuple[int, int, int]:
+    """Byte offsets of ptr, shape[0] and stride[0] inside one hk::gl<T, rank>, from the same builder as
+    gl_format (the compiled launcher, runtime/clauncher.py, packs at these)."""
+    b, starts = _Builder(), {}
+    for name, code, per_dim in GL_MEMBERS:
+        for k in range(rank if per_dim else 1):
+            size = struct.calcsize("<" + code)
+            starts.setdefault(name, b.align(size))
+            b.put(code)
+    return starts["ptr"], starts.get("shape", b.off), starts.get("stride", b.off)
+
+
 def gl_values(t) -> tuple:
     """A tensor's hk::gl fields in order: data pointer, shape, strides (in elements). make_packer
     spells the same order as source."""
@@ -143,6 +156,23 @@ def pack_struct(params, args: Sequence[Any]) -> ctypes.Structure:
     s = args_struct(kinds(params))()
     struct.pack_into(fmt, s, 0, *arg_values(params, args))
     return s
+
+
+LAUNCHER_KIND = {"gl": 0, "i32": 1}        # any other scalar kind: 2 (a float, as SCALAR_CODE packs it)
+
+
+def launcher_params(params: Sequence[dict]) -> tuple:
+    """param_layout's descriptions as the compiled launcher takes them: per parameter (kind code, offset,
+    rank, offset of shape[0], offset of stride[0]); kind 0 a gl, 1 an int32, 2 a float32."""
+    out = []
+    for d in params:
+        kind = LAUNCHER_KIND.get(d["kind"], 2)
+        if kind == 0:
+            _, shape, stride = gl_offsets(d["rank"])
+            out.append((0, d["offset"], d["rank"], d["offset"] + shape, d["offset"] + stride))
+        else:
+            out.append((kind, d["offset"], 0, d["offset"], d["offset"]))
+    return tuple(out)
 
 
 def make_packer(kinds_: Sequence[str], fmt: str):

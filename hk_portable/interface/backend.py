@@ -139,6 +139,12 @@ class Backend(abc.ABC):
     def launch(self, artifact: Artifact, args: Sequence[Any], grid: tuple[int, int, int], stream=None) -> None:
         ...
 
+    def fast_launch(self, artifact: Artifact):
+        """A callable (args, grid, stream) that does what launch(artifact, args, grid, stream) does, with the
+        same checks and errors, for the fast path of repeat kernel calls (args a tuple, grid three ints);
+        None, the default: the fast path calls launch(). The cuda backend returns its compiled launcher."""
+        return None
+
     def accepts_device(self, device) -> bool:
         """Whether tensors on this torch device can be passed to launch()."""
         return True

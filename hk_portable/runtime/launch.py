@@ -1,9 +1,11 @@
 """The launch path: `hk.kernel` returns a Kernel; calling it selects a backend and target, checks the
 devices, compiles through the cache (once per specialisation) and launches.
 
-A repeat call whose launch is fully decided by its arguments' kinds takes the fast path: one dict
-lookup, the int32 range check it still owes, the grid, and the backend's launch. Keep it that way:
-no per-call work belongs there."""
+A repeat call whose launch is fully decided by its arguments' kinds takes the fast path: the argument-kind
+key, one dict lookup, the int32 range check it still owes, the grid, and the backend's launch. With the
+compiled launcher (runtime/clauncher.py) that is one C call, `fastcall`, down to cuLaunchKernel for a
+backend with a fast_launch (cuda). Keep it that way: no per-call work belongs there, and no extra Python
+call either (each costs ~0.1 us of a ~5 us budget)."""
 from __future__ import annotations
 
 import os
@@ -17,7 +19,7 @@ from ..interface.errors import ArgumentError, UnsupportedError
 from ..interface.ir import Program
 from ..interface.kernel import KernelDef
 from ..interface.verify import verify
-from . import cache, registry, selection, tuning
+from . import cache, clauncher, registry, selection, tuning
 
 
 def compile_program(program: Program, backend: Backend, target: str | Target | None = None):
@@ -36,20 +38,46 @@ class Kernel(KernelDef):
     def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None):
         super().__init__(fn, num_warps=num_warps, name=name)
         self._artifacts: dict[tuple, Any] = {}
-        self._launches: dict[tuple, tuple] = {}     # fast path: call signature -> (backend, artifact)
+        self._launches: dict[tuple, tuple] = {}     # fast path: call key -> (backend, artifact, fast_launch)
         self._configs: dict[tuple, dict] = {}       # choose_config's answers
+        self._nargs = len(self.runtime_params)
+        self._i32 = [(i, p.name) for i, p in enumerate(self.runtime_params) if p.kind == "i32"]
         _KERNELS.add(self)
 
     def __call__(self, *args, grid, backend=None, target: str | Target | None = None, stream=None, **kwargs):
-        fast = self._fast_key(args, kwargs, backend, target)
-        hit = self._launches.get(fast) if fast is not None else None
-        if hit is None:
-            be, art, runtime = self._prepare(args, kwargs, backend, target)
-            if fast is not None:
-                self._launches[fast] = (be, art)
-        else:
-            _check_scalars(self.name, self.runtime_params, args)
-            (be, art), runtime = hit, list(args)
+        try:
+            # the key (_fast_key's), the lookup and, where the backend has a fast_launch and the grid is plain,
+            # the launch, in one compiled call (clauncher.fastcall; its Python form only looks up)
+            r = clauncher.fastcall(self._launches, self._nargs, args, kwargs, backend, target, stream, grid)
+        except ArgumentError:
+            if self._i32:           # an int32 out of range: fast_launch refused it; today's message first
+                _check_scalars(self.name, self._i32, args)
+            raise
+        if r is None:
+            return
+        if r.__class__ is not tuple:                # [key] on a miss, False when the call does not qualify
+            return self._slow_call(args, kwargs, grid, backend, target, stream, r[0] if r else None)
+        be, art, launch = r                         # a hit Python finishes: the checks the call owes, the launch
+        if self._i32:
+            _check_scalars(self.name, self._i32, args)
+        grid3 = _grid3(grid)
+        if 0 in grid3:
+            return
+        if launch is None:
+            be.launch(art, list(args), grid3, stream)
+            return
+        try:
+            launch(args, grid3, stream)
+        except ArgumentError:
+            if self._i32:
+                _check_scalars(self.name, self._i32, args)
+            raise
+
+    def _slow_call(self, args, kwargs, grid, backend, target, stream, fast) -> None:
+        be, art, runtime = self._prepare(args, kwargs, backend, target)
+        clauncher.load(build_if_missing=False)     # compiled keys where a GPU backend built it before (same tuples)
+        if fast is not None:
+            self._launches[fast] = (be, art, be.fast_launch(art))
         grid3 = _grid3(grid)
         if 0 in grid3:
             return
@@ -67,21 +95,16 @@ class Kernel(KernelDef):
         return be, self.compile_for(prog, be, selection.target_for(selected, target)), runtime
 
     def _fast_key(self, args, kwargs, backend, target):
-        """A key for calls whose launch is fully decided by the arguments' kinds: every runtime argument
-        passed positionally, consts by keyword. Selection inputs (context, HK_BACKEND) are part of it,
-        so a change of backend never reuses a stale choice. None when the call does not qualify."""
-        if len(args) != len(self.runtime_params):
+        """A key for calls whose launch is fully decided by the arguments' kinds (clauncher.call_key): every
+        runtime argument passed positionally, consts by keyword. None when the call does not qualify."""
+        if len(args) != self._nargs:
             return None
-        # (dtype, rank, device index, CPU?, CUDA?) instead of a.device, which builds an object per call;
-        # get_device() is -1 on the CPU and on meta alike, and 0 on cuda:0 and on other accelerators' first
-        sig = tuple([(a.dtype, a.ndim, a.get_device(), a.is_cpu, a.is_cuda) if isinstance(a, torch.Tensor)
-                     else type(a) for a in args])
+        key = clauncher.call_key(args, kwargs, backend, target)
         try:
-            return (sig, tuple(kwargs.items()) if kwargs else (),
-                    backend if backend is None or isinstance(backend, str) else id(backend), target,
-                    selection.current_context(), selection.env_backend_raw())
+            hash(key)
         except TypeError:       # an unhashable const: the slow path reports it
             return None
+        return key
 
     def compile(self, *args, backend=None, target: str | Target | None = None, **kwargs):
         """The Artifact this call would launch, compiled and not run: its `source`, `asm` and `resources`
@@ -198,11 +221,13 @@ def kernel(fn: Callable | None = None, *, num_warps: int = 4, name: str | None =
 
 
 # ------------------------------------------------------------------------------------------ checks
-def _check_scalars(name, params, args) -> None:
-    """The per-value checks the fast path still owes: int32 range of int arguments."""
-    for p, v in zip(params, args):
-        if p.kind == "i32" and (isinstance(v, bool) or not -2**31 <= v < 2**31):
-            raise ArgumentError(f"{name}: argument '{p.name}' must be an int32 Python int, got {v!r}")
+def _check_scalars(name, i32, args) -> None:
+    """The per-value check the fast path still owes: the int32 range of int arguments. `i32`: (index, name)
+    of the kernel's int32 parameters (the fast key already fixed each argument's type)."""
+    for i, pname in i32:
+        v = args[i]
+        if isinstance(v, bool) or not -2**31 <= v < 2**31:
+            raise ArgumentError(f"{name}: argument '{pname}' must be an int32 Python int, got {v!r}")
 
 
 def _check_devices(name, params, runtime, be) -> None:

@@ -6,6 +6,7 @@ emulated sm_80 when a host C++ compiler is present: its artifacts run on CPU ten
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 from ...codegen import layouts
@@ -13,6 +14,7 @@ from ...codegen.abi import param_layout
 from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
+from ...runtime import clauncher
 from . import archs, codegen, compiler, driver, emulator, schedule
 from .options import DEFAULT, CudaOptions
 
@@ -190,10 +192,15 @@ class CudaBackend(Backend):
         return artifact
 
     # ------------------------------------------------------------------------------------- launch
-    def _plan(self, artifact: Artifact, device_index: int) -> driver.LaunchPlan:
+    @staticmethod
+    def _plans(artifact: Artifact) -> "_Plans":
         plans = artifact.payload
         if plans is None:
-            plans = artifact.payload = {}
+            plans = artifact.payload = _Plans()
+        return plans
+
+    def _plan(self, artifact: Artifact, device_index: int) -> driver.LaunchPlan:
+        plans = self._plans(artifact)
         plan = plans.get(device_index)
         if plan is None:
             with self._lock:
@@ -204,7 +211,26 @@ class CudaBackend(Backend):
                         raise UnsupportedError(f"the cuda backend cannot launch here: {reason}"
                                                + (driver.EMULATED_HINT if emulator.available()[0] else ""))
                     plan = plans[device_index] = driver.LaunchPlan(artifact, device_index)
+                    if getattr(plan, "c_launch", None) is not None:
+                        plans.launchers[device_index] = plan.c_launch
         return plan
+
+    def fast_launch(self, artifact: Artifact):
+        """The compiled launcher's per-device dispatch for this artifact (a call's fast path calls it instead
+        of launch()): the current device's plan launches in C; a device without a plan yet goes through
+        launch(), which makes one. None for the emulated target, or when the compiled launcher is
+        unavailable (runtime/clauncher.py)."""
+        if artifact.launch.get("emulated"):
+            return None
+        mod = clauncher.load()
+        if mod is None:
+            return None
+        with self._lock:
+            plans = self._plans(artifact)
+            if plans.dispatch is None:
+                plans.dispatch = mod.ByDevice(driver.device_getter(), plans.launchers,
+                                              functools.partial(self.launch, artifact))
+            return plans.dispatch
 
     def _emulated_plan(self, artifact: Artifact) -> driver.EmulatedPlan:
         with self._lock:
@@ -237,3 +263,13 @@ class CudaBackend(Backend):
             return compiler.disassemble(artifact.binary)
         raise UnsupportedError(f"backend 'cuda' cannot emit {kind!r} for target {artifact.target}; it can emit: "
                                f"ir, {', '.join(EMIT_KINDS)}")
+
+
+class _Plans(dict):
+    """An artifact's payload on the GPU: device index -> LaunchPlan, plus those plans' compiled launchers
+    (device index -> Launcher) and the ByDevice dispatch over them (fast_launch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.launchers: dict = {}
+        self.dispatch = None

@@ -74,6 +74,11 @@ def unload_module(module: int) -> None:
     lib().cuModuleUnload(module)
 
 
+def launch_address() -> int:
+    """cuLaunchKernel's address: the compiled launcher (runtime/clauncher.py) calls it directly."""
+    return ctypes.cast(lib().cuLaunchKernel, ctypes.c_void_p).value
+
+
 def launcher():
     """cuLaunchKernel itself: (func, gx, gy, gz, bx, by, bz, shared, stream, kernelParams, extra) -> CUresult."""
     return lib().cuLaunchKernel

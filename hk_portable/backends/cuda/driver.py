@@ -1,9 +1,11 @@
 """The cuda backend's device side: the device probe, module loading, argument packing and launch.
 
-A GPU launch goes through the driver API (`cuLaunchKernel` through ctypes, cudrv.py) with the kernel
-parameters packed into one byte buffer (CU_LAUNCH_PARAM_BUFFER_POINTER): no DLPack, no cupy arrays, one
-struct.pack per call. An artifact of the emulated target runs the same buffer through the host build
-(emulator.py) on CPU tensors. The buffer's layout is the shared hk::gl ABI (codegen/abi.py).
+A GPU launch goes through the driver API (`cuLaunchKernel`) with the kernel parameters packed into one byte
+buffer (CU_LAUNCH_PARAM_BUFFER_POINTER; a kernelParams array into it for kernels with tensor maps): no
+DLPack, no cupy arrays. The compiled launcher (runtime/clauncher.py) packs and calls cuLaunchKernel by
+address in C; where it is unavailable, a generated struct.pack and ctypes (cudrv.py) do the same. An
+artifact of the emulated target runs the same buffer through the host build (emulator.py) on CPU tensors.
+The buffer's layout is the shared hk::gl ABI (codegen/abi.py).
 """
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import ctypes
 import struct
 import threading
 
-from ...codegen.abi import make_packer
+from ...codegen.abi import launcher_params, make_packer
 from ...interface.errors import ArgumentError, BackendError
+from ...runtime import clauncher
 from . import archs, cudrv, emulator, tma
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
@@ -76,9 +79,13 @@ def _why_no_gpu(torch) -> str:
 
 
 def current_device() -> int:
+    return device_getter()()
+
+
+def device_getter():
+    """A callable () -> the current CUDA device index: torch's C function where it has one."""
     torch = _torch()
-    get = getattr(torch._C, "_cuda_getDevice", None)
-    return get() if get is not None else torch.cuda.current_device()
+    return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 class _Packing:
@@ -96,7 +103,7 @@ class _Packing:
     def _pack(self, args, buf, kernel_name: str) -> None:
         try:
             ok = self.pack(args, buf, self.device_index)
-        except (AttributeError, TypeError, ValueError, struct.error):
+        except (AttributeError, TypeError, ValueError, OverflowError, struct.error):    # the compiled launcher's
             ok = False
         if not ok:
             raise self.explain(args, kernel_name)
@@ -167,6 +174,40 @@ class LaunchPlan(_Packing):
         self.tls = threading.local()                       # one parameter buffer per launching thread
         self.launch_kernel = cudrv.launcher()
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self.kernel_name = artifact.kernel_name
+        self.c_launch = self._compiled_launcher()
+
+    def _compiled_launcher(self):
+        """This plan's compiled launcher (runtime/clauncher.py): the same buffer, checks and cuLaunchKernel
+        call in C; None when it is unavailable (clauncher.reason() says why) and launch() packs in Python."""
+        mod = clauncher.load()
+        if mod is None:
+            return None
+        maps = self.maps
+        return mod.Launcher(
+            self.func, cudrv.launch_address(), self.threads, self.shared, launcher_params(self.params), self.size,
+            self.device_index, use_params=maps is not None,
+            ptr_offsets=[p["offset"] for p in self.params] + maps.offsets() if maps is not None else None,
+            tags=(CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END),
+            max_gy=MAX_GRID_YZ, max_gz=MAX_GRID_YZ, stream_fn=self.raw_stream,
+            tail_fn=maps.tail if maps is not None else None, tail_offset=maps.first if maps is not None else 0,
+            on_status=self._status)
+
+    def _status(self, status: int, args, grid, stream):
+        """What the compiled launcher did not launch, in today's words: a grid CUDA refuses, a stream object
+        to resolve (then launched), arguments that do not fit, or cuLaunchKernel's error."""
+        name = self.kernel_name
+        if status == clauncher.STREAM_NOT_A_HANDLE:
+            return self.c_launch(args, grid, self.stream_handle(stream))
+        if status == clauncher.GRID_REFUSED:
+            self.check_grid(grid, name)
+        if status < 0:
+            raise self.explain(args, name)
+        raise self._failed(status, grid, name)
+
+    def _failed(self, rc: int, grid, kernel_name: str) -> BackendError:
+        return BackendError(f"{kernel_name}: cuLaunchKernel failed: {cudrv.error_name(rc)} (grid {tuple(grid)}, "
+                            f"{self.threads} threads, {self.shared} bytes of dynamic shared memory)")
 
     def _buffer(self):
         """(buffer, kernelParams address, `extra` address, keep-alives): cuLaunchKernel copies the
@@ -208,6 +249,9 @@ class LaunchPlan(_Packing):
         return int(handle)
 
     def launch(self, args, grid, stream, kernel_name: str) -> None:
+        if self.c_launch is not None:
+            self.c_launch(args, grid, stream)
+            return
         self.check_grid(grid, kernel_name)
         handle = self.raw_stream(self.device_index) if stream is None and self.raw_stream else \
             self.stream_handle(stream)
@@ -221,8 +265,7 @@ class LaunchPlan(_Packing):
         gx, gy, gz = grid
         rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
         if rc:
-            raise BackendError(f"{kernel_name}: cuLaunchKernel failed: {cudrv.error_name(rc)} (grid {grid}, "
-                               f"{self.threads} threads, {self.shared} bytes of dynamic shared memory)")
+            raise self._failed(rc, grid, kernel_name)
 
     def unload(self) -> None:
         try:

@@ -21,6 +21,7 @@ DTYPE = {"f16": 6, "bf16": 9, "fp8e4m3": 0, "fp8e5m2": 0}   # CUtensorMapDataTyp
 INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_NONE = 0, 3, 3, 0
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "fp8e4m3": 1, "fp8e5m2": 1}
 CACHE_ENTRIES = 256
+_FLAG_SET = (1).to_bytes(4, "little")
 
 
 def layout(param_size: int, n_maps: int) -> tuple[int, int, int]:
@@ -85,6 +86,19 @@ class TensorMaps:
     def offsets(self) -> list[int]:
         """Where each map, then the flag, sits in the parameter buffer."""
         return [self.first + i * TMAP_BYTES for i in range(len(self.specs))] + [self.flag]
+
+    def tail(self, args) -> bytes:
+        """The bytes from the first map to the end (every map, then the flag), as fill() writes them: the
+        compiled launcher's `tail_fn` (it reuses the last result while the packed parameters are the same).
+        A tensor TMA cannot describe gives all zeros: flag 0, the kernel's cp.async path."""
+        parts = []
+        for i, spec in enumerate(self.specs):
+            m = self._map(args[spec["param"]], i)
+            if m is None:
+                return bytes(self.size - self.first)
+            parts.append(m)
+        parts.append(_FLAG_SET)
+        return b"".join(parts)
 
     def fill(self, args, buf) -> None:
         """Writes every map and the flag into `buf` (a ctypes buffer of at least self.size bytes)."""

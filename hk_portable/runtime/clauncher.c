@@ -1,0 +1,913 @@
+/* hk_portable's compiled launcher: the per-call host work of a kernel launch in C (runtime/clauncher.py
+ * builds and loads it; the ctypes path is the fallback).
+ *
+ *   Launcher(...)(args, grid, stream[, tail]) -> status
+ *       packs each argument into the kernel parameter buffer (the hk::gl ABI of codegen/abi.py: data
+ *       pointer, int32 shape, int64 strides; int32 and float32 scalars) and calls the launch function
+ *       (cuLaunchKernel or hipModuleLaunchKernel, by address: this file includes no CUDA or HIP header and
+ *       links no driver) with the buffer as `extra` (BUFFER_POINTER/BUFFER_SIZE) or as kernelParams.
+ *       status: 0 launched; > 0 the launch function's error code; LAUNCH_REFUSED (-1) an argument does
+ *       not fit (wrong count, device, rank, int32 range: Python explains which); STREAM_NOT_A_HANDLE
+ *       (-3) the stream is neither None nor an int (Python resolves it and calls again with the handle);
+ *       GRID_REFUSED (-4) grid axis 1 or 2 too large. With on_status set, the call returns None when it
+ *       launched and on_status(status, args, grid, stream) otherwise.
+ *   Launcher.pack(args) -> bytes | status: the parameter buffer alone (tests).
+ *   signature(args) -> tuple: the flat argument-kind key of Kernel.__call__'s fast path.
+ *
+ * Everything here holds the GIL except the launch call itself. The buffer lives on this call's stack, so
+ * concurrent launching threads never share one. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the kernel parameter buffer is little-endian; this launcher packs in host order"
+#endif
+
+#define HK_LAUNCHER_ABI 1
+#define LAUNCH_REFUSED (-1)
+#define PY_ERROR (-2)              /* internal: a Python exception is set (never a status) */
+#define STREAM_NOT_A_HANDLE (-3)
+#define GRID_REFUSED (-4)
+#define STACK_BYTES 4096
+#define STACK_PTRS 256
+#define ABSENT(o) ((o) == NULL || (o) == Py_None)   /* an optional callable: None, or cleared by the GC */
+
+typedef int (*hk_launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shared, void *stream, void **params, void **extra);
+
+enum { KIND_GL = 0, KIND_I32 = 1, KIND_F32 = 2 };
+
+typedef struct {
+    int kind, rank;
+    Py_ssize_t off, shape_off, stride_off;
+} Param;
+
+static PyObject *s_data_ptr, *s_get_device, *s_stride, *s_shape, *s_dtype, *s_ndim, *s_device;
+static PyObject *tensor_type;   /* torch.Tensor, set by set_tensor_type() */
+
+/* ------------------------------------------------------------------------------------------ helpers */
+/* An exception that means "this argument does not fit" (the Python packer catches the same ones). */
+static int refusable(void) {
+    if (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
+        PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+/* a Python int as long long; 0 ok, -1 refused (not an int, or out of range), PY_ERROR another exception */
+static int as_ll(PyObject *o, long long *out) {
+    long long v;
+    if (PyLong_Check(o)) {
+        int overflow;
+        v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow) return -1;
+        if (v == -1 && PyErr_Occurred()) return refusable() ? -1 : PY_ERROR;
+    } else {
+        PyObject *i = PyNumber_Index(o);         /* as struct's integer codes take __index__ */
+        if (i == NULL) return refusable() ? -1 : PY_ERROR;
+        int overflow;
+        v = PyLong_AsLongLongAndOverflow(i, &overflow);
+        Py_DECREF(i);
+        if (overflow) return -1;
+        if (v == -1 && PyErr_Occurred()) return refusable() ? -1 : PY_ERROR;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ Launcher */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    void *func;
+    hk_launch_fn launch;
+    unsigned threads, shared, max_gy, max_gz;
+    long device;
+    PyObject *device_obj;        /* device as a Python int (the stream function's argument) */
+    PyObject *stream_fn;         /* device index -> raw stream handle, or None */
+    PyObject *tail_fn;           /* args -> bytes written at tail_off after packing, or None */
+    PyObject *on_status;         /* (status, args, grid, stream) -> result, for every status but 0, or None */
+    unsigned char *tail_key;     /* the packed parameters the cached tail was made for (tail_off bytes) */
+    PyObject *tail_cache;        /* the last tail_fn result: a function of the packed parameters alone */
+    int use_params;              /* 1: kernelParams (pointers into the buffer), 0: `extra` */
+    void *tags[3];               /* the `extra` markers: BUFFER_POINTER, BUFFER_SIZE, END */
+    Py_ssize_t size, nparams, nptrs, tail_off;
+    Param *params;
+    Py_ssize_t *ptr_offsets;
+} Launcher;
+
+static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf);
+
+/* Packs args (a tuple or a list) into buf (size bytes, zeroed here). 0, LAUNCH_REFUSED, or PY_ERROR with
+ * an exception set. */
+static int pack_args(Launcher *L, PyObject *args, unsigned char *buf) {
+    if (PyTuple_Check(args)) return pack_tuple(L, args, buf);
+    if (!PyList_Check(args)) return LAUNCH_REFUSED;
+    PyObject *t = PyList_AsTuple(args);      /* a list could change while a tensor method runs Python code */
+    if (t == NULL) return PY_ERROR;
+    int rc = pack_tuple(L, t, buf);
+    Py_DECREF(t);
+    return rc;
+}
+
+static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n != L->nparams) return LAUNCH_REFUSED;
+    memset(buf, 0, (size_t)L->size);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Param *p = &L->params[i];
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        Py_INCREF(a);
+        int rc = 0;
+        if (p->kind == KIND_GL) {
+            PyObject *dev = NULL, *ptr = NULL, *shape = NULL, *stride = NULL;
+            long long v;
+            dev = PyObject_CallMethodNoArgs(a, s_get_device);
+            if (dev == NULL) { rc = refusable() ? LAUNCH_REFUSED : PY_ERROR; goto gl_done; }
+            if ((rc = as_ll(dev, &v)) != 0) goto gl_done;
+            if (v != L->device) { rc = LAUNCH_REFUSED; goto gl_done; }
+            ptr = PyObject_CallMethodNoArgs(a, s_data_ptr);
+            if (ptr == NULL) { rc = refusable() ? LAUNCH_REFUSED : PY_ERROR; goto gl_done; }
+            if (!PyLong_Check(ptr)) { rc = LAUNCH_REFUSED; goto gl_done; }
+            {
+                unsigned long long u = PyLong_AsUnsignedLongLong(ptr);
+                if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                    rc = refusable() ? LAUNCH_REFUSED : PY_ERROR;
+                    goto gl_done;
+                }
+                memcpy(buf + p->off, &u, 8);
+            }
+            shape = PyObject_GetAttr(a, s_shape);
+            if (shape == NULL) { rc = refusable() ? LAUNCH_REFUSED : PY_ERROR; goto gl_done; }
+            if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != p->rank) { rc = LAUNCH_REFUSED; goto gl_done; }
+            for (int d = 0; d < p->rank; d++) {
+                if ((rc = as_ll(PyTuple_GET_ITEM(shape, d), &v)) != 0) goto gl_done;
+                if (v < INT32_MIN || v > INT32_MAX) { rc = LAUNCH_REFUSED; goto gl_done; }
+                int32_t s32 = (int32_t)v;
+                memcpy(buf + p->shape_off + 4 * d, &s32, 4);
+            }
+            stride = PyObject_CallMethodNoArgs(a, s_stride);
+            if (stride == NULL) { rc = refusable() ? LAUNCH_REFUSED : PY_ERROR; goto gl_done; }
+            if (!PyTuple_Check(stride) || PyTuple_GET_SIZE(stride) != p->rank) { rc = LAUNCH_REFUSED; goto gl_done; }
+            for (int d = 0; d < p->rank; d++) {
+                if ((rc = as_ll(PyTuple_GET_ITEM(stride, d), &v)) != 0) goto gl_done;
+                int64_t s64 = (int64_t)v;
+                memcpy(buf + p->stride_off + 8 * d, &s64, 8);
+            }
+        gl_done:
+            Py_XDECREF(dev);
+            Py_XDECREF(ptr);
+            Py_XDECREF(shape);
+            Py_XDECREF(stride);
+        } else if (p->kind == KIND_I32) {
+            long long v;
+            rc = as_ll(a, &v);
+            if (rc == 0) {
+                if (v < INT32_MIN || v > INT32_MAX) {
+                    rc = LAUNCH_REFUSED;
+                } else {
+                    int32_t s32 = (int32_t)v;
+                    memcpy(buf + p->off, &s32, 4);
+                }
+            }
+        } else {
+            double x = PyFloat_CheckExact(a) ? PyFloat_AS_DOUBLE(a) : PyFloat_AsDouble(a);
+            if (x == -1.0 && PyErr_Occurred()) {
+                rc = refusable() ? LAUNCH_REFUSED : PY_ERROR;
+            } else if (PyFloat_Pack4(x, (char *)buf + p->off, 1) < 0) {   /* as struct's '<f': overflow refused */
+                rc = refusable() ? LAUNCH_REFUSED : PY_ERROR;
+            }
+        }
+        Py_DECREF(a);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* The tail (tensor maps and their flag) after the packed parameters: tail_fn(args) -> bytes, which must
+ * depend only on what the packed parameters hold (pointers, shapes, strides), so the last one is reused
+ * while they are the same bytes. */
+static int write_tail(Launcher *L, PyObject *args, unsigned char *buf) {
+    if (L->tail_cache != NULL && L->tail_key != NULL && memcmp(L->tail_key, buf, (size_t)L->tail_off) == 0) {
+        memcpy(buf + L->tail_off, PyBytes_AS_STRING(L->tail_cache), (size_t)PyBytes_GET_SIZE(L->tail_cache));
+        return 0;
+    }
+    PyObject *tail = PyObject_CallOneArg(L->tail_fn, args);
+    if (tail == NULL) return PY_ERROR;
+    if (!PyBytes_Check(tail) || PyBytes_GET_SIZE(tail) > L->size - L->tail_off) {
+        PyErr_Format(PyExc_ValueError, "launcher: the tail must be at most %zd bytes", L->size - L->tail_off);
+        Py_DECREF(tail);
+        return PY_ERROR;
+    }
+    memcpy(buf + L->tail_off, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
+    if (L->tail_key == NULL) L->tail_key = PyMem_Malloc((size_t)(L->tail_off ? L->tail_off : 1));
+    if (L->tail_key != NULL) {
+        memcpy(L->tail_key, buf, (size_t)L->tail_off);
+        Py_XSETREF(L->tail_cache, tail);
+    } else {
+        Py_DECREF(tail);
+    }
+    return 0;
+}
+
+static PyObject *status(int rc) {
+    return rc == PY_ERROR ? NULL : PyLong_FromLong(rc);
+}
+
+static int grid_axis(PyObject *g, unsigned *out) {
+    unsigned long v = PyLong_AsUnsignedLong(g);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    if (v > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "launcher: grid dimension out of range");
+        return -1;
+    }
+    *out = (unsigned)v;
+    return 0;
+}
+
+/* The launch: 0, a status (> 0 the launch function's, < 0 ours), or PY_ERROR with an exception set. */
+static int launch_impl(Launcher *L, PyObject *args, PyObject *grid, PyObject *stream) {
+    unsigned g[3];
+    PyObject *gseq = PySequence_Fast(grid, "launcher: grid must be a sequence of 3 ints");
+    if (gseq == NULL) return PY_ERROR;
+    if (PySequence_Fast_GET_SIZE(gseq) != 3) {
+        Py_DECREF(gseq);
+        PyErr_SetString(PyExc_TypeError, "launcher: grid must be a sequence of 3 ints");
+        return PY_ERROR;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (grid_axis(PySequence_Fast_GET_ITEM(gseq, k), &g[k]) < 0) {
+            Py_DECREF(gseq);
+            return PY_ERROR;
+        }
+    }
+    Py_DECREF(gseq);
+    if (g[1] > L->max_gy || g[2] > L->max_gz) return GRID_REFUSED;
+
+    void *handle;
+    if (stream == Py_None) {
+        if (ABSENT(L->stream_fn)) return STREAM_NOT_A_HANDLE;
+        PyObject *h = PyObject_CallOneArg(L->stream_fn, L->device_obj);
+        if (h == NULL) return PY_ERROR;
+        handle = PyLong_AsVoidPtr(h);
+        Py_DECREF(h);
+        if (handle == NULL && PyErr_Occurred()) return PY_ERROR;
+    } else if (PyLong_Check(stream)) {
+        handle = PyLong_AsVoidPtr(stream);
+        if (handle == NULL && PyErr_Occurred()) return PY_ERROR;
+    } else {
+        return STREAM_NOT_A_HANDLE;
+    }
+
+    _Alignas(64) unsigned char stack_buf[STACK_BYTES];
+    void *stack_ptrs[STACK_PTRS];
+    unsigned char *buf = stack_buf;
+    void **ptrs = stack_ptrs;
+    if (L->size > STACK_BYTES) {
+        buf = PyMem_Malloc((size_t)L->size);
+        if (buf == NULL) {
+            PyErr_NoMemory();
+            return PY_ERROR;
+        }
+    }
+    int rc = pack_args(L, args, buf);
+    if (rc == 0 && !ABSENT(L->tail_fn)) rc = write_tail(L, args, buf);
+    if (rc != 0) {
+        if (buf != stack_buf) PyMem_Free(buf);
+        return rc;
+    }
+    void *extra[5];
+    size_t size = (size_t)L->size;
+    void **params = NULL, **extra_p = NULL;
+    if (L->use_params) {
+        if (L->nptrs > STACK_PTRS) {
+            ptrs = PyMem_Malloc(sizeof(void *) * (size_t)L->nptrs);
+            if (ptrs == NULL) {
+                if (buf != stack_buf) PyMem_Free(buf);
+                PyErr_NoMemory();
+                return PY_ERROR;
+            }
+        }
+        for (Py_ssize_t i = 0; i < L->nptrs; i++) ptrs[i] = buf + L->ptr_offsets[i];
+        params = ptrs;
+    } else {
+        extra[0] = L->tags[0];
+        extra[1] = buf;
+        extra[2] = L->tags[1];
+        extra[3] = &size;
+        extra[4] = L->tags[2];
+        extra_p = extra;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = L->launch(L->func, g[0], g[1], g[2], L->threads, 1, 1, L->shared, handle, params, extra_p);
+    Py_END_ALLOW_THREADS
+    if (buf != stack_buf) PyMem_Free(buf);
+    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
+    return rc;
+}
+
+/* launcher(args, grid, stream) -> None when launched; otherwise on_status(status, args, grid, stream)'s
+ * result (it raises, or resolves the stream and launches), or the status itself without on_status */
+static PyObject *Launcher_call(PyObject *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    Launcher *L = (Launcher *)self;
+    if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "Launcher(args, grid, stream) takes 3 positional arguments");
+        return NULL;
+    }
+    int rc = launch_impl(L, argv[0], argv[1], argv[2]);
+    if (rc == 0) Py_RETURN_NONE;
+    if (rc == PY_ERROR) return NULL;
+    PyObject *st = PyLong_FromLong(rc);
+    if (st == NULL || ABSENT(L->on_status)) return st;
+    PyObject *call[4] = {st, argv[0], argv[1], argv[2]};
+    PyObject *out = PyObject_Vectorcall(L->on_status, call, 4, NULL);
+    Py_DECREF(st);
+    return out;
+}
+
+/* pack(args) -> bytes, or an int status when the arguments are refused */
+static PyObject *Launcher_pack(PyObject *self, PyObject *args) {
+    Launcher *L = (Launcher *)self;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, L->size);
+    if (out == NULL) return NULL;
+    int rc = pack_args(L, args, (unsigned char *)PyBytes_AS_STRING(out));
+    if (rc == 0 && !ABSENT(L->tail_fn)) rc = write_tail(L, args, (unsigned char *)PyBytes_AS_STRING(out));
+    if (rc != 0) {
+        Py_DECREF(out);
+        return status(rc);
+    }
+    return out;
+}
+
+static void *as_ptr(PyObject *o) {
+    if (o == Py_None) return NULL;
+    return PyLong_AsVoidPtr(o);
+}
+
+/* Launcher(func, launch, threads, shared, params, size, device=-1, *, use_params=False,
+ *          ptr_offsets=(), tags=(1, 2, 0), max_gy=65535, max_gz=65535, stream_fn=None,
+ *          tail_fn=None, tail_offset=0, on_status=None)
+ * params: per parameter (kind, offset, rank, shape_offset, stride_offset), kind 0 gl, 1 i32, 2 f32 */
+static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
+    Launcher *L = (Launcher *)self;
+    static char *names[] = {"func", "launch", "threads", "shared", "params", "size", "device", "use_params",
+                            "ptr_offsets", "tags", "max_gy", "max_gz", "stream_fn", "tail_fn", "tail_offset",
+                            "on_status", NULL};
+    PyObject *func, *launch, *params, *ptr_offsets = NULL, *tags = NULL, *stream_fn = Py_None, *tail_fn = Py_None,
+             *on_status = Py_None;
+    unsigned threads, shared, max_gy = 65535, max_gz = 65535;
+    Py_ssize_t size, tail_off = 0;
+    long device = -1;
+    int use_params = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOIIOn|l$pOOIIOOnO", names, &func, &launch, &threads, &shared,
+                                     &params, &size, &device, &use_params, &ptr_offsets, &tags, &max_gy, &max_gz,
+                                     &stream_fn, &tail_fn, &tail_off, &on_status))
+        return -1;
+    if (L->params != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Launcher is initialised once");
+        return -1;
+    }
+    L->func = as_ptr(func);
+    if (PyErr_Occurred()) return -1;
+    L->launch = (hk_launch_fn)as_ptr(launch);
+    if (PyErr_Occurred()) return -1;
+    L->threads = threads;
+    L->shared = shared;
+    L->max_gy = max_gy;
+    L->max_gz = max_gz;
+    L->device = device;
+    L->use_params = use_params;
+    if (size < 0 || tail_off < 0 || tail_off > size) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: bad size or tail_offset");
+        return -1;
+    }
+    L->size = size;
+    L->tail_off = tail_off;
+    PyObject *dev = PyLong_FromLong(device);
+    if (dev == NULL) return -1;
+    Py_XSETREF(L->device_obj, dev);
+    Py_INCREF(stream_fn);
+    Py_XSETREF(L->stream_fn, stream_fn);
+    Py_INCREF(tail_fn);
+    Py_XSETREF(L->tail_fn, tail_fn);
+    Py_INCREF(on_status);
+    Py_XSETREF(L->on_status, on_status);
+    L->tags[0] = (void *)1;
+    L->tags[1] = (void *)2;
+    L->tags[2] = (void *)0;
+    if (tags != NULL && tags != Py_None) {
+        if (!PyTuple_Check(tags) || PyTuple_GET_SIZE(tags) != 3) {
+            PyErr_SetString(PyExc_TypeError, "Launcher: tags must be (BUFFER_POINTER, BUFFER_SIZE, END)");
+            return -1;
+        }
+        for (int k = 0; k < 3; k++) {
+            L->tags[k] = as_ptr(PyTuple_GET_ITEM(tags, k));
+            if (PyErr_Occurred()) return -1;
+        }
+    }
+    PyObject *seq = PySequence_Fast(params, "Launcher: params must be a sequence");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    L->params = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Param));
+    if (L->params == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    L->nparams = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Param *p = &L->params[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ininn;Launcher: a param is (kind, offset, rank, "
+                              "shape_offset, stride_offset)", &p->kind, &p->off, &p->rank, &p->shape_off,
+                              &p->stride_off)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        Py_ssize_t end = p->kind == KIND_GL ? p->stride_off + 8 * (Py_ssize_t)p->rank : p->off + 4;
+        if (p->kind < KIND_GL || p->kind > KIND_F32 || p->rank < 0 || p->off < 0 || end > size ||
+            (p->kind == KIND_GL && (p->off + 8 > size || p->shape_off < p->off + 8 ||
+                                    p->shape_off + 4 * (Py_ssize_t)p->rank > p->stride_off))) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "Launcher: param %zd does not fit the %zd-byte buffer", i, size);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    if (ptr_offsets != NULL && ptr_offsets != Py_None) {
+        seq = PySequence_Fast(ptr_offsets, "Launcher: ptr_offsets must be a sequence");
+        if (seq == NULL) return -1;
+        n = PySequence_Fast_GET_SIZE(seq);
+        L->ptr_offsets = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+        if (L->ptr_offsets == NULL) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
+        L->nptrs = n;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t o = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+            if (o == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            if (o < 0 || o >= (size ? size : 1)) {
+                Py_DECREF(seq);
+                PyErr_Format(PyExc_ValueError, "Launcher: pointer offset %zd is outside the buffer", o);
+                return -1;
+            }
+            L->ptr_offsets[i] = o;
+        }
+        Py_DECREF(seq);
+    }
+    if (L->use_params && L->nptrs == 0 && L->nparams > 0) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: use_params needs ptr_offsets");
+        return -1;
+    }
+    if (L->launch == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: the launch function address is null");
+        return -1;
+    }
+    L->vectorcall = Launcher_call;
+    return 0;
+}
+
+static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Launcher *L = (Launcher *)type->tp_alloc(type, 0);
+    if (L == NULL) return NULL;
+    L->vectorcall = NULL;
+    return (PyObject *)L;
+}
+
+static PyObject *Launcher_tp_call(PyObject *self, PyObject *args, PyObject *kw) {
+    Launcher *L = (Launcher *)self;
+    if (L->vectorcall == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Launcher is not initialised");
+        return NULL;
+    }
+    return PyVectorcall_Call(self, args, kw);
+}
+
+static int Launcher_traverse(PyObject *self, visitproc visit, void *arg) {
+    Launcher *L = (Launcher *)self;
+    Py_VISIT(L->stream_fn);
+    Py_VISIT(L->tail_fn);
+    Py_VISIT(L->on_status);     /* a plan's bound method: plan -> launcher -> plan */
+    return 0;
+}
+
+static int Launcher_clear(PyObject *self) {
+    Launcher *L = (Launcher *)self;
+    Py_CLEAR(L->stream_fn);
+    Py_CLEAR(L->tail_fn);
+    Py_CLEAR(L->on_status);
+    return 0;
+}
+
+static void Launcher_dealloc(PyObject *self) {
+    Launcher *L = (Launcher *)self;
+    PyObject_GC_UnTrack(self);
+    Launcher_clear(self);
+    Py_XDECREF(L->tail_cache);
+    PyMem_Free(L->tail_key);
+    PyMem_Free(L->params);
+    PyMem_Free(L->ptr_offsets);
+    Py_XDECREF(L->device_obj);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *Launcher_get_size(PyObject *self, void *closure) {
+    return PyLong_FromSsize_t(((Launcher *)self)->size);
+}
+
+static PyMethodDef Launcher_methods[] = {
+    {"pack", Launcher_pack, METH_O, "pack(args) -> the parameter buffer as bytes, or an int status"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Launcher_getset[] = {
+    {"size", Launcher_get_size, NULL, "bytes of the parameter buffer", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hk_portable._hk_launcher.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_dealloc = Launcher_dealloc,
+    .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
+    .tp_call = Launcher_tp_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A kernel's packer and launch call (see the module docstring).",
+    .tp_traverse = Launcher_traverse,
+    .tp_clear = Launcher_clear,
+    .tp_methods = Launcher_methods,
+    .tp_getset = Launcher_getset,
+    .tp_init = Launcher_init,
+    .tp_new = Launcher_new,
+};
+
+/* ----------------------------------------------------------------------------------------- ByDevice */
+/* ByDevice(device_fn, table, fallback)(args, grid, stream): table[device_fn()](args, grid, stream), or
+ * fallback(args, grid, stream) when the current device has no launcher yet (the backend's launch, which
+ * loads the kernel there and adds one). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *device_fn, *table, *fallback;
+} ByDevice;
+
+static PyObject *ByDevice_call(PyObject *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    ByDevice *B = (ByDevice *)self;
+    PyObject *dev = PyObject_CallNoArgs(B->device_fn);
+    if (dev == NULL) return NULL;
+    PyObject *target = PyDict_GetItemWithError(B->table, dev);
+    Py_DECREF(dev);
+    if (target == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        target = B->fallback;
+    }
+    Py_INCREF(target);
+    PyObject *out = PyObject_Vectorcall(target, argv, nargsf, kwnames);
+    Py_DECREF(target);
+    return out;
+}
+
+static int ByDevice_init(PyObject *self, PyObject *args, PyObject *kw) {
+    ByDevice *B = (ByDevice *)self;
+    static char *names[] = {"device_fn", "table", "fallback", NULL};
+    PyObject *device_fn, *table, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O", names, &device_fn, &PyDict_Type, &table, &fallback))
+        return -1;
+    Py_INCREF(device_fn);
+    Py_XSETREF(B->device_fn, device_fn);
+    Py_INCREF(table);
+    Py_XSETREF(B->table, table);
+    Py_INCREF(fallback);
+    Py_XSETREF(B->fallback, fallback);
+    B->vectorcall = ByDevice_call;
+    return 0;
+}
+
+static PyObject *ByDevice_tp_call(PyObject *self, PyObject *args, PyObject *kw) {
+    if (((ByDevice *)self)->vectorcall == NULL) {
+        PyErr_SetString(PyExc_TypeError, "ByDevice is not initialised");
+        return NULL;
+    }
+    return PyVectorcall_Call(self, args, kw);
+}
+
+static int ByDevice_traverse(PyObject *self, visitproc visit, void *arg) {
+    ByDevice *B = (ByDevice *)self;
+    Py_VISIT(B->device_fn);
+    Py_VISIT(B->table);
+    Py_VISIT(B->fallback);
+    return 0;
+}
+
+static int ByDevice_clear(PyObject *self) {
+    ByDevice *B = (ByDevice *)self;
+    Py_CLEAR(B->device_fn);
+    Py_CLEAR(B->table);
+    Py_CLEAR(B->fallback);
+    return 0;
+}
+
+static void ByDevice_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    ByDevice_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject ByDeviceType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hk_portable._hk_launcher.ByDevice",
+    .tp_basicsize = sizeof(ByDevice),
+    .tp_dealloc = ByDevice_dealloc,
+    .tp_vectorcall_offset = offsetof(ByDevice, vectorcall),
+    .tp_call = ByDevice_tp_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The current device's launcher of one kernel (see ByDevice_call).",
+    .tp_traverse = ByDevice_traverse,
+    .tp_clear = ByDevice_clear,
+    .tp_init = ByDevice_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* --------------------------------------------------------------------------------------------- grid3 */
+/* grid3(grid) -> (gx, gy, gz) for an int or a tuple of 1 to 3 ints in [0, 2**31) (bools are not ints
+ * here), else None: the caller's Python check then raises its message. */
+static int grid_int(PyObject *o) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    return !overflow && v >= 0 && v < 2147483648LL;
+}
+
+static PyObject *grid3(PyObject *mod, PyObject *grid) {
+    PyObject *one = NULL, *out;
+    if (PyLong_CheckExact(grid)) {
+        if (!grid_int(grid)) Py_RETURN_NONE;
+        if ((one = PyLong_FromLong(1)) == NULL) return NULL;
+        out = PyTuple_Pack(3, grid, one, one);
+        Py_DECREF(one);
+        return out;
+    }
+    if (!PyTuple_CheckExact(grid)) Py_RETURN_NONE;
+    Py_ssize_t n = PyTuple_GET_SIZE(grid);
+    if (n < 1 || n > 3) Py_RETURN_NONE;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (!grid_int(PyTuple_GET_ITEM(grid, k))) Py_RETURN_NONE;
+    if (n == 3) {
+        Py_INCREF(grid);
+        return grid;
+    }
+    if ((one = PyLong_FromLong(1)) == NULL) return NULL;
+    out = n == 1 ? PyTuple_Pack(3, PyTuple_GET_ITEM(grid, 0), one, one)
+                 : PyTuple_Pack(3, PyTuple_GET_ITEM(grid, 0), PyTuple_GET_ITEM(grid, 1), one);
+    Py_DECREF(one);
+    return out;
+}
+
+/* ----------------------------------------------------------------------------------------- signature */
+/* signature(args) -> flat tuple: per tensor its dtype, ndim and device, per other value its type.
+ * Unambiguous: a tensor's run starts with a torch.dtype, which is never a type. */
+static PyObject *signature_tuple(PyObject *args);
+
+static PyObject *signature(PyObject *mod, PyObject *args) {
+    if (tensor_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "signature: set_tensor_type(torch.Tensor) was not called");
+        return NULL;
+    }
+    if (PyTuple_Check(args)) return signature_tuple(args);
+    PyObject *t = PySequence_Tuple(args);
+    if (t == NULL) return NULL;
+    PyObject *out = signature_tuple(t);
+    Py_DECREF(t);
+    return out;
+}
+
+static PyObject *signature_tuple(PyObject *args) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args), len = 0;
+    int is_tensor[64];
+    int *flags = n <= 64 ? is_tensor : PyMem_Malloc(sizeof(int) * (size_t)n);
+    if (flags == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        int t = Py_TYPE(a) == (PyTypeObject *)tensor_type ? 1 : PyObject_IsInstance(a, tensor_type);
+        if (t < 0) goto fail;
+        flags[i] = t;
+        len += t ? 3 : 1;
+    }
+    PyObject *out = PyTuple_New(len);
+    if (out == NULL) goto fail;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if (!flags[i]) {
+            Py_INCREF(Py_TYPE(a));
+            PyTuple_SET_ITEM(out, k++, (PyObject *)Py_TYPE(a));
+            continue;
+        }
+        PyObject *v;
+        if ((v = PyObject_GetAttr(a, s_dtype)) == NULL) goto fail_out;
+        PyTuple_SET_ITEM(out, k++, v);
+        if ((v = PyObject_GetAttr(a, s_ndim)) == NULL) goto fail_out;
+        PyTuple_SET_ITEM(out, k++, v);
+        if ((v = PyObject_GetAttr(a, s_device)) == NULL) goto fail_out;
+        PyTuple_SET_ITEM(out, k++, v);
+        continue;
+    fail_out:
+        Py_DECREF(out);     /* unset slots are NULL: tuple dealloc skips them */
+        goto fail;
+    }
+    if (flags != is_tensor) PyMem_Free(flags);
+    return out;
+fail:
+    if (flags != is_tensor) PyMem_Free(flags);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ fastcall */
+/* fastcall(table, nargs, args, kwargs, backend, target, stream, grid): Kernel.__call__'s fast path.
+ * The key is the one runtime/launch.py's _fast_key builds (signature, kwargs items, backend or its id,
+ * target, the use_backend context, HK_BACKEND as stored); `table` maps keys to (backend, artifact,
+ * fast_launch). Returns None when fast_launch launched; the hit when Python must finish the call (no
+ * fast_launch, or a grid that is not a plain non-empty one); [key] on a miss; False when the call does
+ * not qualify (wrong argument count, an unhashable const). */
+static PyObject *ctx_var, *env_store, *env_key, *env_fn, *empty_tuple;
+
+static PyObject *call_key(PyObject *args, PyObject *kwargs, PyObject *backend, PyObject *target) {
+    PyObject *sig = NULL, *kw = NULL, *be = NULL, *ctx = NULL, *env = NULL, *key = NULL;
+    if ((sig = signature_tuple(args)) == NULL) goto done;
+    if (kwargs == Py_None || PyDict_GET_SIZE(kwargs) == 0) {
+        kw = Py_NewRef(empty_tuple);
+    } else {
+        PyObject *items = PyDict_Items(kwargs);
+        if (items == NULL) goto done;
+        kw = PyList_AsTuple(items);
+        Py_DECREF(items);
+        if (kw == NULL) goto done;
+    }
+    be = (backend == Py_None || PyUnicode_CheckExact(backend)) ? Py_NewRef(backend) : PyLong_FromVoidPtr(backend);
+    if (be == NULL) goto done;
+    if (ctx_var != NULL) {
+        if (PyContextVar_Get(ctx_var, Py_None, &ctx) < 0) goto done;
+    } else {
+        ctx = Py_NewRef(Py_None);
+    }
+    if (env_store != NULL) {
+        env = PyDict_GetItemWithError(env_store, env_key);
+        if (env == NULL && PyErr_Occurred()) goto done;
+        env = Py_NewRef(env ? env : Py_None);
+    } else if (env_fn != NULL) {
+        if ((env = PyObject_CallNoArgs(env_fn)) == NULL) goto done;
+    } else {
+        env = Py_NewRef(Py_None);
+    }
+    key = PyTuple_Pack(6, sig, kw, be, target, ctx, env);
+done:
+    Py_XDECREF(sig);
+    Py_XDECREF(kw);
+    Py_XDECREF(be);
+    Py_XDECREF(ctx);
+    Py_XDECREF(env);
+    return key;
+}
+
+static PyObject *fastcall(PyObject *mod, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyDict_Check(argv[0]) || !PyTuple_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "fastcall(table, nargs, args: tuple, kwargs, backend, target, stream, grid)");
+        return NULL;
+    }
+    if (tensor_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fastcall: set_tensor_type(torch.Tensor) was not called");
+        return NULL;
+    }
+    PyObject *table = argv[0], *args = argv[2], *grid = argv[7];
+    Py_ssize_t want = PyLong_AsSsize_t(argv[1]);
+    if (want == -1 && PyErr_Occurred()) return NULL;
+    if (PyTuple_GET_SIZE(args) != want) Py_RETURN_FALSE;
+    PyObject *key = call_key(args, argv[3], argv[4], argv[5]);
+    if (key == NULL) return NULL;
+    PyObject *hit = PyDict_GetItemWithError(table, key);
+    if (hit == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+            PyErr_Clear();                           /* an unhashable const: the slow path reports it */
+            Py_RETURN_FALSE;
+        }
+        PyObject *out = PyList_New(1);
+        if (out == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 0, key);
+        return out;
+    }
+    Py_INCREF(hit);
+    Py_DECREF(key);
+    if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 3 || PyTuple_GET_ITEM(hit, 2) == Py_None) return hit;
+    PyObject *g3 = grid3(NULL, grid);
+    if (g3 == NULL) {
+        Py_DECREF(hit);
+        return NULL;
+    }
+    int plain = g3 != Py_None;
+    for (int k = 0; plain && k < 3; k++)             /* grid3's axes are exact ints */
+        plain = PyLong_AsLong(PyTuple_GET_ITEM(g3, k)) != 0;
+    if (!plain) {                                    /* empty or not plain: Python checks it, in order */
+        Py_DECREF(g3);
+        return hit;
+    }
+    PyObject *launch = PyTuple_GET_ITEM(hit, 2);
+    Py_INCREF(launch);
+    Py_DECREF(hit);
+    PyObject *call[3] = {args, g3, argv[6]};
+    PyObject *res = PyObject_Vectorcall(launch, call, 3, NULL);
+    Py_DECREF(launch);
+    Py_DECREF(g3);
+    if (res == NULL) return NULL;
+    Py_DECREF(res);
+    Py_RETURN_NONE;
+}
+
+/* configure(context_var, env_store, env_key, env_fn): where fastcall reads the use_backend context and
+ * HK_BACKEND (runtime/selection.py); env_store None: it calls env_fn() instead. */
+static PyObject *configure(PyObject *mod, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "configure(context_var, env_store, env_key, env_fn)");
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(argv[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure: context_var must be a contextvars.ContextVar");
+        return NULL;
+    }
+    if (argv[1] != Py_None && !PyDict_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure: env_store must be a dict or None");
+        return NULL;
+    }
+    Py_XSETREF(ctx_var, Py_NewRef(argv[0]));
+    Py_XSETREF(env_store, argv[1] == Py_None ? NULL : Py_NewRef(argv[1]));
+    Py_XSETREF(env_key, Py_NewRef(argv[2]));
+    Py_XSETREF(env_fn, argv[3] == Py_None ? NULL : Py_NewRef(argv[3]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *set_tensor_type(PyObject *mod, PyObject *t) {
+    if (!PyType_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "set_tensor_type: a type is needed");
+        return NULL;
+    }
+    Py_INCREF(t);
+    Py_XSETREF(tensor_type, t);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"signature", signature, METH_O, "signature(args) -> the flat argument-kind key of a kernel call"},
+    {"set_tensor_type", set_tensor_type, METH_O, "set_tensor_type(torch.Tensor)"},
+    {"grid3", grid3, METH_O, "grid3(grid) -> (gx, gy, gz), or None when the grid needs the Python check"},
+    {"fastcall", (PyCFunction)(void (*)(void))fastcall, METH_FASTCALL, "Kernel.__call__'s fast path (see clauncher.c)"},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "configure(context_var, env_store, env_key, env_fn)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_hk_launcher", "hk_portable's compiled launcher (runtime/clauncher.py)", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__hk_launcher(void) {
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_data_ptr, "data_ptr");
+    INTERN(s_get_device, "get_device");
+    INTERN(s_stride, "stride");
+    INTERN(s_shape, "shape");
+    INTERN(s_dtype, "dtype");
+    INTERN(s_ndim, "ndim");
+    INTERN(s_device, "device");
+#undef INTERN
+    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&ByDeviceType) < 0) return NULL;
+    if ((empty_tuple = PyTuple_New(0)) == NULL) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    Py_INCREF(&LauncherType);
+    Py_INCREF(&ByDeviceType);
+    if (PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
+        PyModule_AddObject(m, "ByDevice", (PyObject *)&ByDeviceType) < 0 ||
+        PyModule_AddIntConstant(m, "ABI", HK_LAUNCHER_ABI) < 0 ||
+        PyModule_AddIntConstant(m, "LAUNCH_REFUSED", LAUNCH_REFUSED) < 0 ||
+        PyModule_AddIntConstant(m, "GRID_REFUSED", GRID_REFUSED) < 0 ||
+        PyModule_AddIntConstant(m, "STREAM_NOT_A_HANDLE", STREAM_NOT_A_HANDLE) < 0 ||
+        PyModule_AddIntConstant(m, "STACK_BYTES", STACK_BYTES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,571 @@
+"""The compiled launcher (runtime/clauncher.c) on the CPU, against the Python forms it replaces: the same
+parameter bytes as codegen/abi.py's struct format, the right arguments to the launch function (a C stub
+compiled here records them), the same ArgumentError messages as the ctypes path, the same keys and grids
+as the Python fast path, and the fallback with its reason where it cannot be built."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import random
+import struct
+import subprocess
+import weakref
+
+import pytest
+import torch
+
+import hk_portable as hk
+from hk_portable.backends.cuda import CudaBackend, driver, tma
+from hk_portable.codegen import abi
+from hk_portable.interface import GL, RT, ArgumentError, BackendError, f32
+from hk_portable.interface.backend import Artifact, Target
+from hk_portable.interface.dtypes import bf16, f16, i32
+from hk_portable.interface.ir import GlobalType, ScalarType
+from hk_portable.runtime import clauncher
+from hk_portable.runtime.launch import _grid3
+
+
+def _unavailable(why: str):
+    """CI (.ci/run sets HK_REQUIRE_C_LAUNCHER) installs a compiler and Python's headers: fail there, skip elsewhere."""
+    if os.environ.get("HK_REQUIRE_C_LAUNCHER"):
+        pytest.fail(f"HK_REQUIRE_C_LAUNCHER is set but {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def mod():
+    m = clauncher.load()
+    if m is None:
+        _unavailable(f"no compiled launcher here: {clauncher.reason()}")
+    return m
+
+
+# ------------------------------------------------------------------------------ a C stub of cuLaunchKernel
+STUB = r"""
+#include <stddef.h>
+#include <string.h>
+unsigned rec_grid[3], rec_block[3], rec_shared;
+void *rec_func, *rec_stream, *rec_tags[3];
+int rec_calls, rec_mode, rec_nptrs, ret_code;
+size_t rec_size;
+long long rec_offsets[64];
+unsigned char rec_buf[8192];
+int stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                unsigned shared, void *stream, void **params, void **extra) {
+    rec_calls++;
+    rec_func = f; rec_stream = stream; rec_shared = shared;
+    rec_grid[0] = gx; rec_grid[1] = gy; rec_grid[2] = gz;
+    rec_block[0] = bx; rec_block[1] = by; rec_block[2] = bz;
+    if (extra) {
+        rec_mode = 1;
+        rec_tags[0] = extra[0]; rec_tags[1] = extra[2]; rec_tags[2] = extra[4];
+        rec_size = *(size_t *)extra[3];
+        memcpy(rec_buf, extra[1], rec_size);
+    } else {
+        rec_mode = 2;
+        for (int i = 0; i < rec_nptrs; i++) rec_offsets[i] = (char *)params[i] - (char *)params[0];
+        memcpy(rec_buf, params[0], rec_size);             /* rec_size: set by the test */
+    }
+    return ret_code;
+}
+"""
+
+
+class Stub:
+    def __init__(self, lib):
+        self.lib = lib
+        self.address = ctypes.cast(lib.stub_launch, ctypes.c_void_p).value
+
+    def get(self, name, ctype=ctypes.c_int):
+        return ctype.in_dll(self.lib, name)
+
+    def array(self, name, ctype, n):
+        return list((ctype * n).in_dll(self.lib, name))
+
+    def bytes(self, n):
+        return bytes((ctypes.c_ubyte * n).in_dll(self.lib, "rec_buf"))
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory):
+    cc = clauncher.compiler()
+    if cc is None:
+        _unavailable("no host C compiler")
+    d = tmp_path_factory.mktemp("stub")
+    (d / "stub.c").write_text(STUB)
+    subprocess.run([*cc, "-O1", "-shared", "-fPIC", str(d / "stub.c"), "-o", str(d / "stub.so")], check=True)
+    return Stub(ctypes.CDLL(str(d / "stub.so")))
+
+
+# --------------------------------------------------------------------------------- (1) the packed bytes
+def _random_case(rng: random.Random):
+    """Random Program parameters and CPU arguments for them: tensors of rank 1-4 with random shapes and
+    strides (views of one storage), int32 and float32 scalars at and inside their limits."""
+    params, args = [], []
+    for k in range(rng.randint(1, 7)):
+        kind = rng.choice(["gl", "gl", "i32", "f32"])
+        if kind == "gl":
+            rank = rng.randint(1, 4)
+            dtype = rng.choice([(bf16, torch.bfloat16), (f32, torch.float32), (f16, torch.float16)])
+            shape = [rng.randint(0, 9) for _ in range(rank)]
+            # an empty view may have any strides (int64 ones included); others stay inside a small storage
+            big = 0 in shape
+            stride = [rng.choice([0, 1, rng.randint(1, 2**40 if big else 5)]) for _ in range(rank)]
+            offset = rng.randint(0, 15)
+            need = offset + 1 + (0 if big else sum((n - 1) * st for n, st in zip(shape, stride)))
+            base = torch.zeros(need, dtype=dtype[1])
+            t = base.as_strided(shape, stride, storage_offset=offset) if rng.random() < 0.7 else \
+                torch.zeros(*[min(s, 3) for s in shape], dtype=dtype[1])
+            params.append((f"a{k}", GlobalType(dtype[0], t.dim())))
+            args.append(t)
+        elif kind == "i32":
+            params.append((f"a{k}", ScalarType(i32)))
+            args.append(rng.choice([0, -1, 2**31 - 1, -2**31, rng.randint(-2**31, 2**31 - 1)]))
+        else:
+            params.append((f"a{k}", ScalarType(f32)))
+            args.append(rng.choice([0.0, -0.0, 1.5, 1e-45, 3.4e38, float("inf"), float("-inf"), rng.uniform(-1e6, 1e6),
+                                    rng.randint(-100, 100)]))
+    return params, args
+
+
+def _launcher(mod, params, **kw):
+    fmt, size, desc = abi.param_layout(params)
+    return mod.Launcher(0, 1, 128, 0, abi.launcher_params(desc), size, -1, **kw), fmt, desc
+
+
+def test_packed_bytes_are_the_abi_struct_format(mod):
+    rng = random.Random(1234)
+    for _ in range(300):
+        params, args = _random_case(rng)
+        L, fmt, desc = _launcher(mod, params)
+        want = struct.pack(fmt, *abi.arg_values(params, args))
+        assert L.pack(tuple(args)) == want
+        assert L.pack(list(args)) == want
+        # and what today's generated Python packer writes
+        buf = bytearray(struct.calcsize(fmt))
+        assert abi.make_packer([d["kind"] for d in desc], fmt)(args, buf, -1)
+        assert bytes(buf) == want
+
+
+def test_gl_offsets_match_the_struct_format():
+    for rank in range(1, 5):
+        fmt = abi.gl_format(rank)
+        ptr, shape, stride = abi.gl_offsets(rank)
+        vals = (0x1122334455667788, *range(1, rank + 1), *range(-1, -rank - 1, -1))
+        raw = struct.pack(fmt, *vals)
+        assert struct.unpack_from("<Q", raw, ptr)[0] == vals[0]
+        assert list(struct.unpack_from(f"<{rank}i", raw, shape)) == list(range(1, rank + 1))
+        assert list(struct.unpack_from(f"<{rank}q", raw, stride)) == list(range(-1, -rank - 1, -1))
+
+
+def test_refusals_are_statuses(mod):
+    params = [("x", GlobalType(f32, 2)), ("n", ScalarType(i32)), ("s", ScalarType(f32))]
+    L, _, _ = _launcher(mod, params)
+    x = torch.zeros(2, 3)
+    refused = mod.LAUNCH_REFUSED
+    assert L.pack((x, 1, 1.0)) != refused
+    assert L.pack((x, 1)) == refused                                     # wrong count
+    assert L.pack((x.to("meta").unsqueeze(0), 1, 1.0)) == refused        # wrong rank
+    assert L.pack((x, 2**31, 1.0)) == refused                            # int32 overflow of a scalar
+    assert L.pack((x, -2**31 - 1, 1.0)) == refused
+    assert L.pack((x, 1.5, 1.0)) == refused                              # not an int
+    assert L.pack((x, 1, "s")) == refused                                # not a float
+    assert L.pack((x, 1, 1e300)) == refused                              # float32 overflow ('<f' refuses it too)
+    assert L.pack((torch.zeros(1, 1).expand(2**31, 1), 1, 1.0)) == refused   # int32 overflow of a shape
+    assert L.pack((object(), 1, 1.0)) == refused                         # not a tensor
+    _, size, desc = abi.param_layout(params)
+    on_cuda0 = mod.Launcher(0, 1, 128, 0, abi.launcher_params(desc), size, 0)
+    assert on_cuda0.pack((x, 1, 1.0)) == refused                         # a CPU tensor where cuda:0 is expected
+
+
+class Boom(Exception):
+    pass
+
+
+def test_python_exceptions_other_than_refusals_propagate(mod):
+    class Odd(torch.Tensor):
+        def data_ptr(self):
+            raise Boom
+    L, _, _ = _launcher(mod, [("x", GlobalType(f32, 2))])
+    with pytest.raises(Boom):
+        L.pack((torch.zeros(2, 2).as_subclass(Odd),))
+
+
+# ------------------------------------------------------------------------------- (2) the launch call
+def test_the_launch_function_gets_the_call(mod, stub):
+    params = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarType(i32)), ("s", ScalarType(f32))]
+    fmt, size, desc = abi.param_layout(params)
+    L = mod.Launcher(0xABC0, stub.address, 256, 4096, abi.launcher_params(desc), size, -1,
+                     stream_fn=lambda dev: 0x5000 + dev)
+    x = torch.zeros(7, 9, dtype=torch.bfloat16)[:, 1:]
+    y = torch.zeros(2, 3, 4).transpose(0, 2)
+    assert L((x, y, -5, 2.5), (3, 2, 1), 0x1234) is None
+    assert stub.array("rec_grid", ctypes.c_uint, 3) == [3, 2, 1]
+    assert stub.array("rec_block", ctypes.c_uint, 3) == [256, 1, 1]
+    assert stub.get("rec_shared", ctypes.c_uint).value == 4096
+    assert stub.get("rec_func", ctypes.c_void_p).value == 0xABC0
+    assert stub.get("rec_stream", ctypes.c_void_p).value == 0x1234
+    assert stub.get("rec_mode").value == 1                               # `extra`, CUDA's markers
+    assert [v or 0 for v in stub.array("rec_tags", ctypes.c_void_p, 3)] == [1, 2, 0]
+    assert stub.get("rec_size", ctypes.c_size_t).value == size
+    assert stub.bytes(size) == struct.pack(fmt, *abi.arg_values(params, [x, y, -5, 2.5]))
+    L((x, y, 1, 1.0), (1, 1, 1), None)                                   # None: the stream function's stream
+    assert stub.get("rec_stream", ctypes.c_void_p).value == 0x5000 - 1
+    stub.get("ret_code").value = 700                                     # a driver error is returned as is
+    try:
+        assert L((x, y, 1, 1.0), (1, 1, 1), 0) == 700
+    finally:
+        stub.get("ret_code").value = 0
+
+
+def test_kernel_params_form_and_tail(mod, stub):
+    """Kernels with tensor maps: kernelParams (a pointer per parameter, map and flag into the one buffer),
+    the tail written after the parameters and reused while the packed parameters are the same."""
+    params = [("a", GlobalType(bf16, 2)), ("n", ScalarType(i32))]
+    fmt, size, desc = abi.param_layout(params)
+    first, flag, total = tma.layout(size, 2)
+    offsets = [d["offset"] for d in desc] + [first, first + 128, flag]
+    calls = []
+
+    def tail(args):
+        calls.append(args[0].data_ptr())
+        return bytes([7]) * 256 + (1).to_bytes(4, "little")
+
+    L = mod.Launcher(1, stub.address, 128, 0, abi.launcher_params(desc), total, -1, use_params=True,
+                     ptr_offsets=offsets, tail_fn=tail, tail_offset=first)
+    stub.get("rec_nptrs").value = len(offsets)
+    stub.get("rec_size", ctypes.c_size_t).value = total
+    a = torch.zeros(4, 8, dtype=torch.bfloat16)
+    L((a, 3), (1, 1, 1), 0)
+    assert stub.get("rec_mode").value == 2
+    assert stub.array("rec_offsets", ctypes.c_longlong, len(offsets)) == offsets
+    got = stub.bytes(total)
+    assert got[:size] == struct.pack(fmt, *abi.arg_values(params, [a, 3]))
+    assert got[size:first] == bytes(first - size)
+    assert got[first:] == bytes([7]) * 256 + (1).to_bytes(4, "little")
+    L((a, 3), (1, 1, 1), 0)
+    assert len(calls) == 1                                               # the same parameters: the cached tail
+    L((a, 4), (1, 1, 1), 0)
+    L((a[1:], 4), (1, 1, 1), 0)
+    assert len(calls) == 3
+
+
+def test_statuses_reach_on_status(mod, stub):
+    params = [("x", GlobalType(f32, 1))]
+    fmt, size, desc = abi.param_layout(params)
+    seen = []
+    L = mod.Launcher(1, stub.address, 32, 0, abi.launcher_params(desc), size, -1,
+                     on_status=lambda st, args, grid, stream: seen.append((st, grid, stream)) or "handled")
+    x = torch.zeros(3)
+    assert L((x,), (1, 70000, 1), 0) == "handled"
+    assert L((x,), (1, 1, 1), object()) == "handled"
+    assert L((x,), (1, 1, 1), None) == "handled"                         # no stream function
+    assert L((x, x), (1, 1, 1), 0) == "handled"
+    assert [s for s, _, _ in seen] == [mod.GRID_REFUSED, mod.STREAM_NOT_A_HANDLE, mod.STREAM_NOT_A_HANDLE,
+                                       mod.LAUNCH_REFUSED]
+
+
+# ------------------------------------------------------------- (3) a LaunchPlan's errors on both paths
+class FakeDriver:
+    """cudrv for a LaunchPlan without a GPU; launches go to the compiled stub."""
+    def __init__(self, stub):
+        self.stub = stub
+
+    def current_context(self):
+        return 1
+
+    def load_module(self, image):
+        return 7
+
+    def get_function(self, module, name):
+        return 11
+
+    def set_max_dynamic_shared(self, f, value):
+        pass
+
+    def launch_address(self):
+        return self.stub.address
+
+    def launcher(self):
+        fn = self.stub.lib.stub_launch
+        u, vp = ctypes.c_uint, ctypes.c_void_p
+        fn.argtypes, fn.restype = [vp, u, u, u, u, u, u, u, vp, vp, vp], ctypes.c_int
+        return fn
+
+    def error_name(self, rc):
+        return f"CUDA_ERROR_{rc}"
+
+
+PARAMS = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarType(i32)), ("s", ScalarType(f32))]
+
+
+def _plan(monkeypatch, stub, compiled: bool, device_index: int = -1):
+    """A LaunchPlan on the fake driver (CPU tensors are on device -1), with or without the compiled launcher."""
+    monkeypatch.setattr(driver, "cudrv", FakeDriver(stub))
+    fmt, size, params = abi.param_layout(PARAMS)
+    art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
+                   launch={"threads": 128, "shared_bytes": 0, "params": params, "param_format": fmt,
+                           "param_size": size})
+    with pytest.MonkeyPatch.context() as m:
+        if not compiled:
+            m.setattr(clauncher, "load", lambda build_if_missing=True: None)
+        plan = driver.LaunchPlan(art, device_index=device_index)
+    assert (plan.c_launch is not None) == compiled
+    return plan
+
+
+BAD_CALLS = {
+    "wrong device": lambda x, y: ([x, y, 1, 1.0], (1, 1, 1), 0),           # on a plan for cuda:0
+    "shape beyond int32": lambda x, y: ([torch.zeros(1, 1, dtype=torch.bfloat16).expand(2**31, 1), y, 1, 1.0],
+                                        (1, 1, 1), 0),
+    "int32 scalar overflow": lambda x, y: ([x, y, 2**31, 1.0], (1, 1, 1), 0),
+    "wrong count": lambda x, y: ([x, y, 1], (1, 1, 1), 0),
+    "not a tensor": lambda x, y: ([3, y, 1, 1.0], (1, 1, 1), 0),
+    "wrong rank": lambda x, y: ([x, x, 1, 1.0], (1, 1, 1), 0),
+    "grid": lambda x, y: ([x, y, 1, 1.0], (1, 70000, 1), 0),
+    "stream": lambda x, y: ([x, y, 1, 1.0], (1, 1, 1), object()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_errors_are_the_python_paths(case, mod, stub, monkeypatch):
+    x, y = torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2)
+    messages = []
+    args, grid, stream = BAD_CALLS[case](x, y)
+    for compiled in (True, False):
+        plan = _plan(monkeypatch, stub, compiled, device_index=0 if case == "wrong device" else -1)
+        before = stub.get("rec_calls").value
+        with pytest.raises(ArgumentError) as e:
+            plan.launch(args, grid, stream, "k")
+        assert stub.get("rec_calls").value == before, "a refused launch reached the driver"
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
+def test_wrong_device_message_names_the_device(mod, stub, monkeypatch):
+    plan = _plan(monkeypatch, stub, True, device_index=0)
+    with pytest.raises(ArgumentError, match="'x' must be a CUDA tensor, got cpu"):
+        plan.launch([torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2), 1, 1.0], (1, 1, 1), 0, "k")
+
+
+def test_a_driver_error_is_a_backend_error_on_both_paths(mod, stub, monkeypatch):
+    x, y = torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2)
+    messages = []
+    stub.get("ret_code").value = 701
+    try:
+        for compiled in (True, False):
+            plan = _plan(monkeypatch, stub, compiled)
+            with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_701") as e:
+                plan.launch([x, y, 1, 1.0], (2, 1, 1), 0, "k")
+            messages.append(str(e.value))
+    finally:
+        stub.get("ret_code").value = 0
+    assert messages[0] == messages[1]
+
+
+def test_a_stream_object_is_resolved(mod, stub, monkeypatch):
+    plan = _plan(monkeypatch, stub, True)
+
+    class S:
+        cuda_stream = 0x7777
+    plan.launch([torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2), 1, 1.0], (1, 1, 1), S(), "k")
+    assert stub.get("rec_stream", ctypes.c_void_p).value == 0x7777
+
+
+def test_a_plan_and_its_launcher_are_collected(mod, stub, monkeypatch):
+    plan = _plan(monkeypatch, stub, True)
+    ref = weakref.ref(plan)
+    del plan
+    gc.collect()
+    assert ref() is None, "the plan -> launcher -> bound on_status cycle is not collectable"
+
+
+# ------------------------------------------------------------------ the fast path's key and grid forms
+def test_signature_is_the_python_key(mod):
+    x = torch.zeros(2, 3)
+    cases = [(x, x.to(torch.bfloat16), 3, 2.5), (x.to("meta"), x), (torch.nn.Parameter(x), True, None), (),
+             (x.unsqueeze(0), "s", b"b", 1 << 40)]
+    for args in cases:
+        assert mod.signature(args) == clauncher._py_signature(args)
+        assert mod.signature(list(args)) == clauncher._py_signature(args)
+    assert mod.signature((x,)) != mod.signature((x.to("meta"),))
+    assert mod.signature((1,)) != mod.signature((True,))
+
+
+def test_fastcall_key_is_the_python_key(mod, monkeypatch):
+    monkeypatch.setattr(clauncher, "signature", clauncher._py_signature)    # call_key all in Python
+    x = torch.zeros(2, 3)
+    be = object()
+    calls = [((x, 3), {}, None, None), ((x,), {"B": 16, "C": (1, 2)}, "cuda", "sm_90a"), ((x,), {}, be, None),
+             ((x.to("meta"), 2.5), {"B": 1}, None, Target(backend="cuda", arch="sm_80"))]
+
+    def check():
+        for args, kwargs, backend, target in calls:
+            got = mod.fastcall({}, len(args), args, kwargs, backend, target, None, 1)
+            assert got == [clauncher.call_key(args, kwargs, backend, target)]
+    check()
+    with hk.use_backend("reference"):
+        check()
+    monkeypatch.setenv("HK_BACKEND", "reference")
+    check()
+    assert mod.fastcall({}, 1, (x,), {}, None, None, None, 1) == [clauncher.call_key((x,), {}, None, None)]
+    for args, kwargs, backend, target in calls:                                  # the Python form's key too
+        assert clauncher._py_fastcall({}, len(args), args, kwargs, backend, target, None, 1) == \
+            mod.fastcall({}, len(args), args, kwargs, backend, target, None, 1)
+    assert mod.fastcall({}, 2, (x,), {}, None, None, None, 1) is False            # wrong argument count
+    assert mod.fastcall({}, 1, (x,), {"B": [1]}, None, None, None, 1) is False    # an unhashable const
+
+
+def test_fastcall_leaves_to_python_what_it_does_not_launch(mod):
+    x = torch.zeros(2, 3)
+    key = mod.fastcall({}, 1, (x,), {}, None, None, None, 1)[0]
+    launched = []
+    hit_py = ("be", "art", None)
+    assert mod.fastcall({key: hit_py}, 1, (x,), {}, None, None, None, 1) is hit_py       # no fast_launch
+    hit = ("be", "art", lambda args, grid, stream: launched.append((args, grid, stream)))
+    table = {key: hit}
+    assert mod.fastcall(table, 1, (x,), {}, None, None, "s", (2, 3)) is None
+    assert launched == [((x,), (2, 3, 1), "s")]
+    for grid in ((0, 3), (True, 1), [2], -1):                                   # empty or not plain: Python's
+        assert mod.fastcall(table, 1, (x,), {}, None, None, None, grid) is hit
+    assert len(launched) == 1
+
+
+@pytest.mark.parametrize("grid", [1, 7, (2,), (2, 3), (2, 3, 4), 0, (0, 1), (2**31 - 1, 1, 1), True, (True, 2),
+                                  (1, False), -1, (1, -2), 2**31, (1, 2, 3, 4), (), [2, 3], "x", (1.0,), None])
+def test_grid3_agrees_with_the_python_check(mod, grid):
+    got = mod.grid3(grid)
+    try:
+        want = _grid3(grid)
+    except ArgumentError:
+        assert got is None
+        return
+    assert got is None or got == want
+
+
+# ----------------------------------------------------------------------------- Kernel.__call__, end to end
+@hk.kernel(num_warps=4)
+def scaled(x: GL[2], y: GL[2], n: int, s: float, *, B: hk.const = 16):
+    t = hk.load(RT[f32, B, B], x, (hk.block_idx(0), 0)) * s
+    hk.store(y, t * n.to(f32), (hk.block_idx(0), 0))
+
+
+class StubCuda(CudaBackend):
+    """The cuda launch path on CPU tensors with cuLaunchKernel replaced by the stub."""
+    name = "stub_cuda"
+
+    def _probed(self):
+        return True, None, [{"index": 0, "name": "stub", "cc": (9, 0), "smem_optin": 0}]
+
+    def targets(self):
+        return [Target(backend=self.name, arch="sm_90a", vendor="nvidia", lanes=32, capabilities=("run",))]
+
+    def check(self, program, target, options=None):
+        pass
+
+    def cacheable(self):
+        return False
+
+    def accepts_device(self, device):
+        return True
+
+    def compile(self, program, target, options=None):
+        fmt, size, params = abi.param_layout(program.params)
+        return Artifact(backend=self.name, target=target.arch, kernel_name="scaled", program_hash=program.hash,
+                        binary=b"stub", launch={"threads": 128, "shared_bytes": 0, "params": params,
+                                                "param_format": fmt, "param_size": size})
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_kernel_call_through_the_fast_path(compiled, mod, stub, monkeypatch):
+    monkeypatch.setattr(driver, "cudrv", FakeDriver(stub))
+    monkeypatch.setattr(driver, "current_device", lambda: -1)
+    monkeypatch.setattr(driver, "device_getter", lambda: (lambda: -1))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: 0x99, raising=False)
+    if not compiled:                       # all of it in Python, as without a compiler
+        monkeypatch.setattr(clauncher, "load", lambda build_if_missing=True: None)
+        monkeypatch.setattr(clauncher, "fastcall", clauncher._py_fastcall)
+        monkeypatch.setattr(clauncher, "signature", clauncher._py_signature)
+    be = StubCuda()
+    x, y = torch.randn(32, 16), torch.empty(32, 16)
+    fmt, size, _ = abi.param_layout([("x", GlobalType(f32, 2)), ("y", GlobalType(f32, 2)), ("n", ScalarType(i32)),
+                                     ("s", ScalarType(f32))])
+    for n in (3, 4):                       # the first call takes the slow path, the second the fast one
+        before = stub.get("rec_calls").value
+        scaled(x, y, n, 0.5, grid=(2,), backend=be)
+        assert stub.get("rec_calls").value == before + 1
+        assert stub.bytes(size) == struct.pack(fmt, x.data_ptr(), 32, 16, 16, 1, y.data_ptr(), 32, 16, 16, 1, n, 0.5)
+        assert stub.get("rec_stream", ctypes.c_void_p).value == 0x99
+    (hit,) = [v for v in scaled._launches.values() if v[0] is be]
+    assert (hit[2] is not None) == compiled
+    with pytest.raises(ArgumentError, match="argument 'n' must be an int32 Python int, got 2147483648"):
+        scaled(x, y, 2**31, 0.5, grid=(2,), backend=be)
+    with pytest.raises(ArgumentError, match="argument 'n' must be an int32 Python int"):
+        scaled(x, y, 2**31, 0.5, grid=(1, 70000), backend=be)      # the scalar's error first, as before
+    with pytest.raises(ArgumentError, match="65535"):
+        scaled(x, y, 1, 0.5, grid=(1, 70000), backend=be)
+    with pytest.raises(ArgumentError, match="grid"):
+        scaled(x, y, 1, 0.5, grid=(1, True), backend=be)
+    before = stub.get("rec_calls").value
+    scaled(x, y, 1, 0.5, grid=(0, 2), backend=be)                 # an empty grid launches nothing
+    with pytest.raises(ArgumentError, match="int32"):
+        scaled(x, y, 2**31, 0.5, grid=0, backend=be)               # but still checks the scalars
+    assert stub.get("rec_calls").value == before
+
+
+# --------------------------------------------------------------------------------------- (4) fallback
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """clauncher with no module loaded and an empty cache directory; restored afterwards."""
+    saved = {k: getattr(clauncher, k) for k in ("_module", "_reason", "_dir", "_path", "signature", "fastcall")}
+    monkeypatch.setenv("HK_CACHE_DIR", str(tmp_path / "cache"))
+    clauncher.reset()
+    yield tmp_path
+    for k, v in saved.items():
+        setattr(clauncher, k, v)
+
+
+def test_no_compiler_means_the_python_path_with_a_reason(fresh, monkeypatch, stub):
+    monkeypatch.setattr(clauncher, "compiler", lambda: None)
+    assert clauncher.load() is None
+    assert "no host C compiler" in clauncher.reason()
+    assert clauncher.signature is clauncher._py_signature and clauncher.fastcall is clauncher._py_fastcall
+    assert "Python launcher (ctypes)" in clauncher.describe() and "no host C compiler" in clauncher.describe()
+    plan = _plan(monkeypatch, stub, compiled=False)
+    x, y = torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2)
+    plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")                   # the ctypes path launches
+    assert stub.get("rec_mode").value == 1
+
+
+def test_no_headers_or_a_failing_build_is_a_reason(fresh, monkeypatch):
+    monkeypatch.setattr(clauncher, "python_include", lambda: None)
+    assert clauncher.load() is None and "Python.h" in clauncher.reason()
+    clauncher.reset()
+    monkeypatch.undo()
+    monkeypatch.setenv("HK_CACHE_DIR", str(fresh / "cache2"))
+    monkeypatch.setenv("CC", "false")
+    assert clauncher.load() is None and "failed" in clauncher.reason()
+
+
+def test_disabled_by_the_environment(fresh, monkeypatch):
+    monkeypatch.setenv("HK_C_LAUNCHER", "0")
+    assert clauncher.load() is None and "HK_C_LAUNCHER=0" in clauncher.reason()
+
+
+def test_built_once_then_loaded_from_the_cache(fresh, monkeypatch):
+    if clauncher.compiler() is None or clauncher.python_include() is None:
+        pytest.skip("no compiler or Python headers")
+    m = clauncher.load()
+    assert m is not None and clauncher.path().is_file()
+    assert clauncher.path().parent == fresh / "cache" / "launcher"
+    clauncher.reset()
+    monkeypatch.setattr(clauncher, "compiler", lambda: None)     # a warm cache needs no compiler
+    assert clauncher.load() is not None
+    assert clauncher.load(build_if_missing=False) is not None
+
+
+def test_build_if_missing_false_never_compiles(fresh, monkeypatch):
+    monkeypatch.setattr(clauncher, "build", lambda dest: pytest.fail("compiled"))
+    assert clauncher.load(build_if_missing=False) is None
+    assert clauncher.reason() is None                             # not a failure: a later load() may build
