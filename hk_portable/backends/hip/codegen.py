@@ -10,7 +10,10 @@ Decisions made here, per program and target (a `Plan`, recorded in the Artifact)
     that are not the wave's own rows), sized with the library's own formulas;
   * layouts (codegen/layouts.py, with this library's strips, wave-grid accumulators and column-major
     shared tiles) and, per pipeline load that walks one index by the step, a cursor that computes its
-    addresses once before the loop (`cursor_loads`).
+    addresses once before the loop (`cursor_loads`);
+  * per pipeline, whether its step's loads are split around the compute step (`split_prefetch`): the
+    global reads of tile i+AHEAD issued before compute(i), their LDS writes (or LDS-DMA waits) after it,
+    so the loads are in flight while the MFMAs run; recorded as the schedule's "prefetch".
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from ...codegen.layouts import Strip, assign_layouts, assign_shared_storage, str
 from ...codegen.resources import mma_scratch_bytes
 from ...interface import dtypes as D
 from ...interface.backend import Target
+from ...interface import opcodes
 from ...interface.errors import UnsupportedError
 from ...interface.ir import Op, Program, Region, TileType, Value
 from .archs import ARCHS, LANES
@@ -100,6 +104,37 @@ def pipeline_schedule(op: Op, waves: int, requested: str, lay: dict | None = Non
     return "pingpong", "8 waves, >= 3 stages, wave-local compute"
 
 
+def split_prefetch(pipe: Op) -> tuple[bool, str]:
+    """(split, why): whether a pipeline's step loads run in two phases around its compute step (hk_hip
+    pipelines.h, `hk::split`): issue -- the global reads of tile i+AHEAD into registers (gfx942's
+    register staging) or as LDS-DMA loads (gfx950) -- before compute(i), and commit -- the staged registers
+    written to LDS; the LDS-DMA loads waited for by count -- after it. Every op of the load region must then
+    be a cursor load (which keeps its staged registers between the phases) or free of effects but global
+    reads (the region runs once per phase)."""
+    stages = pipe.attrs["stages"]
+    if stages < 2:
+        return False, "one stage: a step's tile must land before its compute step reads the only stage"
+    cursors = cursor_loads(pipe)
+    if not cursors:
+        return False, "no load walks one tensor index by the step (no load cursor)"
+    for o in pipe.regions[0].walk():
+        if o in cursors:
+            continue
+        fx = opcodes.TABLE[o.opcode].effects if o.opcode in opcodes.TABLE else None
+        if fx is None or fx.of_regions or fx.writes or "shared" in fx.reads:
+            return False, f"the load step also runs '{o.opcode}', which is not a cursor load"
+    return True, (f"{len(cursors)} cursor load(s): reads issued before the compute step, LDS writes and "
+                  "waits by count after it")
+
+
+def unsplit(plan: "Plan", why: str) -> "Plan":
+    """The plan with every pipeline's loads whole (the backend's fallback when splitting them costs
+    registers: backend.py, HipBackend.compile)."""
+    scheds = [{**s, "prefetch": "whole", "prefetch_why": why} if s.get("prefetch") == "split" else s
+              for s in plan.schedules]
+    return Plan(**{**asdict(plan), "schedules": scheds})
+
+
 @dataclass
 class Plan:
     """What the backend chose for one program on one target."""
@@ -128,8 +163,14 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
     for op in program.body.walk():
         if op.opcode == "pipeline":
             s, why = pipeline_schedule(op, waves, requested, lay)
+            split, split_why = split_prefetch(op)
+            if options.prefetch == "split" and not split:
+                raise UnsupportedError(f"prefetch 'split' cannot run this pipeline: {split_why}")
+            if options.prefetch == "whole" and split:
+                split, split_why = False, "requested"
             scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
-                           "schedule": s, "why": why})
+                           "schedule": s, "why": why, "prefetch": "split" if split else "whole",
+                           "prefetch_why": split_why})
     scratch = scratch_bytes(program, waves)
     arena = resources.arena_bytes(program)
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
@@ -167,8 +208,10 @@ class HipEmitter(CStyleEmitter):
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
         self._cursors: dict[int, tuple[str, Value]] = {}    # load op id -> (cursor name, step value)
+        self._split = False                                 # the pipeline being emitted splits its loads
         pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
         self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
+        self._prefetch = {id(op): s.get("prefetch") == "split" for op, s in zip(pipes, plan.schedules)}
 
     def num_threads(self, program: Program) -> int:
         return self.plan.threads
@@ -183,16 +226,25 @@ class HipEmitter(CStyleEmitter):
     # ---- pipeline load cursors (hk_hip/global_shared.h: make_cursor / load(dst, cursor, i, ...))
     def op_pipeline(self, op: Op) -> None:
         self._cursors = {}
+        self._split = self._prefetch.get(id(op), False)
+        self._split_tiles: list[str] = []
         for k, (g2s, (dim, ix0, step)) in enumerate(cursor_loads(op).items()):
             st, gl = g2s.operands[:2]
             name = f"hk_cur{self.pipeline_uid(op)}_{k}"
             start = ", ".join("0" if v is None else str(v) if isinstance(v, int) else self.name(v) for v in ix0)
-            self.line(f"const auto {name} = hk::make_cursor<{self.ctype(st.type, st)}, {dim}>({self.name(gl)}, {start});")
+            tile = self.ctype(st.type, st)
+            # not const: a split pipeline's cursor holds the staged registers between issue and commit
+            self.line(f"auto {name} = hk::make_cursor<{tile}, {dim}>({self.name(gl)}, {start});")
             self._cursors[id(g2s)] = (name, step)
+            self._split_tiles.append(tile)
         try:
             super().op_pipeline(op)
         finally:
             self._cursors = {}
+            self._split = False
+
+    def load_lambda(self, name: str, lreg: Region, extra_params: str = "") -> None:
+        super().load_lambda(name, lreg, extra_params + (", auto hk_phase" if self._split else ""))
 
     def op_global_to_shared(self, op: Op) -> None:
         if id(op) not in self._cursors:
@@ -200,11 +252,14 @@ class HipEmitter(CStyleEmitter):
         name, step = self._cursors[id(op)]
         st, gl, *idx = op.operands
         fill = self.literal(op.attrs["fill"], D.f32)
-        self.line(f"hk::load({self.name(st)}, {name}, {self.name(step)}, {self.name(gl)}, {fill}, {self.args(idx)});")
+        phase = "hk_phase" if self._split else "hk::phase::all{}"
+        self.line(f"hk::load_step({phase}, {self.name(st)}, {name}, {self.name(step)}, {self.name(gl)}, {fill}, "
+                  f"{self.args(idx)});")
 
     def pipeline_template_args(self, op: Op) -> str:
         sched = self._schedule[id(op)]
-        return f"{op.attrs['stages']}, hk::sched::{sched}"
+        loads = f"hk::split<{', '.join(self._split_tiles)}>" if self._split else "hk::whole"
+        return f"{op.attrs['stages']}, hk::sched::{sched}, {loads}"
 
     def prelude(self, program: Program, num_threads: int, shared_bytes: int) -> str:
         p = self.plan

@@ -71,6 +71,13 @@ HK_DEV void sync() {
 }
 // loads into LDS complete when this thread's memory counters drain (direct-to-LDS loads are async)
 HK_DEV void async_wait_all() { __builtin_amdgcn_s_waitcnt(0); }
+// s_waitcnt vmcnt(N) alone: at most N of the wave's vector memory instructions stay in flight, the older
+// ones have landed (they complete in issue order on gfx9). gfx9 encoding: vmcnt bits 3:0 and 15:14,
+// expcnt 6:4 and lgkmcnt 11:8 at their maxima (no wait).
+template<int N> HK_DEV void wait_vmcnt() {
+  static_assert(0 <= N && N <= 63, "vmcnt counts 0..63");
+  __builtin_amdgcn_s_waitcnt((N & 15) | ((N >> 4) << 14) | (7 << 4) | (15 << 8));
+}
 
 // ============================================================================================== MFMA
 namespace detail {
