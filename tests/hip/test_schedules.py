@@ -96,10 +96,27 @@ def _emulated(arch, schedule, K=160, M=200, N=100):
         pytest.skip(why)
     be = HipBackend()
     prog, (a, b, c) = _program(_gemm(8), M=M, N=N, K=K)
-    art = be.compile(prog, make_target(arch, runs=True, emulated=True), {"schedule": schedule})
+    art = be.compile(prog, make_target(arch, runs=True, emulated=True), {"schedule": schedule, "prefetch": "split"})
     assert [s["schedule"] for s in art.launch["plan"]["schedules"]] == [schedule]
     assert art.launch["plan"]["schedules"][0]["prefetch"] == "split"
     return be, art, (a, b, c)
+
+
+def test_split_loads_that_cost_waves_fall_back_to_whole_loads():
+    """The split build holds a step's tiles in registers across the compute step; where that costs waves
+    per SIMD (this 128x64 block on gfx950: 6 waves instead of 7) the backend keeps the whole-load build and
+    says why. `prefetch` forces either."""
+    from hk_portable.backends.hip import compiler
+    if not compiler.available()[0]:
+        pytest.skip(compiler.available()[1])
+    prog, _ = _program(_gemm(8))
+    be = HipBackend()
+    auto = be.compile(prog, make_target("gfx950", runs=False, compile_only=True)).launch["plan"]["schedules"][0]
+    assert auto["prefetch"] == "whole" and auto["prefetch_why"].startswith("registers: split: "), auto
+    forced = be.compile(prog, make_target("gfx950", runs=False, compile_only=True), {"prefetch": "split"})
+    assert forced.launch["plan"]["schedules"][0]["prefetch"] == "split"
+    with pytest.raises(UnsupportedError, match="one stage"):
+        _schedules(_program(_gemm(8), STAGES=1)[0], {"schedule": "double_buffer", "prefetch": "split"})
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])

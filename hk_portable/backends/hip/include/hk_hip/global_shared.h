@@ -32,6 +32,14 @@ template<class T, int R, int C, class L = rowmajor> constexpr bool chunked() {
   using S = st<T, R, C, L>;
   return C % (16 / (int)sizeof(T)) == 0 && (S::COL || S::ROWB % 16 == 0);
 }
+// A chunk of e4m3 codes as a tile stored as FNUZ keeps them (shared_tiles.h, fnuz<L>); other tiles: as it is.
+template<class S> HK_DEV u32x4 fnuz_chunk(u32x4 v) {
+  if constexpr (S::FNUZ) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = fnuz_of_e4m3<unsigned>(v[k]);
+  }
+  return v;
+}
 // The 16-byte chunk of row r, columns c .. c+E-1 into LDS: one vector store in a row-major tile, its E
 // elements down the stored columns of a column-major one (ds_write_b16 and its d16_hi form).
 template<class S> HK_DEV void store_chunk(S dst, int r, int c, u32x4 v) {
@@ -39,9 +47,9 @@ template<class S> HK_DEV void store_chunk(S dst, int r, int c, u32x4 v) {
   if constexpr (S::COL) {
     const auto t = __builtin_bit_cast(chunk16<T>, v);
 #pragma unroll
-    for (int e = 0; e < 16 / (int)sizeof(T); ++e) dst.set(r, c + e, t.e[e]);
+    for (int e = 0; e < 16 / (int)sizeof(T); ++e) dst.set(r, c + e, t.e[e]);   // (maps FNUZ storage itself)
   } else {
-    HK_LDS_STORE(u32x4, dst.p + S::offset(r, c), v);
+    HK_LDS_STORE(u32x4, dst.p + S::offset(r, c), fnuz_chunk<S>(v));
   }
 }
 }  // namespace detail
@@ -103,7 +111,7 @@ HK_DEV void load(st<T, R, C, L> dst, const gl<T, RANK>& g0, float fill, I... idx
   if constexpr (detail::chunked<T, R, C, L>()) {
     if (detail::vec_ok(g.ptr, sp)) {
 #if HK_GFX950
-      if constexpr (!st<T, R, C, L>::COL && st<T, R, C, L>::BYTES % 1024 == 0) {
+      if constexpr (!st<T, R, C, L>::COL && !st<T, R, C, L>::FNUZ && st<T, R, C, L>::BYTES % 1024 == 0) {
         detail::load_direct(dst, g.ptr, sp);
         return;
       }
@@ -142,7 +150,7 @@ template<class S> struct chunk_plan {
   static constexpr int IT = (NCH + NT - 1) / NT;
   static constexpr int LW = S::COL ? E : 1;            // LDS offsets per chunk: one vector, or E scattered
 #if HK_GFX950
-  static constexpr bool DMA = !S::COL && S::BYTES % 1024 == 0;   // direct-to-LDS (load_direct)
+  static constexpr bool DMA = !S::COL && !S::FNUZ && S::BYTES % 1024 == 0;   // direct-to-LDS (load_direct)
 #else
   static constexpr bool DMA = false;
 #endif
@@ -276,7 +284,7 @@ HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>
 #pragma unroll
       for (int it = 0; it < P::IT; ++it) {
         if (P::NCH % NT != 0 && t + it * NT >= P::NCH) break;
-        const u32x4 v = c.staged[it];
+        const u32x4 v = detail::fnuz_chunk<S>(c.staged[it]);
         if constexpr (S::COL) {
           const auto e8 = __builtin_bit_cast(detail::chunk16<T>, v);
 #pragma unroll
