@@ -133,6 +133,8 @@ def test_one_trip_takes_the_fast_path_and_skips_the_partial_tile():
     assert _counts(trip)["vmem_load"] == 1 and _counts(trip)["valu"] == 3 and _counts(trip)["mfma"] == 2
     assert trip["clocks"]["valu"] == 2 * 4 + 3 * 16 and trip["clocks"]["lds"] == (1280 + 256 + 1280) / 32
     assert trip["clocks"]["bound"] == round(32 / 88, 4)
+    blocks = isa.parse(isa.kernel_text(TOY)[0])
+    assert {blocks[n].name for n in isa.exec_masked(blocks)} == {"%bb.3", "%bb.5"}    # behind s_cbranch_execz
 
 
 def test_load_waits_count_the_mfma_between_each_load_and_its_wait():

@@ -240,7 +240,8 @@ def one_trip(blocks: list[Block], loop: Loop, dom: list[set[int]], weight) -> li
     the last, and a tile wholly inside its tensor takes the backend's fast path of 16-byte loads
     (global_load_dwordx4 or LDS-DMA) without per-element predicates, so the partial-tile paths are left
     out; a load split around the compute step writes its registers to LDS on the same trips as it loads
-    (the LDS writes break the tie with the path that skips them, taken on the last trips only).
+    (the LDS writes break the tie with the path that skips them, taken on the last trips only; writes
+    under a narrowed EXEC mask, the partial tiles' fills, do not count: exec_masked).
     weight(block) -> (mfma clocks, 16-byte loads, narrower global loads (the partial-tile paths: the
     fewer the better), LDS bytes written, other clocks)."""
     def succs(x: int) -> list[int]:              # DAG edges: inside the loop, no back edge of any loop
@@ -262,6 +263,22 @@ def one_trip(blocks: list[Block], loop: Loop, dom: list[set[int]], weight) -> li
                 best[s] = cand
     ends = [best[x] for x in loop.latches if x in best]
     return min(ends)[1] if ends else sorted(loop.blocks)
+
+
+def exec_masked(blocks: list[Block]) -> set[int]:
+    """Blocks that run under a narrowed EXEC mask: LLVM lays out a divergent `if` as `s_and_saveexec`,
+    `s_cbranch_execz END`, the then-blocks, END -- the blocks between such a branch and its target. The
+    partial-tile paths (per-lane predicates) live there; one_trip does not count their LDS writes as the
+    steady state's (a fill of the tile's edge is not the commit of a full tile)."""
+    index = {b.name: n for n, b in enumerate(blocks)}
+    out: set[int] = set()
+    for n, b in enumerate(blocks):
+        last = b.instrs[-1] if b.instrs else None
+        if last is not None and last.op == "s_cbranch_execz":
+            t = index.get(last.operands.split(",")[0].strip())
+            if t is not None and t > n:
+                out.update(range(n + 1, t))
+    return out
 
 
 def _topological(start: int, succs) -> list[int]:
@@ -453,12 +470,15 @@ def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) 
         return {"blocks": len(ids), "instructions": sum(len(blocks[x].instrs) for x in ids),
                 "mfma_count": sum(c["mfma"].values()), **c, "clocks": clocks(c, arch)}
 
+    masked = exec_masked(blocks)
+
     def weight(b: Block) -> tuple[float, int, int, int, float]:
         c = count(b.instrs)
         k = clocks(c, arch)
         loads = [i for i in b.instrs if classify(i) in ("vmem_load", "vmem_lds_dma")]
         wide = sum(1 for i in loads if lane_bytes(i.op) >= 16)
-        return k["mfma"], wide, len(loads) - wide, c["lds_bytes"]["write"], k["valu"] + k["lds"]
+        writes = 0 if blocks.index(b) in masked else c["lds_bytes"]["write"]
+        return k["mfma"], wide, len(loads) - wide, writes, k["valu"] + k["lds"]
     ids = sorted(lp.blocks)
     trip = one_trip(blocks, lp, dom, weight)
     return {"header": blocks[lp.header].name, "depth": lp.depth,
