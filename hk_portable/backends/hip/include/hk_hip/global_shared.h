@@ -297,12 +297,6 @@ HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>
   }
 }
 
-// Step i of a cursor's walk, in one piece.
-template<class S, class T, int RANK, class... I>
-HK_DEV void load(S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
-  load_step(phase::all{}, dst, c, i, g, fill, idx...);
-}
-
 // ST -> GL, converting to the tensor dtype
 template<class U, int RANK, class T, int R, int C, class... I>
 HK_DEV void store(const gl<U, RANK>& g0, const st<T, R, C>& s, I... idx) {
