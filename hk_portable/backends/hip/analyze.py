@@ -14,13 +14,16 @@ this module
     s_waitcnt and how many wait for vmcnt(0) / lgkmcnt(0), s_barrier, s_setprio, sched barriers) twice:
     `all_paths`, every instruction of the loop once, and `one_trip`, the blocks of one steady-state
     iteration (see one_trip);
+  * for the trip, counts the MFMAs between each global load and the s_waitcnt that covers it
+    (`load_waits`: does the prefetch overlap the matrix cores?);
   * reports resource use (from the metadata compiler.py parses) and waves per SIMD;
   * computes the issue-rate bound: MFMA clocks / max(MFMA clocks, VALU clocks, LDS clocks), the
     fraction of MFMA peak the loop could reach if nothing but instruction issue limited it.
 
 Assumptions (the figures are a static model, not a measurement -- no AMD hardware measured them):
   * `all_paths` counts edge-tile code a full tile skips, so it bounds one iteration's issue from above;
-    `one_trip` is chosen by a rule (every MFMA, the most 16-byte loads, the least other work), not by
+    `one_trip` is chosen by a rule (every MFMA, the most 16-byte loads, no narrower ones, the most LDS
+    writes outside EXEC-masked code, the least other work), not by
     knowing which branches the data takes;
   * clocks are per wave per iteration on one SIMD. MFMA and VALU of one SIMD are separate pipes
     (they may overlap), so the slowest pipe bounds the loop. The LDS serves the CU's 4 SIMDs: a
@@ -540,8 +543,11 @@ def load_waits(instrs: list[Instr]) -> dict:
 
 ASSUMPTIONS = [
     "all_paths: every instruction of the loop once, whatever branches skip (an upper bound on one iteration)",
-    "one_trip: the header-to-latch path with the most MFMA, then the most 16-byte global loads, then the least "
-    "other work: a steady-state iteration over full tiles (the fast path, no per-element predicates)",
+    "one_trip: the header-to-latch path with the most MFMA, then the most 16-byte global loads, the fewest "
+    "narrower ones, the most LDS bytes written outside EXEC-masked code, then the least other work: a "
+    "steady-state iteration over full tiles (the fast path, no per-element predicates)",
+    "load_waits: per global load of one_trip, the MFMAs issued before the s_waitcnt that covers it (read "
+    "cyclically; vmcnt in issue order); memory latency itself is not modelled",
     "clocks per wave per iteration on one SIMD; MFMA, VALU and LDS overlap; the slowest bounds",
     "LDS: a SIMD's share is a quarter of the CU's bytes/clock; dword-granular; LDS-DMA counts as LDS writes",
     "no dependency stalls, memory latency or SALU issue modelled; no AMD hardware measured these figures",
