@@ -59,6 +59,24 @@ def test_every_code_through_an_mma_is_exact(spec, fmt_a, fmt_b):
     assert torch.equal(d[finite], want[finite])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", TARGETS)
+def test_every_code_as_the_b_operand_is_exact(spec):
+    """I @ B with B [K, N] holding every e4m3 code: B's K runs down its rows, so the hip backend stores it
+    column-major, and on gfx942 as FNUZ codes, each element mapped as it is written (hk_hip shared_tiles.h,
+    st<..., fnuz<colmajor>>::set) -- the path the every-code test above (codes in A, row-major chunks) does
+    not take."""
+    _emulated(spec)
+    b = _all_codes_matrix("e4m3").view(torch.uint8).t().contiguous().view(FORMATS["e4m3"])   # codes in columns 0..7
+    a = _identity("e4m3")
+    d = torch.full((32, 32), 12345.0)
+    _mma_kernel(False, False, "st", "st")(a, b, torch.zeros(32, 32), d, grid=(1, 1), backend=spec)
+    want = (a.double() @ b.double()).float()
+    assert torch.equal(torch.isnan(d), torch.isnan(want))
+    finite = ~torch.isnan(want)
+    assert torch.equal(d[finite], want[finite])
+
+
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 def test_an_ocp_code_read_as_fnuz_is_half_its_value(fmt):
     """The premise of gfx942's mapping (hk_hip/instructions.h): apart from -0, NaN and (e5m2) infinities,

@@ -47,6 +47,7 @@ def test_unknown_key_is_refused_by_name(cls):
     (HipOptions, {"waves": 17}, "17 waves per block"),
     (HipOptions, {"schedule": "fastest"}, "unknown pipeline schedule"),
     (HipOptions, {"fp_contract": "maybe"}, "fp_contract='maybe'"),
+    (HipOptions, {"prefetch": "sometimes"}, "prefetch='sometimes'"),
 ])
 def test_bad_values_are_refused(cls, values, match):
     with pytest.raises(OptionError, match=match):

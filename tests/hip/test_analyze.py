@@ -133,6 +133,29 @@ def test_one_trip_takes_the_fast_path_and_skips_the_partial_tile():
     assert _counts(trip)["vmem_load"] == 1 and _counts(trip)["valu"] == 3 and _counts(trip)["mfma"] == 2
     assert trip["clocks"]["valu"] == 2 * 4 + 3 * 16 and trip["clocks"]["lds"] == (1280 + 256 + 1280) / 32
     assert trip["clocks"]["bound"] == round(32 / 88, 4)
+    blocks = isa.parse(isa.kernel_text(TOY)[0])
+    assert {blocks[n].name for n in isa.exec_masked(blocks)} == {"%bb.3", "%bb.5"}    # behind s_cbranch_execz
+
+
+def test_load_waits_count_the_mfma_between_each_load_and_its_wait():
+    """The trip read cyclically: the fast path's 16-byte load and LDS-DMA load (the only loads of
+    one_trip) pass the `vmcnt(2)` after them (two loads in flight: neither covered) and are covered by the
+    header's `vmcnt(0)` on the next trip, after the two MFMAs of .LBB0_1: the loads overlap the MFMAs.
+    With `vmcnt(0)` in their place they are waited for before any MFMA."""
+    trip = isa.analyze(TOY, "gfx942")["loops"][0]["one_trip"]
+    assert trip["load_waits"] == {"loads": 2, "mfma_before_wait": [2, 2], "min_mfma_before_wait": 2,
+                                  "overlaps_mfma": True}
+    serial = isa.analyze(TOY.replace("vmcnt(2)", "vmcnt(0)"), "gfx942")["loops"][0]["one_trip"]
+    assert serial["load_waits"] == {"loads": 2, "mfma_before_wait": [0, 0], "min_mfma_before_wait": 0,
+                                    "overlaps_mfma": False}
+    # vmcnt(1) covers the older load only; a flat load is also covered by lgkmcnt(0)
+    one = isa.analyze(TOY.replace("vmcnt(2)", "vmcnt(1)"), "gfx942")["loops"][0]["one_trip"]
+    assert one["load_waits"]["mfma_before_wait"] == [0, 2]
+    flat = isa.load_waits([isa.Instr(0, "flat_load_dwordx4", "v[0:3], v[4:5]"),
+                           isa.Instr(1, "v_mfma_f32_16x16x16_bf16", ""),
+                           isa.Instr(2, "s_waitcnt", "lgkmcnt(0)")])
+    assert flat["mfma_before_wait"] == [1] and flat["overlaps_mfma"]
+    assert isa.waits_for(isa.Instr(0, "s_waitcnt", "0")) == {"vmcnt": 0, "lgkmcnt": 0, "expcnt": 0}
 
 
 def test_nested_loops_depth_parent_and_main_loop():
@@ -261,12 +284,19 @@ def test_gemm_main_loop_meets_the_issue_bounds(arch, capsys):
     """Issue 10's acceptance for gemm, on the configuration `hk analyze` compiles (the one the backend
     launches: 256x256 blocks of 8 waves in a wave grid, ping-pong, column-major B, load cursors): VALU time
     <= 0.25 and LDS time <= 0.6 of the MFMA time in the steady-state loop (2026-12-02: 0.21 / 0.56 on gfx942,
-    0.20 / 0.28 on gfx950), 2 or more waves per SIMD, the ping-pong's s_setprio, nothing spilled."""
+    0.20 / 0.28 on gfx950), 2 or more waves per SIMD, the ping-pong's s_setprio, nothing spilled; and the
+    prefetch overlaps the MFMAs (2026-12-03, waits by count): every global load of the trip -- gfx942's
+    register-staged global_load_dwordx4, gfx950's LDS-DMA and its column-major B's register load -- has the
+    step's 32 MFMAs issued between it and the first s_waitcnt that covers it (none waits vmcnt(0) first)."""
     assert main(["analyze", "gemm", "--backend", "hip", "--target", arch, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     main_loop = next(lp for lp in r["loops"] if lp["main"])["one_trip"]
     trip = main_loop["clocks"]
     assert trip["bound"] >= 0.99 and trip["valu_to_mfma"] <= 0.25 and trip["lds_to_mfma"] <= 0.6, trip
     assert main_loop["counts"]["setprio"] >= 2
+    waits = main_loop["load_waits"]
+    assert waits["loads"] >= 2 and waits["overlaps_mfma"], waits
+    assert waits["min_mfma_before_wait"] == main_loop["mfma_count"] == 32, waits
+    assert r["resources"]["vgpr_spill"] == 0 and r["resources"]["scratch_bytes"] == 0
     assert r["occupancy"]["waves_per_simd"] >= 2
     assert r["resources"]["vgpr_spill"] == 0 and r["resources"]["scratch_bytes"] == 0

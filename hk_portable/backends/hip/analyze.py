@@ -14,13 +14,16 @@ this module
     s_waitcnt and how many wait for vmcnt(0) / lgkmcnt(0), s_barrier, s_setprio, sched barriers) twice:
     `all_paths`, every instruction of the loop once, and `one_trip`, the blocks of one steady-state
     iteration (see one_trip);
+  * for the trip, counts the MFMAs between each global load and the s_waitcnt that covers it
+    (`load_waits`: does the prefetch overlap the matrix cores?);
   * reports resource use (from the metadata compiler.py parses) and waves per SIMD;
   * computes the issue-rate bound: MFMA clocks / max(MFMA clocks, VALU clocks, LDS clocks), the
     fraction of MFMA peak the loop could reach if nothing but instruction issue limited it.
 
 Assumptions (the figures are a static model, not a measurement -- no AMD hardware measured them):
   * `all_paths` counts edge-tile code a full tile skips, so it bounds one iteration's issue from above;
-    `one_trip` is chosen by a rule (every MFMA, the most 16-byte loads, the least other work), not by
+    `one_trip` is chosen by a rule (every MFMA, the most 16-byte loads, no narrower ones, the most LDS
+    writes outside EXEC-masked code, the least other work), not by
     knowing which branches the data takes;
   * clocks are per wave per iteration on one SIMD. MFMA and VALU of one SIMD are separate pipes
     (they may overlap), so the slowest pipe bounds the loop. The LDS serves the CU's 4 SIMDs: a
@@ -236,18 +239,22 @@ def find_loops(blocks: list[Block], dom: list[set[int]]) -> list[Loop]:
 def one_trip(blocks: list[Block], loop: Loop, dom: list[set[int]], weight) -> list[int]:
     """The blocks of one steady-state trip around the loop: of the paths from the header to a latch
     (back edges cut), the one with the most MFMA clocks, then the most 16-byte global loads, then the
-    fewest other clocks. A prefetching loop loads on every trip but the last, and a tile wholly inside
-    its tensor takes the backend's fast path of 16-byte loads (global_load_dwordx4 or LDS-DMA) without
-    per-element predicates, so the partial-tile paths are left out. weight(block) -> (mfma clocks,
-    16-byte loads, other clocks)."""
+    most bytes written to LDS, then the fewest other clocks. A prefetching loop loads on every trip but
+    the last, and a tile wholly inside its tensor takes the backend's fast path of 16-byte loads
+    (global_load_dwordx4 or LDS-DMA) without per-element predicates, so the partial-tile paths are left
+    out; a load split around the compute step writes its registers to LDS on the same trips as it loads
+    (the LDS writes break the tie with the path that skips them, taken on the last trips only; writes
+    under a narrowed EXEC mask, the partial tiles' fills, do not count: exec_masked).
+    weight(block) -> (mfma clocks, 16-byte loads, narrower global loads (the partial-tile paths: the
+    fewer the better), LDS bytes written, other clocks)."""
     def succs(x: int) -> list[int]:              # DAG edges: inside the loop, no back edge of any loop
         return [s for s in blocks[x].succs if s in loop.blocks and s not in dom[x]]
 
-    def key(b: Block) -> tuple[float, float, float]:
-        mfma, loads, other = weight(b)
-        return -mfma, -loads, other
-    best: dict[int, tuple[tuple[float, float, float], list[int]]] = {loop.header: (key(blocks[loop.header]),
-                                                                                  [loop.header])}
+    def key(b: Block) -> tuple[float, ...]:
+        mfma, loads, narrow, writes, other = weight(b)
+        return -mfma, -loads, narrow, -writes, other
+    best: dict[int, tuple[tuple[float, ...], list[int]]] = {loop.header: (key(blocks[loop.header]),
+                                                                         [loop.header])}
     for x in _topological(loop.header, succs):
         if x not in best:
             continue
@@ -259,6 +266,22 @@ def one_trip(blocks: list[Block], loop: Loop, dom: list[set[int]], weight) -> li
                 best[s] = cand
     ends = [best[x] for x in loop.latches if x in best]
     return min(ends)[1] if ends else sorted(loop.blocks)
+
+
+def exec_masked(blocks: list[Block]) -> set[int]:
+    """Blocks that run under a narrowed EXEC mask: LLVM lays out a divergent `if` as `s_and_saveexec`,
+    `s_cbranch_execz END`, the then-blocks, END -- the blocks between such a branch and its target. The
+    partial-tile paths (per-lane predicates) live there; one_trip does not count their LDS writes as the
+    steady state's (a fill of the tile's edge is not the commit of a full tile)."""
+    index = {b.name: n for n, b in enumerate(blocks)}
+    out: set[int] = set()
+    for n, b in enumerate(blocks):
+        last = b.instrs[-1] if b.instrs else None
+        if last is not None and last.op == "s_cbranch_execz":
+            t = index.get(last.operands.split(",")[0].strip())
+            if t is not None and t > n:
+                out.update(range(n + 1, t))
+    return out
 
 
 def _topological(start: int, succs) -> list[int]:
@@ -450,22 +473,81 @@ def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) 
         return {"blocks": len(ids), "instructions": sum(len(blocks[x].instrs) for x in ids),
                 "mfma_count": sum(c["mfma"].values()), **c, "clocks": clocks(c, arch)}
 
-    def weight(b: Block) -> tuple[float, int, float]:
+    masked = exec_masked(blocks)
+
+    def weight(b: Block) -> tuple[float, int, int, int, float]:
         c = count(b.instrs)
         k = clocks(c, arch)
-        wide = sum(1 for i in b.instrs if classify(i) in ("vmem_load", "vmem_lds_dma") and lane_bytes(i.op) >= 16)
-        return k["mfma"], wide, k["valu"] + k["lds"]
+        loads = [i for i in b.instrs if classify(i) in ("vmem_load", "vmem_lds_dma")]
+        wide = sum(1 for i in loads if lane_bytes(i.op) >= 16)
+        writes = 0 if blocks.index(b) in masked else c["lds_bytes"]["write"]
+        return k["mfma"], wide, len(loads) - wide, writes, k["valu"] + k["lds"]
     ids = sorted(lp.blocks)
+    trip = one_trip(blocks, lp, dom, weight)
     return {"header": blocks[lp.header].name, "depth": lp.depth,
             "parent": blocks[lp.parent].name if lp.parent is not None else None,
             "lines": [blocks[ids[0]].start, max(i.line for x in ids for i in blocks[x].instrs or [Instr(0, "", "")])],
-            "all_paths": tally(ids), "one_trip": tally(one_trip(blocks, lp, dom, weight))}
+            "all_paths": tally(ids),
+            "one_trip": {**tally(trip), "load_waits": load_waits([i for x in trip for i in blocks[x].instrs])}}
+
+
+# ------------------------------------------------------------------------------ loads against MFMAs
+VMEM_CLASSES = ("vmem_load", "vmem_lds_dma", "vmem_store", "vmem_atomic")
+
+
+def waits_for(ins: Instr) -> dict[str, int]:
+    """The counters an s_waitcnt waits for and their limits ({"vmcnt": 2, "lgkmcnt": 0}); a counter it
+    does not name is not waited for. The plain immediate form (`s_waitcnt 0`) waits for everything."""
+    named = {counter: int(n) for counter, n in _WAIT.findall(ins.operands)}
+    if not named and ins.operands.strip() in ("0", "0x0"):
+        return {"vmcnt": 0, "lgkmcnt": 0, "expcnt": 0}
+    return named
+
+
+def load_waits(instrs: list[Instr]) -> dict:
+    """Does a loop's prefetch overlap its MFMAs? `instrs`: one steady-state trip in order (one_trip),
+    read cyclically (the loop comes back to its start). For each global load of the trip (register or
+    LDS-DMA destination), the MFMAs issued after it before the first s_waitcnt that covers it: a vmcnt(N)
+    with N below the vector memory instructions issued since (they complete in order), or for a flat load
+    also lgkmcnt(0). A load waited for before any MFMA (0) serialises memory latency with the matrix
+    cores; HipKittens-style loops issue a step's loads ahead and wait for them after a compute step.
+    Returns the loads, each one's MFMA count (None: no covering wait in a whole trip, i.e. waited for at
+    a later trip at the earliest), their minimum, and `overlaps_mfma` (every load has an MFMA before its
+    wait)."""
+    n = len(instrs)
+    per_load: list[int | None] = []
+    for k, ins in enumerate(instrs):
+        if classify(ins) not in ("vmem_load", "vmem_lds_dma"):
+            continue
+        flat = ins.op.startswith("flat_")
+        mfma, younger, covered = 0, 0, False
+        for step in range(1, n + 1):
+            nxt = instrs[(k + step) % n]
+            cls = classify(nxt)
+            if cls == "mfma":
+                mfma += 1
+            elif cls in VMEM_CLASSES:
+                younger += 1
+            elif cls == "waitcnt":
+                w = waits_for(nxt)
+                # at most vmcnt(N) in flight: the load, with `younger` issued after it, has landed if N <= younger
+                covered = ("vmcnt" in w and w["vmcnt"] <= younger) or (flat and w.get("lgkmcnt") == 0)
+                if covered:
+                    break
+        per_load.append(mfma if covered else None)
+    known = [m for m in per_load if m is not None]
+    least = min(known) if known else None
+    return {"loads": len(per_load), "mfma_before_wait": per_load, "min_mfma_before_wait": least,
+            "overlaps_mfma": bool(per_load) and all(m is None or m > 0 for m in per_load)}
 
 
 ASSUMPTIONS = [
     "all_paths: every instruction of the loop once, whatever branches skip (an upper bound on one iteration)",
-    "one_trip: the header-to-latch path with the most MFMA, then the most 16-byte global loads, then the least "
-    "other work: a steady-state iteration over full tiles (the fast path, no per-element predicates)",
+    "one_trip: the header-to-latch path with the most MFMA, then the most 16-byte global loads, the fewest "
+    "narrower ones, the most LDS bytes written outside EXEC-masked code, then the least other work: a "
+    "steady-state iteration over full tiles (the fast path, no per-element predicates)",
+    "load_waits: per global load of one_trip, the MFMAs issued before the s_waitcnt that covers it (read "
+    "cyclically; vmcnt in issue order); memory latency itself is not modelled",
     "clocks per wave per iteration on one SIMD; MFMA, VALU and LDS overlap; the slowest bounds",
     "LDS: a SIMD's share is a quarter of the CU's bytes/clock; dword-granular; LDS-DMA counts as LDS writes",
     "no dependency stalls, memory latency or SALU issue modelled; no AMD hardware measured these figures",

@@ -14,12 +14,14 @@ class Arch:
     lds_bytes: int                 # LDS one block may use
     mma_shapes: tuple[str, ...]
     fp8_mma: str                   # how an mma of OCP fp8 operands runs (docs/fp8.md): exact on every arch
+    fnuz_e4m3: bool = False        # e4m3 x e4m3 runs on FNUZ codes (halved values): codegen.fnuz_storage and
+                                   # codegen.quartered_carries move the mapping and the rescale out of the loop
 
 
 ARCHS = {a.name: a for a in (
     Arch("gfx942", 64 * 1024, ("16x16x16", "16x16x32 fp8"),            # CDNA3: MI300X / MI325X
          "FNUZ hardware: e4m3 x e4m3 mapped onto FNUZ codes (value halved, -0/NaN remapped, accumulator "
-         "rescaled by 4); any e5m2 widened to f16 (FNUZ has no infinity)"),
+         "rescaled by 4); any e5m2 widened to f16 (FNUZ has no infinity)", fnuz_e4m3=True),
     Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32", "16x16x32 fp8"),   # CDNA4: MI350X / MI355X
          "native OCP e4m3/e5m2 (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})"),
 )}

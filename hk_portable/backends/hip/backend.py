@@ -98,7 +98,10 @@ class HipBackend(Backend):
         ok, why = compiler.available()
         if ok:
             asm = compiler.compile_asm(k.source, target.arch, k.kernel_name, opts.device_flags())
-            resources.update(compiler.report(asm, k.kernel_name))
+            rep = compiler.report(asm, k.kernel_name)
+            if opts.prefetch == "auto" and any(s.get("prefetch") == "split" for s in plan.schedules):
+                plan, k, asm, rep = self._split_or_whole(program, target, opts, plan, k, asm, rep)
+            resources.update(rep)
             resources["compiler"] = compiler.version()
         else:
             resources["offline"] = why
@@ -109,6 +112,35 @@ class HipBackend(Backend):
                     "params": [(p.name, str(p.type)) for p in program.params]},
             resources=resources, options={**NUMERICS, **opts.to_json(), "hk": __version__},
             payload=program)
+
+    @staticmethod
+    def _split_or_whole(program, target, opts, plan, k, asm, rep):
+        """Split pipeline loads hold a step's tiles in registers across the compute step. When that build
+        spills or runs fewer waves per SIMD than the LDS allows, the whole-load build is compiled too and
+        the better of the two kept (fewer spilled bytes, then more waves; a tie keeps the split): the
+        choice and its reason go into the plan."""
+        def cost(a: str, r: dict) -> tuple[int, int, int]:
+            _, notes = isa.kernel_text(a, k.kernel_name)
+            occ = isa.occupancy(target.arch, isa.total_vgprs(r, notes), r.get("lds_bytes", 0),
+                                r.get("max_flat_workgroup_size") or plan.threads)
+            spilled = r.get("vgpr_spill", 0) + r.get("scratch_bytes", 0)
+            return spilled, occ["waves_per_simd"], occ["waves_per_simd_by_lds"]
+        spill, waves, by_lds = cost(asm, rep)
+        if not spill and waves >= by_lds:
+            return plan, k, asm, rep
+        whole = codegen.unsplit(plan, "")
+        k2 = codegen.emit(program, whole)
+        asm2 = compiler.compile_asm(k2.source, target.arch, k2.kernel_name, opts.device_flags())
+        rep2 = compiler.report(asm2, k2.kernel_name)
+        spill2, waves2, _ = cost(asm2, rep2)
+        split_build = f"split: {rep.get('vgpr')} VGPRs, {waves} waves/SIMD, {spill} bytes spilled"
+        whole_build = f"whole: {rep2.get('vgpr')} VGPRs, {waves2} waves/SIMD, {spill2} bytes spilled"
+        if (spill2, -waves2) < (spill, -waves):
+            return codegen.unsplit(plan, f"registers: {split_build}; {whole_build}"), k2, asm2, rep2
+        for s in plan.schedules:
+            if s.get("prefetch") == "split":
+                s["prefetch_why"] += f" (whole build no better: {split_build}; {whole_build})"
+        return plan, k, asm, rep
 
     def restore(self, artifact: Artifact, program: Program) -> Artifact:
         artifact.payload = program            # the Program (its params) drives argument packing

@@ -10,7 +10,13 @@ Decisions made here, per program and target (a `Plan`, recorded in the Artifact)
     that are not the wave's own rows), sized with the library's own formulas;
   * layouts (codegen/layouts.py, with this library's strips, wave-grid accumulators and column-major
     shared tiles) and, per pipeline load that walks one index by the step, a cursor that computes its
-    addresses once before the loop (`cursor_loads`).
+    addresses once before the loop (`cursor_loads`);
+  * per pipeline, whether its step's loads are split around the compute step (`split_prefetch`): the
+    global reads of tile i+AHEAD issued before compute(i), their LDS writes (or LDS-DMA waits) after it,
+    so the loads are in flight while the MFMAs run; recorded as the schedule's "prefetch";
+  * gfx942's fp8 (e4m3 x e4m3 on FNUZ hardware, docs/fp8.md): shared tiles stored as FNUZ codes, mapped
+    once on the way in (`fnuz_storage`), and k-loop accumulators kept in the quartered domain, rescaled
+    once after the loop (`quartered_carries`); recorded in `Plan.fp8`.
 """
 from __future__ import annotations
 
@@ -23,8 +29,11 @@ from ...codegen.layouts import Strip, assign_layouts, assign_shared_storage, str
 from ...codegen.resources import mma_scratch_bytes
 from ...interface import dtypes as D
 from ...interface.backend import Target
+from ...interface import opcodes
 from ...interface.errors import UnsupportedError
-from ...interface.ir import Op, Program, Region, TileType, Value
+from ...codegen.cstyle import BINARY_FN, CTYPE
+from ...codegen.layouts import ColMajor, WaveGrid
+from ...interface.ir import Op, Program, Region, SharedBufType, TileType, Value
 from .archs import ARCHS, LANES
 from .options import MAX_WAVES, HipOptions
 
@@ -100,6 +109,99 @@ def pipeline_schedule(op: Op, waves: int, requested: str, lay: dict | None = Non
     return "pingpong", "8 waves, >= 3 stages, wave-local compute"
 
 
+def split_prefetch(pipe: Op) -> tuple[bool, str]:
+    """(split, why): whether a pipeline's step loads run in two phases around its compute step (hk_hip
+    pipelines.h, `hk::split`): issue -- the global reads of tile i+AHEAD into registers (gfx942's
+    register staging) or as LDS-DMA loads (gfx950) -- before compute(i), and commit -- the staged registers
+    written to LDS; the LDS-DMA loads waited for by count -- after it. Every op of the load region must then
+    be a cursor load (which keeps its staged registers between the phases) or free of effects but global
+    reads (the region runs once per phase)."""
+    stages = pipe.attrs["stages"]
+    if stages < 2:
+        return False, "one stage: a step's tile must land before its compute step reads the only stage"
+    cursors = cursor_loads(pipe)
+    if not cursors:
+        return False, "no load walks one tensor index by the step (no load cursor)"
+    for o in pipe.regions[0].walk():
+        if o in cursors:
+            continue
+        fx = opcodes.TABLE[o.opcode].effects if o.opcode in opcodes.TABLE else None
+        if fx is None or fx.of_regions or fx.writes or "shared" in fx.reads:
+            return False, f"the load step also runs '{o.opcode}', which is not a cursor load"
+    return True, (f"{len(cursors)} cursor load(s): reads issued before the compute step, LDS writes and "
+                  "waits by count after it")
+
+
+def unsplit(plan: "Plan", why: str) -> "Plan":
+    """The plan with every pipeline's loads whole (the backend's fallback when splitting them costs
+    registers: backend.py, HipBackend.compile)."""
+    scheds = [{**s, "prefetch": "whole", "prefetch_why": why} if s.get("prefetch") == "split" else s
+              for s in plan.schedules]
+    return Plan(**{**asdict(plan), "schedules": scheds})
+
+
+# --------------------------------------------------------------------------------------------- fp8
+def _e4m3_pair(mma: Op) -> bool:
+    return all(v.type.dtype.name == "fp8e4m3" for v in mma.operands[:2])
+
+
+def fnuz_storage(program: Program, arch: str) -> dict[Value, str]:
+    """The shared buffers (and their stage views) stored as FNUZ codes on an arch whose e4m3 MFMA reads FNUZ
+    (gfx942): e4m3 buffers whose only uses are copies in from global memory and operands of e4m3 x e4m3 mma.
+    Each code is mapped once, between the global load and the LDS write (hk_hip: st<..., fnuz<L>>), instead
+    of in every fragment every wave reads. {value: why}."""
+    if not ARCHS[arch].fnuz_e4m3:
+        return {}
+    producers = {r: op for op in program.body.walk() for r in op.results}
+    stages: dict[Value, list[Value]] = {}
+    ok: dict[Value, bool] = {}
+    for op in program.body.walk():
+        if op.opcode == "shared_stage":
+            stages.setdefault(op.operands[0], []).append(op.result)
+        for i, v in enumerate(op.operands):
+            src = producers.get(v)
+            if src is None or src.opcode not in ("shared_stage", "alloc_shared"):
+                continue
+            buf = v if src.opcode == "alloc_shared" else src.operands[0]
+            if op.opcode == "shared_stage" and i == 0:
+                continue
+            fine = buf.type.dtype.name == "fp8e4m3" and (
+                (op.opcode == "global_to_shared" and i == 0) or (op.opcode == "mma" and i < 2 and _e4m3_pair(op)))
+            ok[buf] = ok.get(buf, True) and fine
+    out: dict[Value, str] = {}
+    for buf, good in ok.items():
+        if good:
+            why = "e4m3 tile read only by e4m3 x e4m3 mma: FNUZ codes mapped once on the way into LDS"
+            out[buf] = why
+            out.update({st: why for st in stages.get(buf, [])})
+    return out
+
+
+def quartered_carries(pipe: Op, arch: str) -> dict[int, Op]:
+    """The carries of a pipeline kept in the quartered accumulator domain of gfx942's e4m3 MFMA
+    (instructions.h: the hardware sums (a/2)(b/2) = ab/4): a carry that only feeds one top-level e4m3 x e4m3
+    mma of the compute step, whose result is only yielded back into the carry. Scaled by 1/4 once before
+    the loop and by 4 once after it (powers of two: exact but for f32 subnormals, as the per-mma scaling
+    was), not around every mma. {carry index: the mma}."""
+    if not ARCHS[arch].fnuz_e4m3:
+        return {}
+    creg = pipe.regions[1]
+    carries, yields = creg.args[2:], list(creg.yields)
+    uses: dict[Value, int] = {}
+    for o in creg.walk():
+        for v in o.operands:
+            uses[v] = uses.get(v, 0) + 1
+    for y in yields:
+        uses[y] = uses.get(y, 0) + 1
+    out = {}
+    for k, (arg, y) in enumerate(zip(carries, yields)):
+        m = next((o for o in creg.ops if o.opcode == "mma" and y in o.results), None)
+        if (m is not None and m.operands[2] is arg and _e4m3_pair(m) and uses.get(arg) == 1
+                and uses.get(y) == 1):
+            out[k] = m
+    return out
+
+
 @dataclass
 class Plan:
     """What the backend chose for one program on one target."""
@@ -111,6 +213,9 @@ class Plan:
     lds_bytes: int
     schedules: list[dict] = field(default_factory=list)   # one per pipeline op, in program order
     block_remap: bool = True
+    # gfx942 fp8: {"fnuz_shared": [{"buffer": id, "tile": type, "why": ...}],
+    #              "quartered": [{"pipeline": id, "carry": k, "why": ...}]}
+    fp8: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -128,13 +233,28 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
     for op in program.body.walk():
         if op.opcode == "pipeline":
             s, why = pipeline_schedule(op, waves, requested, lay)
+            split, split_why = split_prefetch(op)
+            if options.prefetch == "split" and not split:
+                raise UnsupportedError(f"prefetch 'split' cannot run this pipeline: {split_why}")
+            if options.prefetch == "whole" and split:
+                split, split_why = False, "requested"
             scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
-                           "schedule": s, "why": why})
+                           "schedule": s, "why": why, "prefetch": "split" if split else "whole",
+                           "prefetch_why": split_why})
     scratch = scratch_bytes(program, waves)
     arena = resources.arena_bytes(program)
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
     lds = resources.shared_bytes(arena, scratch)
-    return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds, options.block_remap)
+    fp8 = {}
+    if target.arch in ARCHS:
+        fnuz = [{"buffer": v.id, "tile": str(v.type), "why": why}
+                for v, why in fnuz_storage(program, target.arch).items() if isinstance(v.type, SharedBufType)]
+        quart = [{"pipeline": op.results[0].id if op.results else None, "carry": k,
+                  "why": "e4m3 x e4m3 accumulator chain: scaled by 1/4 before the loop and by 4 after it"}
+                 for op in program.body.walk() if op.opcode == "pipeline"
+                 for k in quartered_carries(op, target.arch)]
+        fp8 = {k: v for k, v in (("fnuz_shared", fnuz), ("quartered", quart)) if v}
+    return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds, options.block_remap, fp8)
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -167,8 +287,17 @@ class HipEmitter(CStyleEmitter):
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
         self._cursors: dict[int, tuple[str, Value]] = {}    # load op id -> (cursor name, step value)
+        self._split = False                                 # the pipeline being emitted splits its loads
         pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
         self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
+        self._prefetch = {id(op): s.get("prefetch") == "split" for op, s in zip(pipes, plan.schedules)}
+        # gfx942 fp8 (Plan.fp8): tiles stored as FNUZ, accumulator chains kept quartered
+        self._fnuz = set(fnuz_storage(program, plan.arch)) if plan.fp8.get("fnuz_shared") else set()
+        self._quartered = ({id(op): quartered_carries(op, plan.arch) for op in pipes}
+                           if plan.fp8.get("quartered") else {})
+        self._quartered_mmas = {id(m) for q in self._quartered.values() for m in q.values()}
+        self._fused_loads = fused_grid_loads(program)      # binary op id -> (load op, loaded side)
+        self._skipped = {id(ld) for ld, _ in self._fused_loads.values()}
 
     def num_threads(self, program: Program) -> int:
         return self.plan.threads
@@ -183,16 +312,75 @@ class HipEmitter(CStyleEmitter):
     # ---- pipeline load cursors (hk_hip/global_shared.h: make_cursor / load(dst, cursor, i, ...))
     def op_pipeline(self, op: Op) -> None:
         self._cursors = {}
+        self._split = self._prefetch.get(id(op), False)
+        self._split_tiles: list[str] = []
         for k, (g2s, (dim, ix0, step)) in enumerate(cursor_loads(op).items()):
             st, gl = g2s.operands[:2]
             name = f"hk_cur{self.pipeline_uid(op)}_{k}"
             start = ", ".join("0" if v is None else str(v) if isinstance(v, int) else self.name(v) for v in ix0)
-            self.line(f"const auto {name} = hk::make_cursor<{self.ctype(st.type, st)}, {dim}>({self.name(gl)}, {start});")
+            tile = self.ctype(st.type, st)
+            # not const: a split pipeline's cursor holds the staged registers between issue and commit
+            self.line(f"auto {name} = hk::make_cursor<{tile}, {dim}>({self.name(gl)}, {start});")
             self._cursors[id(g2s)] = (name, step)
+            self._split_tiles.append(tile)
         try:
-            super().op_pipeline(op)
+            self._pipeline_body(op)
         finally:
             self._cursors = {}
+            self._split = False
+
+    def ctype(self, t, v: Value | None = None) -> str:
+        if v is None or v not in self._fnuz:
+            return super().ctype(t, v)
+        base = self.layouts.get(v)
+        tag = f"hk::fnuz<{base.template_arg() if isinstance(base, ColMajor) else 'hk::rowmajor'}>"
+        dt, (r, c) = CTYPE[t.dtype.name], t.shape
+        if isinstance(t, SharedBufType):
+            return f"hk::sbuf<{dt}, {r}, {c}, {t.stages}, {tag}>"
+        return f"hk::st<{dt}, {r}, {c}, {tag}>"
+
+    def op_global_to_register(self, op: Op) -> None:
+        if id(op) in self._skipped and isinstance(self.layouts.get(op.result), WaveGrid):
+            return                               # loaded inside its one elementwise use (op_binary)
+        super().op_global_to_register(op)
+
+    def op_binary(self, op: Op) -> None:
+        fused = self._fused_loads.get(id(op))
+        if fused is None or not isinstance(self.layouts.get(fused[0].result), WaveGrid):
+            return super().op_binary(op)
+        ld, side = fused
+        gl, *idx = ld.operands
+        x = op.operands[1 - side]
+        fill = self.literal(ld.attrs["fill"], D.f32)
+        self._result(op, f"hk::load_binary<{BINARY_FN[op.attrs['op']]}, {'true' if side == 0 else 'false'}>"
+                         f"({{dst}}, {self.name(x)}, {self.name(gl)}, {fill}, {self.args(idx)});")
+
+    def op_mma(self, op: Op) -> None:
+        if id(op) not in self._quartered_mmas:
+            return super().op_mma(op)
+        a, b, c = op.operands
+        self._result(op, f"hk::mma<{self.mma_template_args(op)}, true>({{dst}}, {self.name(a)}, {self.name(b)}, "
+                         f"{self.name(c)});")
+
+    def _pipeline_body(self, op: Op) -> None:
+        """cstyle's op_pipeline, with the quartered carries entering their domain before the loop and
+        leaving it after."""
+        n, *inits = op.operands
+        lreg, creg = op.regions
+        carry = self._carry_vars(op, inits)
+        quartered = self._quartered.get(id(op), {})
+        pair = {k: ", ".join(CTYPE[v.type.dtype.name] for v in m.operands[:2]) for k, m in quartered.items()}
+        for k in quartered:
+            self.line(f"hk::acc_enter<{pair[k]}>({carry[k]});")
+        uid = self.pipeline_uid(op)
+        self.load_lambda(f"hk_load{uid}", lreg)
+        self.compute_lambda(f"hk_compute{uid}", creg, carry)
+        self.line(f"hk::pipeline<{self.pipeline_template_args(op)}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
+        for k in quartered:
+            self.line(f"hk::acc_leave<{pair[k]}>({carry[k]});")
+
+    def load_lambda(self, name: str, lreg: Region, extra_params: str = "") -> None:
+        super().load_lambda(name, lreg, extra_params + (", auto hk_phase" if self._split else ""))
 
     def op_global_to_shared(self, op: Op) -> None:
         if id(op) not in self._cursors:
@@ -200,11 +388,14 @@ class HipEmitter(CStyleEmitter):
         name, step = self._cursors[id(op)]
         st, gl, *idx = op.operands
         fill = self.literal(op.attrs["fill"], D.f32)
-        self.line(f"hk::load({self.name(st)}, {name}, {self.name(step)}, {self.name(gl)}, {fill}, {self.args(idx)});")
+        phase = "hk_phase" if self._split else "hk::phase::all{}"
+        self.line(f"hk::load_step({phase}, {self.name(st)}, {name}, {self.name(step)}, {self.name(gl)}, {fill}, "
+                  f"{self.args(idx)});")
 
     def pipeline_template_args(self, op: Op) -> str:
         sched = self._schedule[id(op)]
-        return f"{op.attrs['stages']}, hk::sched::{sched}"
+        loads = f"hk::split<{', '.join(self._split_tiles)}>" if self._split else "hk::whole"
+        return f"{op.attrs['stages']}, hk::sched::{sched}, {loads}"
 
     def prelude(self, program: Program, num_threads: int, shared_bytes: int) -> str:
         p = self.plan
@@ -255,6 +446,34 @@ def cursor_loads(pipe: Op) -> dict[Op, tuple[int, list, Value]]:
         if len(walked) == 1:
             out[o] = (walked[0], start, step)
     return out
+
+
+def fused_grid_loads(program: Program) -> dict[int, tuple[Op, int]]:
+    """Register loads that the emitter folds into their one use, an elementwise binary op right after them
+    in the same region (nothing in between): hk_hip's load_binary loads and combines element by element
+    inside the load's mode branches (used for wave-grid tiles, where a second whole tile next to the
+    accumulator spills: gemm_fp8's scale tiles). {id(binary op): (the load, the operand it was)}."""
+    uses: dict[Value, int] = {}
+    for o in program.body.walk():
+        for v in o.operands:
+            uses[v] = uses.get(v, 0) + 1
+        for r in o.regions:
+            for y in r.yields:
+                uses[y] = uses.get(y, 0) + 1
+    out = {}
+    for o in program.body.walk():
+        for reg in o.regions:
+            _fuse_in(reg.ops, uses, out)
+    _fuse_in(program.body.ops, uses, out)
+    return out
+
+
+def _fuse_in(ops, uses, out) -> None:
+    for ld, nxt in zip(ops, ops[1:]):
+        if (ld.opcode == "global_to_register" and nxt.opcode == "binary" and uses.get(ld.result) == 1
+                and ld.result in nxt.operands and nxt.operands[0] is not nxt.operands[1]
+                and ld.result.type == nxt.operands[1 - nxt.operands.index(ld.result)].type):
+            out[id(nxt)] = (ld, nxt.operands.index(ld.result))
 
 
 def emit(program: Program, plan: Plan) -> EmittedKernel:

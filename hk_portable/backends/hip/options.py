@@ -1,5 +1,5 @@
 """The hip backend's compile options (frozen, validated, hashable): the plan overrides codegen accepts
-(waves per block, pipeline schedule, block remap) and the FMA contraction every compile of the source
+(waves per block, pipeline schedule, pipeline prefetch, block remap) and the FMA contraction every compile of the source
 (offline clang, hiprtc, the emulator) uses. The defaults are the numerics policy: no contraction."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ...codegen.options import BackendOptions, OptionError
 
 MAX_WAVES = 16
 SCHEDULES = ("auto", "double_buffer", "pingpong")
+PREFETCH = ("auto", "split", "whole")
 FP_CONTRACT = ("off", "on", "fast")
 
 
@@ -18,6 +19,7 @@ class HipOptions(BackendOptions):
     backend: ClassVar[str] = "hip"
     waves: int | None = None           # waves per block; None: the kernel's num_warps hint
     schedule: str = "auto"             # pipeline schedule: auto | double_buffer | pingpong
+    prefetch: str = "auto"             # pipeline loads split around the compute step: auto | split | whole
     block_remap: bool = True           # XCD-aware block order (hk::detail::xcd_remap)
     fp_contract: str = "off"           # clang -ffp-contract
 
@@ -28,6 +30,7 @@ class HipOptions(BackendOptions):
                               f"1 to {MAX_WAVES} waves")
         if self.schedule not in SCHEDULES:
             raise OptionError(f"hip backend: unknown pipeline schedule {self.schedule!r}; expected one of {SCHEDULES}")
+        self._expect_choice("prefetch", PREFETCH)
         self._expect_bool("block_remap")
         self._expect_choice("fp_contract", FP_CONTRACT)
 

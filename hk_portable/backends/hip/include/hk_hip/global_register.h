@@ -26,9 +26,11 @@ HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g0, float fill, I... idx) 
   });
 }
 
-// wave-grid tiles (whole 16x16 blocks): each wave reads its own blocks, as the grid's store writes them
-template<class T, int R, int C, int WM, int WN, class U, int RANK, class... I>
-HK_DEV void load(rt<T, R, C, grid<WM, WN>>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+// wave-grid tiles (whole 16x16 blocks): each wave reads its own blocks, as the grid's store writes them;
+// put(e, v) stores element e's value v
+namespace detail {
+template<class T, int R, int C, int WM, int WN, class U, int RANK, class Put, class... I>
+HK_DEV void load_grid(const gl<U, RANK>& g0, float fill, Put put, I... idx) {
   using D = rt<T, R, C, grid<WM, WN>>;
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};
@@ -42,9 +44,25 @@ HK_DEV void load(rt<T, R, C, grid<WM, WN>>& dst, const gl<U, RANK>& g0, float fi
       for (int j = 0; j < D::CBW; ++j)
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-          dst.data[(i * D::CBW + j) * 4 + k] = detail::read_mode(
-              mode, g.ptr, sp, r0 + 16 * i + detail::row_in_blk(k, ln), c0 + 16 * j + detail::col_in_blk(ln), f);
+          put((i * D::CBW + j) * 4 + k, detail::read_mode(mode, g.ptr, sp, r0 + 16 * i + detail::row_in_blk(k, ln),
+                                                          c0 + 16 * j + detail::col_in_blk(ln), f));
   });
+}
+}  // namespace detail
+template<class T, int R, int C, int WM, int WN, class U, int RANK, class... I>
+HK_DEV void load(rt<T, R, C, grid<WM, WN>>& dst, const gl<U, RANK>& g0, float fill, I... idx) {
+  detail::load_grid<T, R, C, WM, WN>(g0, fill, [&](int e, T v) { dst.data[e] = v; }, idx...);
+}
+// dst = F(x, loaded tile) (F(loaded tile, x) when LEFT), the load and the op fused per element (codegen.py,
+// HipEmitter: a loaded grid tile whose one use is an elementwise op): inside each mode branch of the load,
+// so the branches merge the results, not a second whole tile of loaded values (which, next to a 128-register
+// accumulator, spills)
+template<class F, bool LEFT, class D, class T, int R, int C, int WM, int WN, class U, int RANK, class... I>
+HK_DEV void load_binary(D& dst, const rt<T, R, C, grid<WM, WN>>& x, const gl<U, RANK>& g0, float fill, I... idx) {
+  detail::load_grid<T, R, C, WM, WN>(g0, fill, [&](int e, T v) {
+    dst.data[e] = detail::put(uncalc<typename D::dtype>(LEFT ? F::apply(calc(v), calc(x.data[e]))
+                                                             : F::apply(calc(x.data[e]), calc(v))));
+  }, idx...);
 }
 
 // strip tiles: a lane reads whole 8-element chunks; a whole, unit-stride, 16-byte aligned tile reads each

@@ -32,6 +32,14 @@ template<class T, int R, int C, class L = rowmajor> constexpr bool chunked() {
   using S = st<T, R, C, L>;
   return C % (16 / (int)sizeof(T)) == 0 && (S::COL || S::ROWB % 16 == 0);
 }
+// A chunk of e4m3 codes as a tile stored as FNUZ keeps them (shared_tiles.h, fnuz<L>); other tiles: as it is.
+template<class S> HK_DEV u32x4 fnuz_chunk(u32x4 v) {
+  if constexpr (S::FNUZ) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = fnuz_of_e4m3<unsigned>(v[k]);
+  }
+  return v;
+}
 // The 16-byte chunk of row r, columns c .. c+E-1 into LDS: one vector store in a row-major tile, its E
 // elements down the stored columns of a column-major one (ds_write_b16 and its d16_hi form).
 template<class S> HK_DEV void store_chunk(S dst, int r, int c, u32x4 v) {
@@ -39,9 +47,9 @@ template<class S> HK_DEV void store_chunk(S dst, int r, int c, u32x4 v) {
   if constexpr (S::COL) {
     const auto t = __builtin_bit_cast(chunk16<T>, v);
 #pragma unroll
-    for (int e = 0; e < 16 / (int)sizeof(T); ++e) dst.set(r, c + e, t.e[e]);
+    for (int e = 0; e < 16 / (int)sizeof(T); ++e) dst.set(r, c + e, t.e[e]);   // (maps FNUZ storage itself)
   } else {
-    HK_LDS_STORE(u32x4, dst.p + S::offset(r, c), v);
+    HK_LDS_STORE(u32x4, dst.p + S::offset(r, c), fnuz_chunk<S>(v));
   }
 }
 }  // namespace detail
@@ -103,7 +111,7 @@ HK_DEV void load(st<T, R, C, L> dst, const gl<T, RANK>& g0, float fill, I... idx
   if constexpr (detail::chunked<T, R, C, L>()) {
     if (detail::vec_ok(g.ptr, sp)) {
 #if HK_GFX950
-      if constexpr (!st<T, R, C, L>::COL && st<T, R, C, L>::BYTES % 1024 == 0) {
+      if constexpr (!st<T, R, C, L>::COL && !st<T, R, C, L>::FNUZ && st<T, R, C, L>::BYTES % 1024 == 0) {
         detail::load_direct(dst, g.ptr, sp);
         return;
       }
@@ -119,10 +127,22 @@ HK_DEV void load(st<T, R, C, L> dst, const gl<T, RANK>& g0, float fill, I... idx
 
 // ============================================================================ pipeline load cursors
 // A pipeline's load of one tile per step, walking one index: step i reads the tile at ix0 with index D
-// advanced by i (the emitter finds such loads: codegen.py, _cursor_loads). What does not change with i
+// advanced by i (the emitter finds such loads: codegen.py, cursor_loads). What does not change with i
 // is computed once before the loop: the steps whose tile is whole and vector-aligned, the element
 // offset of step 0 and of one step, and each lane's global and LDS offsets. A whole step then costs a
 // scalar multiply-add and one address add per chunk; any other step takes the general load.
+//
+// A step's load runs in one piece (phase::all) or in two (codegen.py, split_prefetch; pipelines.h):
+// phase::issue starts the global reads -- into the cursor's registers (register staging), or as LDS-DMA
+// loads on gfx950 -- and phase::commit, after the pipeline's compute step, writes the registers to LDS.
+// Between them the loads are in flight while the MFMAs run; the waits are the compiler's (a vmcnt by count
+// before each ds_write of a loaded register) and the pipeline's (vmcnt by count for LDS-DMA).
+namespace phase {
+struct all {};
+struct issue {};
+struct commit {};
+}  // namespace phase
+
 namespace detail {
 template<class S> struct chunk_plan {
   using T = typename S::dtype;
@@ -130,12 +150,35 @@ template<class S> struct chunk_plan {
   static constexpr int IT = (NCH + NT - 1) / NT;
   static constexpr int LW = S::COL ? E : 1;            // LDS offsets per chunk: one vector, or E scattered
 #if HK_GFX950
-  static constexpr bool DMA = !S::COL && S::BYTES % 1024 == 0;   // direct-to-LDS (load_direct)
+  static constexpr bool DMA = !S::COL && !S::FNUZ && S::BYTES % 1024 == 0;   // direct-to-LDS (load_direct)
 #else
   static constexpr bool DMA = false;
 #endif
   static constexpr int WAVE_CHUNKS = S::BYTES / 1024, DJ = DMA ? (WAVE_CHUNKS + NW - 1) / NW : 1;
+  // LDS-DMA instructions every wave issues for a whole step (the fewest, when the waves' shares differ):
+  // what a pipeline's wait by count may leave in flight per younger step
+  static constexpr int DMA_MIN = DMA ? WAVE_CHUNKS / NW : 0;
 };
+
+#if HK_GFX950
+// One lane's 16 bytes from global memory into LDS at lds + 16*lane (global_load_lds_dwordx4; lds
+// wave-uniform, the M0 register). On the device this is inline assembly, hidden from the compiler on
+// purpose: for the builtin, LLVM waits vmcnt(0) before every later LDS access and at every workgroup
+// fence while such a load is in flight (it cannot tell which LDS bytes the load writes), so no load
+// would overlap the MFMAs' fragment reads. The pipelines wait for these loads themselves, by count
+// (pipelines.h); the emulator runs the builtin, which tracks them and reports a read before the wait.
+HK_DEV void dma16(const void* src, unsigned char* lds) {
+#if defined(HK_EMULATOR)
+  __builtin_amdgcn_global_load_lds((__attribute__((address_space(1))) void*)src,
+                                   (__attribute__((address_space(3))) void*)lds, 16, 0, 0);
+#else
+  const unsigned m0 = (unsigned)(unsigned long long)(__attribute__((address_space(3))) void*)lds;
+  // s_nop: one wait state between the write of M0 and the LDS-DMA that reads it (the hazard recognizer
+  // does not look inside inline assembly)
+  asm volatile("s_nop 0\n\tglobal_load_lds_dwordx4 %0, off" : : "v"(src), "{m0}"(m0) : "memory");
+#endif
+}
+#endif
 }  // namespace detail
 
 template<class S, class T, int RANK> struct cursor {
@@ -144,6 +187,7 @@ template<class S, class T, int RANK> struct cursor {
   int whole;                         // steps [0, whole) are whole, unit-stride and 16-byte aligned
   long long goff[P::DMA ? P::DJ : P::IT];
   int loff[P::DMA ? 1 : P::IT][P::LW];
+  u32x4 staged[P::DMA ? 1 : P::IT];  // register staging between phase::issue and phase::commit
 };
 
 template<class S, int D, class T, int RANK, class... I>
@@ -193,43 +237,61 @@ HK_DEV cursor<S, T, RANK> make_cursor(const gl<T, RANK>& g0, I... idx) {
   return c;
 }
 
-// Step i of a cursor's walk into dst (idx...: the same tile's indices, for the general path).
-template<class S, class T, int RANK, class... I>
-HK_DEV void load(S dst, const cursor<S, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
+// Step i of a cursor's walk into dst, or one phase of it (idx...: the same tile's indices, for the
+// general path). A step that is not whole loads element by element, all of it in phase::issue (or all),
+// where the unsplit schedule loaded it (so the commit of a whole step is the only LDS write after the
+// compute step), and then drains the wave's counters: on the device the compiler's wait for those loads
+// does so (they are the youngest), and saying it in the source lets the emulator see it too.
+template<class Ph, class S, class T, int RANK, class... I>
+HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
   using P = detail::chunk_plan<S>;
+  constexpr bool ISSUE = !same<Ph, phase::commit>::value, COMMIT = !same<Ph, phase::issue>::value;
   if (i >= c.whole) {                          // a partial (or unaligned) step: element by element
-    const auto gu = detail::uniform(g);
-    const int ix[RANK] = {detail::uni(idx)...};
-    detail::load_elements(dst, gu, detail::locate2(gu, ix, S::rows, S::cols), convert<T>(fill));
+    if constexpr (ISSUE) {
+      const auto gu = detail::uniform(g);
+      const int ix[RANK] = {detail::uni(idx)...};
+      detail::load_elements(dst, gu, detail::locate2(gu, ix, S::rows, S::cols), convert<T>(fill));
+      async_wait_all();
+    }
     return;
   }
   const T* p = (const T*)(unsigned long long)detail::sgpr64((long long)(unsigned long long)g.ptr) + c.base0 +
                (long long)i * c.step;
 #if HK_GFX950
   if constexpr (P::DMA) {
-    const int w = detail::wave();
+    if constexpr (ISSUE) {
+      const int w = detail::wave();
 #pragma unroll
-    for (int j = 0; j < P::DJ; ++j) {
-      const int wc = w + j * NW;
-      if (P::WAVE_CHUNKS % NW != 0 && wc >= P::WAVE_CHUNKS) break;
-      __builtin_amdgcn_global_load_lds((__attribute__((address_space(1))) void*)(p + c.goff[j]),
-                                       (__attribute__((address_space(3))) void*)(dst.p + wc * 1024), 16, 0, 0);
+      for (int j = 0; j < P::DJ; ++j) {
+        const int wc = w + j * NW;
+        if (P::WAVE_CHUNKS % NW != 0 && wc >= P::WAVE_CHUNKS) break;
+        detail::dma16(p + c.goff[j], dst.p + wc * 1024);
+      }
     }
     return;
   }
 #endif
   if constexpr (!P::DMA) {
     const int t = detail::wave() * 64 + detail::lane();
+    if constexpr (ISSUE) {
 #pragma unroll
-    for (int it = 0; it < P::IT; ++it) {
-      if (P::NCH % NT != 0 && t + it * NT >= P::NCH) break;
-      const u32x4 v = detail::gload((const u32x4*)(p + c.goff[it]));
-      if constexpr (S::COL) {
-        const auto e8 = __builtin_bit_cast(detail::chunk16<T>, v);
+      for (int it = 0; it < P::IT; ++it) {
+        if (P::NCH % NT != 0 && t + it * NT >= P::NCH) break;
+        c.staged[it] = detail::gload_global((const u32x4*)(p + c.goff[it]));
+      }
+    }
+    if constexpr (COMMIT) {
 #pragma unroll
-        for (int e = 0; e < P::LW; ++e) HK_LDS_STORE(T, dst.p + c.loff[it][e], e8.e[e]);
-      } else {
-        HK_LDS_STORE(u32x4, dst.p + c.loff[it][0], v);
+      for (int it = 0; it < P::IT; ++it) {
+        if (P::NCH % NT != 0 && t + it * NT >= P::NCH) break;
+        const u32x4 v = detail::fnuz_chunk<S>(c.staged[it]);
+        if constexpr (S::COL) {
+          const auto e8 = __builtin_bit_cast(detail::chunk16<T>, v);
+#pragma unroll
+          for (int e = 0; e < P::LW; ++e) HK_LDS_STORE(T, dst.p + c.loff[it][e], e8.e[e]);
+        } else {
+          HK_LDS_STORE(u32x4, dst.p + c.loff[it][0], v);
+        }
       }
     }
   }

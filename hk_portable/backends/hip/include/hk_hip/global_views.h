@@ -74,6 +74,16 @@ template<class T> HK_DEV bool vec_ok(const T* ptr, const span& sp) {
 HK_DEV int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 template<class T> HK_DEV T gload(const T* p) { return *p; }
+// A load the compiler knows reads global memory (global_load_*, not flat_load_*): a flat load counts on
+// lgkmcnt as well as vmcnt and may return out of order, so every wait for it is lgkmcnt(0) too; a global
+// load's wait is a vmcnt by count (the pipeline loads' register staging, global_shared.h).
+template<class T> HK_DEV T gload_global(const T* p) {
+#if defined(HK_EMULATOR)
+  return *p;
+#else
+  return *(const __attribute__((address_space(1))) T*)p;
+#endif
+}
 template<class T> HK_DEV void gstore(T* p, T v) { *p = v; }
 
 // All-ones when a < b, else 0 (|a|, |b| < 2^30). Integer arithmetic rather than a compare: a compare

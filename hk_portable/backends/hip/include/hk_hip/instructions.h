@@ -71,6 +71,13 @@ HK_DEV void sync() {
 }
 // loads into LDS complete when this thread's memory counters drain (direct-to-LDS loads are async)
 HK_DEV void async_wait_all() { __builtin_amdgcn_s_waitcnt(0); }
+// s_waitcnt vmcnt(N) alone: at most N of the wave's vector memory instructions stay in flight, the older
+// ones have landed (they complete in issue order on gfx9). gfx9 encoding: vmcnt bits 3:0 and 15:14,
+// expcnt 6:4 and lgkmcnt 11:8 at their maxima (no wait).
+template<int N> HK_DEV void wait_vmcnt() {
+  static_assert(0 <= N && N <= 63, "vmcnt counts 0..63");
+  __builtin_amdgcn_s_waitcnt((N & 15) | ((N >> 4) << 14) | (7 << 4) | (15 << 8));
+}
 
 // ============================================================================================== MFMA
 namespace detail {
@@ -123,11 +130,26 @@ template<> struct mfma_t<f16, 8> {             // v_mfma_f32_16x16x32_f16 (gfx95
 //   for A and B, so the sum is unchanged).
 typedef frag<8, unsigned char> frag8;
 template<class TA_, class TB_> struct mfma8;
+// OCP e4m3 codes -> the FNUZ codes of half their values, bytewise (SWAR over 32 or 64 bits): the magnitude
+// 0x7F (NaN) becomes 0x80, magnitude 0 (+0, -0) becomes 0x00, every other code is unchanged. Nine full-rate
+// VALU per dword (the selects are v_bfi_b32; a multiply by 0xFF would be a quarter-rate v_mul_lo_u32).
+template<class U> HK_DEV U fnuz_of_e4m3(U x) {
+  constexpr U LO7 = (U)0x7F7F7F7F7F7F7F7FULL, ONES = (U)0x0101010101010101ULL, HI = (U)0x8080808080808080ULL;
+  const U m = x & LO7;                     // no byte's sum below carries into the next
+  const U nan = (m + ONES) & HI;           // bit 7: magnitude 0x7F
+  const U nonzero = m + LO7;               // bit 7: magnitude not 0
+  const U special = (nonzero & nan) | (~nonzero & HI);      // bit 7: NaN, +0 or -0
+  const U low = special - (special >> 7);                   // 0x7F in those bytes
+  const U kept = ~low & x;                                  // their low bits cleared
+  return (special & nan) | (~special & kept);               // their bit 7: NaN's
+}
 #if HK_GFX950
 #define HK_MFMA8(TA_, TB_, NAME)                                                                          \
   template<> struct mfma8<TA_, TB_> {                                                                     \
     static constexpr float PRE = 1.0f, POST = 1.0f;                                                       \
+    template<bool AF = false, bool BF = false>                                                            \
     HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {                                    \
+      static_assert(!AF && !BF, "gfx950 reads OCP codes: no tile is stored as FNUZ");                    \
       return NAME(__builtin_bit_cast(long, a), __builtin_bit_cast(long, b), c, 0, 0, 0);                  \
     }                                                                                                     \
   };
@@ -137,20 +159,13 @@ HK_MFMA8(fp8e5m2, fp8e4m3, __builtin_amdgcn_mfma_f32_16x16x32_bf8_fp8)
 HK_MFMA8(fp8e5m2, fp8e5m2, __builtin_amdgcn_mfma_f32_16x16x32_bf8_bf8)
 #undef HK_MFMA8
 #else
-// eight OCP e4m3 codes -> the FNUZ codes of half their values (SWAR over the 64-bit fragment)
-HK_DEV unsigned long long fnuz_of_e4m3(unsigned long long x) {
-  constexpr unsigned long long LO7 = 0x7F7F7F7F7F7F7F7FULL, ONES = 0x0101010101010101ULL, HI = 0x8080808080808080ULL;
-  const unsigned long long m = x & LO7;
-  const unsigned long long nan = (m + ONES) & HI;          // magnitude 0x7F
-  const unsigned long long zero = ~(m + LO7) & HI;         // magnitude 0 (+0 and -0)
-  const unsigned long long clear = ((nan | zero) >> 7) * 0xFF;
-  return (x & ~clear) | nan;
-}
 template<> struct mfma8<fp8e4m3, fp8e4m3> {
   static constexpr float PRE = 0.25f, POST = 4.0f;         // (a/2)(b/2) = ab/4
-  HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {
-    return __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8((long)fnuz_of_e4m3(__builtin_bit_cast(unsigned long long, a)),
-                                                      (long)fnuz_of_e4m3(__builtin_bit_cast(unsigned long long, b)),
+  // AF / BF: the operand's fragments were read from a tile stored as FNUZ (shared_tiles.h, fnuz<L>):
+  // mapped once on the way into LDS, not here
+  template<bool AF = false, bool BF = false> HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {
+    const unsigned long long x = __builtin_bit_cast(unsigned long long, a), y = __builtin_bit_cast(unsigned long long, b);
+    return __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8((long)(AF ? x : fnuz_of_e4m3(x)), (long)(BF ? y : fnuz_of_e4m3(y)),
                                                       c, 0, 0, 0);
   }
 };
@@ -168,7 +183,8 @@ template<class T> HK_DEV frag<4> widen_f16(const frag8& x, int h) {
 }
 template<class TA_, class TB_> struct mfma8 {
   static constexpr float PRE = 1.0f, POST = 1.0f;
-  HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {
+  template<bool AF = false, bool BF = false> HK_DEV static f32x4 run(const frag8& a, const frag8& b, f32x4 c) {
+    static_assert(!AF && !BF, "a widened fp8 operand is read as OCP: no tile of an e5m2 mma is stored as FNUZ");
     c = mfma_t<f16, 4>::run(widen_f16<TA_>(a, 0), widen_f16<TB_>(b, 0), c);
     return mfma_t<f16, 4>::run(widen_f16<TA_>(a, 1), widen_f16<TB_>(b, 1), c);
   }

@@ -13,6 +13,7 @@ template<bool KC, int KV, class S> struct st_src {
   using E = raw_bits_t<T>;
   using F = frag<KV, E>;
   static constexpr int FRAG_BYTES = KV * (int)sizeof(E);
+  static constexpr bool FNUZ = S::FNUZ;      // the fragments are FNUZ codes (shared_tiles.h, fnuz<L>)
   S s;
   static constexpr int MM = KC ? S::rows : S::cols, KK = KC ? S::cols : S::rows;
   HK_DEV F get(int m0, int kbase) const {
@@ -38,6 +39,7 @@ template<bool KC, int KV, class S> struct st_src {
 // A (not transposed) straight from registers: the rt's rows are the output's rows, so each lane
 // gathers its fragment from the col layout with ds_bpermute (pairs of 16-bit values per word).
 template<int KV, class T, int M, int K> struct rt_a_src {
+  static constexpr bool FNUZ = false;
   const rt<T, M, K>& x;
   HK_DEV frag<KV> get_slot(int slot, int kbase) const {
     using X = rt<T, M, K>;
@@ -98,7 +100,7 @@ HK_DEV void mma_core(rt<float, M, N>& d, const ASrc& a, const BSrc& b, int K) {
       for (int cb = 0; cb < D::CB; ++cb) {
         float* acc = &d.data[(s * D::CB + cb) * 4];
         f32x4 c = {acc[0], acc[1], acc[2], acc[3]};
-        c = Op::run(af, bf[cb], c);
+        c = Op::template run<ASrc::FNUZ, BSrc::FNUZ>(af, bf[cb], c);
         acc[0] = c[0]; acc[1] = c[1]; acc[2] = c[2]; acc[3] = c[3];
       }
     }
@@ -107,6 +109,7 @@ HK_DEV void mma_core(rt<float, M, N>& d, const ASrc& a, const BSrc& b, int K) {
 
 // A from LDS: the fragment rows of slot s are its row block's
 template<class Src, int RB> struct a_rows {
+  static constexpr bool FNUZ = Src::FNUZ;
   Src src;
   HK_DEV auto get_slot(int s, int kbase) const { return src.get(16 * blk<RB>(s), kbase); }
 };
@@ -118,7 +121,9 @@ template<class T, int K> constexpr int kv_for() { return (HK_GFX950 && K % 32 ==
 template<class TA_, class TB_, int K, bool FP8 = is_fp8<TA_>::value> struct mfma_for {
   static constexpr int KV = kv_for<TA_, K>();
   static constexpr float PRE = 1.0f, POST = 1.0f;
-  HK_DEV static f32x4 run(const frag<KV>& a, const frag<KV>& b, f32x4 c) { return mfma_t<TA_, KV>::run(a, b, c); }
+  template<bool AF = false, bool BF = false> HK_DEV static f32x4 run(const frag<KV>& a, const frag<KV>& b, f32x4 c) {
+    return mfma_t<TA_, KV>::run(a, b, c);
+  }
 };
 template<class TA_, class TB_, int K> struct mfma_for<TA_, TB_, K, true> : mfma8<TA_, TB_> {
   static constexpr int KV = 8;
@@ -135,8 +140,22 @@ template<class Op, class D> HK_DEV void scale_acc(D& d, float f) {
 }
 }  // namespace detail
 
-// dst = acc + op(a) @ op(b) in f32; a, b: st or rt of bf16/f16 (op = transpose when TA / TB)
-template<bool TA, bool TB, class A, class B, int M, int N>
+// The accumulator's domain for an operand pair (Op::PRE, POST: gfx942's e4m3 MFMA sums a quarter of the
+// products, instructions.h). An mma scales its accumulator into the domain and back around the MFMAs; a
+// k-loop whose carry is such a chain (codegen.py, quartered_carries) enters it once before the loop
+// (acc_enter), runs its mma with Q = true (no scaling) and leaves it once after (acc_leave).
+template<class TA_, class TB_, class D> HK_DEV void acc_enter(D& d) {
+  using Op = detail::mfma_for<TA_, TB_, 32>;
+  detail::scale_acc<Op>(d, Op::PRE);
+}
+template<class TA_, class TB_, class D> HK_DEV void acc_leave(D& d) {
+  using Op = detail::mfma_for<TA_, TB_, 32>;
+  detail::scale_acc<Op>(d, Op::POST);
+}
+
+// dst = acc + op(a) @ op(b) in f32; a, b: st or rt of bf16/f16 (op = transpose when TA / TB). Q: acc and
+// dst are in the operand pair's accumulator domain (above).
+template<bool TA, bool TB, bool Q = false, class A, class B, int M, int N>
 HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M, N>& acc) {
   using T = typename A::dtype;
   static_assert(detail::mma_pair_ok<T, typename B::dtype>(),
@@ -151,7 +170,7 @@ HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M,
   constexpr bool A_STAGE = A_RT && (TA || is_fp8<T>::value), B_STAGE = B_RT;
   constexpr int A_BYTES = A_STAGE ? detail::align16(A::rows * A::cols * (int)sizeof(T)) : 0;
   dst = acc;
-  detail::scale_acc<Op>(dst, Op::PRE);
+  if constexpr (!Q) detail::scale_acc<Op>(dst, Op::PRE);
   if constexpr (A_STAGE || B_STAGE) {
     static_assert(A_BYTES + (B_STAGE ? B::rows * B::cols * (int)sizeof(T) : 0) <= HK_SCRATCH_BYTES,
                   "HK_SCRATCH_BYTES too small for the mma operands");
@@ -175,13 +194,13 @@ HK_DEV void mma(rt<float, M, N>& dst, const A& a, const B& b, const rt<float, M,
     const detail::a_rows<detail::st_src<!TA, KV, typename bare<decltype(a_st)>::type>, RB> asrc{{a_st}};
     detail::mma_core<Op>(dst, asrc, bsrc, K);
   }
-  detail::scale_acc<Op>(dst, Op::POST);
+  if constexpr (!Q) detail::scale_acc<Op>(dst, Op::POST);
   if constexpr (A_STAGE || B_STAGE) sync();   // the scratch is free again
 }
 
 // A wave-grid accumulator (layouts.py WaveGrid) with A and B in LDS: each wave reads the fragments of its
 // own row blocks of op(a) and column blocks of op(b) only, RBW + CBW reads for RBW * CBW MFMAs per step.
-template<bool TA, bool TB, class A, class B, int M, int N, int WM, int WN>
+template<bool TA, bool TB, bool Q = false, class A, class B, int M, int N, int WM, int WN>
 HK_DEV void mma(rt<float, M, N, grid<WM, WN>>& dst, const A& a, const B& b, const rt<float, M, N, grid<WM, WN>>& acc) {
   using D = rt<float, M, N, grid<WM, WN>>;
   using T = typename A::dtype;
@@ -195,7 +214,7 @@ HK_DEV void mma(rt<float, M, N, grid<WM, WN>>& dst, const A& a, const B& b, cons
   const detail::st_src<TB, KV, B> bsrc{b};
   const int r0 = D::row0(), c0 = D::col0();
   dst = acc;
-  detail::scale_acc<Op>(dst, Op::PRE);
+  if constexpr (!Q) detail::scale_acc<Op>(dst, Op::PRE);
   for (int kbase = 0; kbase < K; kbase += KS) {
     decltype(bsrc.get(0, 0)) bf[D::CBW];
 #pragma unroll
@@ -207,12 +226,12 @@ HK_DEV void mma(rt<float, M, N, grid<WM, WN>>& dst, const A& a, const B& b, cons
       for (int j = 0; j < D::CBW; ++j) {
         float* d = &dst.data[(i * D::CBW + j) * 4];
         f32x4 c = {d[0], d[1], d[2], d[3]};
-        c = Op::run(af, bf[j], c);
+        c = Op::template run<A::FNUZ, B::FNUZ>(af, bf[j], c);
         d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
       }
     }
   }
-  detail::scale_acc<Op>(dst, Op::POST);
+  if constexpr (!Q) detail::scale_acc<Op>(dst, Op::POST);
 }
 
 }  // namespace hk

@@ -11,7 +11,7 @@ template<class T, int R, int C, class L = rowmajor> struct st;
 template<class T, int R, int C> struct st<T, R, C, rowmajor> {
   using dtype = T;
   using layout = rowmajor;
-  static constexpr bool COL = false;
+  static constexpr bool COL = false, FNUZ = false;
   static constexpr int rows = R, cols = C, BYTES = R * C * (int)sizeof(T);
   static constexpr int ROWB = C * (int)sizeof(T), NCH = ROWB / 16;
   static constexpr bool SWZ = ROWB % 16 == 0 && NCH >= 2 && (NCH & (NCH - 1)) == 0;
@@ -30,13 +30,27 @@ template<class T, int R, int C> struct st<T, R, C, colmajor> {
   using dtype = T;
   using layout = colmajor;
   using STORED = st<T, C, R, rowmajor>;
-  static constexpr bool COL = true;
+  static constexpr bool COL = true, FNUZ = false;
   static constexpr int rows = R, cols = C, BYTES = R * C * (int)sizeof(T);
   static constexpr int ROWB = STORED::ROWB;   // bytes of one stored line (a column)
   unsigned char* p;
   HK_DEV static int offset(int r, int c) { return STORED::offset(c, r); }
   HK_DEV T get(int r, int c) const { return HK_LDS_LOAD(T, p + offset(r, c)); }
   HK_DEV void set(int r, int c, T v) const { HK_LDS_STORE(T, p + offset(r, c), v); }
+};
+// fnuz<L>: L's storage, the tile's OCP e4m3 codes kept as gfx942's FNUZ codes of half their values (codegen.py,
+// fnuz_storage: a tile whose only uses are copies in from global memory and e4m3 x e4m3 mma operands). Every
+// write maps its codes once (set, and the chunk stores of global_shared.h); the MFMA then reads the bytes as
+// they are (mma.h) instead of every wave mapping every fragment it reads. Nothing else reads such a tile.
+template<class L> struct fnuz {};
+template<class T, int R, int C, class L> struct st<T, R, C, fnuz<L>> : st<T, R, C, L> {
+  static_assert(same<T, fp8e4m3>::value, "FNUZ storage holds e4m3 tiles");
+  using layout = fnuz<L>;
+  static constexpr bool FNUZ = true;
+  HK_DEV void set(int r, int c, T v) const {
+    v.bits = detail::fnuz_of_e4m3<unsigned>(v.bits) & 0xFF;
+    st<T, R, C, L>::set(r, c, v);
+  }
 };
 template<class X> struct bare { using type = X; };
 template<class X> struct bare<const X> { using type = X; };
