@@ -8,9 +8,12 @@ Decisions made here, per program and target (a `Plan`, recorded in the Artifact)
     (the `schedule` option: "auto" | "double_buffer" | "pingpong" overrides);
   * scratch LDS for the library's exchanges between waves (column reductions, register mma operands
     that are not the wave's own rows), sized with the library's own formulas;
-  * layouts (codegen/layouts.py, with this library's strips, wave-grid accumulators and column-major
-    shared tiles) and, per pipeline load that walks one index by the step, a cursor that computes its
-    addresses once before the loop (`cursor_loads`).
+  * layouts (codegen/layouts.py, with this library's strips, wave-grid accumulators, transposed-fragment
+    accumulators and column-major shared tiles) and, per pipeline load that walks one index by the step, a
+    cursor that computes its addresses once before the loop (`cursor_loads`);
+  * operands held in registers: a shared tile read only as the A operand of transposed-fragment mmas inside
+    pipelines (attention's Q) is read into registers once, before the first of them (`preloads`), and its
+    LDS is then free for the buffers those pipelines fill (`arena`).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
-from ...codegen.layouts import Strip, assign_layouts, assign_shared_storage, strip_reduce_scratch
+from ...codegen.layouts import Strip, TFragment, assign_layouts, assign_shared_storage, strip_reduce_scratch
 from ...codegen.resources import mma_scratch_bytes
 from ...interface import dtypes as D
 from ...interface.backend import Target
@@ -45,7 +48,82 @@ def _blocks(n: int) -> int:
 def layouts(program: Program, waves: int) -> dict:
     """The layout pass's choice for this backend (its library implements strips over 64 lanes and
     column-major shared tiles): register values, then shared buffers and their stages."""
-    return {**assign_layouts(program, waves, strips=True, lanes=LANES, grids=True), **assign_shared_storage(program)}
+    return {**assign_layouts(program, waves, strips=True, lanes=LANES, grids=True, tfrags=True),
+            **assign_shared_storage(program)}
+
+
+# ------------------------------------------------------------------------------- operands in registers
+def _buffer_of(v: Value, producers: dict) -> Value | None:
+    p = producers.get(v)
+    if p is None:
+        return None
+    return v if p.opcode == "alloc_shared" else p.operands[0] if p.opcode == "shared_stage" else None
+
+
+def preloads(program: Program, lay: dict) -> dict[Value, Op]:
+    """{shared buffer: the first pipeline that reads it} for the buffers whose fragments are read into
+    registers once: one stage, written only by loads at the top level before that pipeline, read only as the
+    A operand (not transposed) of transposed-fragment mmas in the compute steps of top-level pipelines. The
+    library's `hk::preload` reads this wave's row blocks as MFMA fragments; every such mma takes them."""
+    top = program.body.ops
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    writes: dict[Value, list[int]] = {}
+    reads: dict[Value, list[int]] = {}
+    bad: set[Value] = set()
+    for i, t in enumerate(top):
+        compute = set(t.regions[1].walk()) if t.opcode == "pipeline" else set()
+        for o in [t, *(x for r in t.regions for x in r.walk())]:
+            for j, v in enumerate(o.operands):
+                b = _buffer_of(v, producers)
+                if b is None or (o.opcode == "shared_stage" and j == 0):
+                    continue
+                if o.opcode == "global_to_shared" and j == 0 and o is t:
+                    writes.setdefault(b, []).append(i)
+                elif (o.opcode == "mma" and j == 0 and o in compute and not o.attrs["trans_a"]
+                      and isinstance(lay.get(o.result), TFragment) and b.type.stages == 1):
+                    reads.setdefault(b, []).append(i)
+                else:
+                    bad.add(b)
+    return {b: top[min(r)] for b, r in reads.items()
+            if b not in bad and all(w < min(r) for w in writes.get(b, []))}
+
+
+def arena(program: Program, lay: dict, align: int = resources.SMEM_ALIGN) -> tuple[dict[Value, int], int]:
+    """({shared buffer: offset}, arena bytes). Program order, each buffer at an `align`-aligned offset, as
+    resources.arena_layout; except that a preloaded buffer (`preloads`) is dead once its fragments are in
+    registers, so buffers first touched at or after that point may take its bytes (the emitter puts a barrier
+    between the preload and the pipeline)."""
+    bufs = [op.result for op in program.shared_buffers()]
+    pre = preloads(program, lay)
+    if not pre:
+        offsets, total = resources.arena_layout((b.type for b in bufs), align)
+        return dict(zip(bufs, offsets)), total
+    top = program.body.ops
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    first: dict[Value, int] = {}
+    for i, t in enumerate(top):
+        for o in [t, *(x for r in t.regions for x in r.walk())]:
+            if o.opcode in ("alloc_shared", "shared_stage"):
+                continue
+            for v in o.operands:
+                b = _buffer_of(v, producers)
+                if b is not None:
+                    first.setdefault(b, i)
+    dead = {b: top.index(p) for b, p in pre.items()}
+    placed: list[tuple[Value, int, int]] = []          # (buffer, start, end)
+    out: dict[Value, int] = {}
+    for b in bufs:
+        size = b.type.nbytes
+        def clash(o: Value) -> bool:                   # may b and o not share bytes?
+            return not (o in dead and first.get(b, len(top)) >= dead[o]) and \
+                   not (b in dead and first.get(o, len(top)) >= dead[b])
+        off = 0
+        for o, lo, hi in sorted(placed, key=lambda x: x[1]):
+            if clash(o) and off < hi and lo < off + size:
+                off = resources.round_up(hi, align)
+        out[b] = off
+        placed.append((b, off, off + size))
+    return out, max((hi for _, _, hi in placed), default=0)
 
 
 def _op_scratch(op: Op, waves: int, lay: dict | None = None) -> int:
@@ -111,6 +189,8 @@ class Plan:
     lds_bytes: int
     schedules: list[dict] = field(default_factory=list)   # one per pipeline op, in program order
     block_remap: bool = True
+    registers: list[dict] = field(default_factory=list)   # shared operands held in registers (preloads)
+    tfrag: list[dict] = field(default_factory=list)       # mmas into transposed-fragment accumulators
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -131,10 +211,22 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
             scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
                            "schedule": s, "why": why})
     scratch = scratch_bytes(program, waves)
-    arena = resources.arena_bytes(program)
+    offsets, arena_total = arena(program, lay)
+    pre = preloads(program, lay)
+    registers = [{"buffer": b.id, "type": str(b.type), "before_pipeline": p.results[0].id if p.results else None,
+                  "why": "read only as the A operand of transposed-fragment mmas: fragments in registers, LDS reused"
+                         + (f" (arena {arena_total} B instead of {resources.arena_bytes(program)} B)"
+                            if arena_total < resources.arena_bytes(program) else "")}
+                 for b, p in pre.items()]
+    tfrag = [{"mma": op.result.id, "A": "registers, read in place" if op.operands[0].type.space == "rt" else
+              "preloaded registers" if _buffer_of(op.operands[0], {r: o for o in program.body.walk() for r in o.results})
+              in pre else "LDS",
+              "why": "transposed-fragment accumulator: operands swapped, the tile's rows lie along the lanes"}
+             for op in program.body.walk() if op.opcode == "mma" and isinstance(lay.get(op.result), TFragment)]
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
-    lds = resources.shared_bytes(arena, scratch)
-    return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds, options.block_remap)
+    lds = resources.shared_bytes(arena_total, scratch)
+    return Plan(target.arch, waves, waves * LANES, scratch, arena_total, lds, scheds, options.block_remap,
+                registers, tfrag)
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -163,12 +255,29 @@ class HipEmitter(CStyleEmitter):
     strip_layouts = True
     grid_layouts = True
     col_major_shared = True
+    tfrag_layouts = True
 
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
         self._cursors: dict[int, tuple[str, Value]] = {}    # load op id -> (cursor name, step value)
         pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
         self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
+        lay = layouts(program, plan.waves)
+        self._offsets = arena(program, lay)[0]
+        self._preloads = preloads(program, lay)               # buffer -> the pipeline it is preloaded before
+        self._producers = {r: o for o in program.body.walk() for r in o.results}
+
+    def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
+        offsets, total = arena(program, layouts(program, self.plan.waves), self.smem_align)
+        return [offsets[b] for b in buffers], total
+
+    def op_mma(self, op: Op) -> None:
+        b = _buffer_of(op.operands[0], self._producers)
+        if b is None or b not in self._preloads:
+            return super().op_mma(op)
+        _, bb, c = op.operands
+        self._result(op, f"hk::mma<{self.mma_template_args(op)}>({{dst}}, hk_pre{b.id}, {self.name(bb)}, "
+                         f"{self.name(c)});")
 
     def num_threads(self, program: Program) -> int:
         return self.plan.threads
@@ -182,6 +291,10 @@ class HipEmitter(CStyleEmitter):
 
     # ---- pipeline load cursors (hk_hip/global_shared.h: make_cursor / load(dst, cursor, i, ...))
     def op_pipeline(self, op: Op) -> None:
+        for b, p in self._preloads.items():
+            if p is op:          # fragments in registers; the barrier frees the buffer's LDS for this pipeline
+                self.line(f"const auto hk_pre{b.id} = hk::preload({self.name(b)}.stage(0));")
+                self.line("hk::sync();")
         self._cursors = {}
         for k, (g2s, (dim, ix0, step)) in enumerate(cursor_loads(op).items()):
             st, gl = g2s.operands[:2]
@@ -231,6 +344,10 @@ def cursor_loads(pipe: Op) -> dict[Op, tuple[int, list, Value]]:
     step = lreg.args[0]
     inner = {r for o in lreg.walk() for r in o.results} | set(lreg.args)
     producers = {r: o for o in lreg.walk() for r in o.results}
+
+    def _const(v: Value) -> int | None:          # a constant made inside the region (lo + i with lo = 0)
+        q = producers.get(v)
+        return int(q.attrs["value"]) if q is not None and q.opcode == "scalar_const" else None
     out = {}
     for o in lreg.ops:
         if o.opcode != "global_to_shared" or (o.operands[0].type.cols * o.operands[0].type.dtype.itemsize) % 16:
@@ -246,9 +363,11 @@ def cursor_loads(pipe: Op) -> dict[Op, tuple[int, list, Value]]:
                 walked.append(d)
                 start.append(None)
             elif (p is not None and p.opcode == "scalar_binary" and p.attrs["op"] == "add" and step in p.operands
-                  and all(x is step or x not in inner for x in p.operands)):
+                  and p.operands[0] is not p.operands[1]
+                  and all(x is step or x not in inner or _const(x) is not None for x in p.operands)):
                 walked.append(d)
-                start.append(next(x for x in p.operands if x is not step))
+                other = next(x for x in p.operands if x is not step)
+                start.append(other if other not in inner else _const(other))
             else:
                 walked = []
                 break

@@ -13,6 +13,17 @@ template<int R, int C, class Fn> HK_DEV void each_pos(rt<bool, R, C>& dst, Fn fn
       for (int k = 0; k < 4; ++k)
         dst.data[(s * D::CB + cb) * 4 + k] = put(fn(16 * blk<D::RB>(s) + row_in_blk(k), 16 * cb + col_in_blk()));
 }
+template<int R, int C, class Fn> HK_DEV void each_pos(rt<bool, R, C, tfrag>& dst, Fn fn) {
+  using D = rt<bool, R, C, tfrag>;
+  const int ln = lane();
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s)
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        dst.data[(s * D::CB + cb) * 4 + k] = put(fn(16 * blk<D::RB>(s) + trow_in_blk(ln), 16 * cb + tcol_in_blk(k, ln)));
+}
 template<int R, int C, int WR, class Fn> HK_DEV void each_pos(rt<bool, R, C, strip<WR>>& dst, Fn fn) {
   using D = rt<bool, R, C, strip<WR>>;
   const int ln = lane();
