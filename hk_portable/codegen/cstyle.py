@@ -88,6 +88,10 @@ class CStyleEmitter:
     def launch_extras(self) -> dict:
         return {}
 
+    def shared_storage(self, program: Program) -> dict:
+        """Shared buffers stored other than row-major (when the library takes col_major_shared)."""
+        return assign_shared_storage(program)
+
     def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
         """(offset of each shared buffer, arena bytes): program order, no two buffers overlapping (a backend
         that knows when buffers are dead may overlap them)."""
@@ -104,7 +108,7 @@ class CStyleEmitter:
         self.layouts = assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts,
                                       self.lanes, self.axes, self.grid_layouts, self.tfrag_layouts)
         if self.col_major_shared:
-            self.layouts.update(assign_shared_storage(program))
+            self.layouts.update(self.shared_storage(program))
         self.lines: list[str] = []
         self.indent = 1
         buffers = [op.result for op in program.shared_buffers()]

@@ -84,7 +84,7 @@ class HipBackend(Backend):
 
     def lowered(self, program: Program, target: Target) -> str:
         waves = codegen.make_plan(program, target).waves
-        lay = describe_layouts(program, codegen.layouts(program, waves))
+        lay = describe_layouts(program, codegen.layouts(program, waves, target.arch))
         return (super().lowered(program, target) + f"\n// layouts ({waves} waves of 64)\n" + "\n".join(lay))
 
     def compile(self, program: Program, target: Target, options=None) -> Artifact:

@@ -45,11 +45,35 @@ def _blocks(n: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------- scratch
-def layouts(program: Program, waves: int) -> dict:
-    """The layout pass's choice for this backend (its library implements strips over 64 lanes and
-    column-major shared tiles): register values, then shared buffers and their stages."""
-    return {**assign_layouts(program, waves, strips=True, lanes=LANES, grids=True, tfrags=True),
-            **assign_shared_storage(program)}
+def layouts(program: Program, waves: int, arch: str | None = None) -> dict:
+    """The layout pass's choice for this backend (its library implements strips over 64 lanes, wave grids,
+    transposed fragments and column-major shared tiles): register values, then shared buffers and their
+    stages (`shared_storage`; `arch` None: as on gfx942)."""
+    regs = assign_layouts(program, waves, strips=True, lanes=LANES, grids=True, tfrags=True)
+    return {**regs, **shared_storage(program, regs, arch)}
+
+
+def shared_storage(program: Program, regs: dict, arch: str | None) -> dict:
+    """layouts.assign_shared_storage, except on gfx950 for a buffer read only as the B operand of mmas whose
+    A is a transposed-fragment register tile (attention's V): ds_read_b64_tr_b16 reads its k-runs from
+    row-major storage, so it stays row-major and loads straight into LDS (no transposing 16-bit stores)."""
+    storage = assign_shared_storage(program)
+    if arch != "gfx950":
+        return storage
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    tr_ok: dict[Value, bool] = {}
+    for op in program.body.walk():
+        if op.opcode != "mma":
+            continue
+        for j, v in enumerate(op.operands[:2]):
+            b = _buffer_of(v, producers)
+            if b is None or b not in storage:
+                continue
+            tr = (j == 1 and op.operands[0].type.space == "rt" and isinstance(regs.get(op.result), TFragment)
+                  and op.operands[1].type.rows % 16 == 0)
+            tr_ok[b] = tr_ok.get(b, True) and tr
+    stages = {op.result: op.operands[0] for op in program.body.walk() if op.opcode == "shared_stage"}
+    return {v: lay for v, lay in storage.items() if not tr_ok.get(stages.get(v, v), False)}
 
 
 # ------------------------------------------------------------------------------- operands in registers
@@ -204,7 +228,7 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                                f"of {LANES} lanes on {target.arch}")
     requested = options.schedule
     scheds = []
-    lay = layouts(program, waves)
+    lay = layouts(program, waves, target.arch)
     for op in program.body.walk():
         if op.opcode == "pipeline":
             s, why = pipeline_schedule(op, waves, requested, lay)
@@ -257,12 +281,15 @@ class HipEmitter(CStyleEmitter):
     col_major_shared = True
     tfrag_layouts = True
 
+    def shared_storage(self, program: Program) -> dict:
+        return shared_storage(program, self.layouts, self.plan.arch)
+
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
         self._cursors: dict[int, tuple[str, Value]] = {}    # load op id -> (cursor name, step value)
         pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
         self._schedule = {id(op): s["schedule"] for op, s in zip(pipes, plan.schedules)}
-        lay = layouts(program, plan.waves)
+        lay = layouts(program, plan.waves, plan.arch)
         self._offsets = arena(program, lay)[0]
         self._preloads = preloads(program, lay)               # buffer -> the pipeline it is preloaded before
         self._producers = {r: o for o in program.body.walk() for r in o.results}

@@ -22,7 +22,7 @@ template<int R, int C, class Fn> HK_DEV void each_pos(rt<bool, R, C, tfrag>& dst
     for (int cb = 0; cb < D::CB; ++cb)
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        dst.data[(s * D::CB + cb) * 4 + k] = put(fn(16 * blk<D::RB>(s) + trow_in_blk(ln), 16 * cb + tcol_in_blk(k, ln)));
+        dst.data[(s * D::CB + cb) * 4 + k] = put_in<D>(fn(16 * blk<D::RB>(s) + trow_in_blk(ln), 16 * cb + tcol_in_blk(k, ln)));
 }
 template<int R, int C, int WR, class Fn> HK_DEV void each_pos(rt<bool, R, C, strip<WR>>& dst, Fn fn) {
   using D = rt<bool, R, C, strip<WR>>;

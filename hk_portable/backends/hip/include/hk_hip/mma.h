@@ -237,14 +237,33 @@ template<class S, int KV_> struct a_regs {
 template<class X> struct is_a_regs { static constexpr bool value = false; };
 template<class S, int KV> struct is_a_regs<a_regs<S, KV>> { static constexpr bool value = true; };
 
+// Four k of op(B)'s fragment for the swapped MFMA: lane l holds (n0 + l%16, k0 + 4*(l/16) + s), s < 4.
+// gfx950, B [k][n] stored row-major (codegen.py shared_storage keeps it so): ds_read_b64_tr_b16, where in
+// each 16-lane block lane 4e + q reads row k0 + 4*(l/16) + e, columns n0 + 4q .. +3, and lane j receives
+// the values of lanes 4e + j/4, element j%4 -- column n0 + j at rows k0 + 4*(l/16) + e, e < 4.
+template<bool TB, class B> HK_DEV auto b_quad(const B& b, int n0, int k0) {
+  using E = raw_bits_t<typename B::dtype>;
+#if HK_GFX950
+  if constexpr (!TB && !B::COL && B::rows % 16 == 0 && B::cols % 16 == 0 && sizeof(E) == 2) {
+    const int l = lane(), j = l & 15;
+    const unsigned char* at = b.p + B::offset(k0 + 4 * (l >> 4) + (j >> 2), n0 + 4 * (j & 3));
+    typedef short s16x4 __attribute__((ext_vector_type(4)));
+    const s16x4 v = __builtin_amdgcn_ds_read_tr16_b64_v4i16((__attribute__((address_space(3))) s16x4*)at);
+    return __builtin_bit_cast(frag<4, E>, v);
+  } else
+#endif
+  {
+    const st_src<TB, 4, B> half{b};
+    return half.get(n0, k0);
+  }
+}
 // op(B)'s fragment for the swapped MFMA, k slots in the order of a tfrag register A (KV = 8: two halves)
 template<bool TB, int KV, class B> HK_DEV auto b_frag_split(const B& b, int n0, int kbase) {
-  const st_src<TB, 4, B> half{b};
   if constexpr (KV == 4) {
-    return half.get(n0, kbase);
+    return b_quad<TB>(b, n0, kbase);
   } else {
     using E = raw_bits_t<typename B::dtype>;
-    const frag<4, E> lo = half.get(n0, kbase), hi = half.get(n0, kbase + 16);
+    const frag<4, E> lo = b_quad<TB>(b, n0, kbase), hi = b_quad<TB>(b, n0, kbase + 16);
     frag<8, E> f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) { f.v[e] = lo.v[e]; f.v[4 + e] = hi.v[e]; }
