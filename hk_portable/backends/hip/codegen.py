@@ -253,6 +253,46 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                 registers, tfrag)
 
 
+# ------------------------------------------------------------------------------------------ fused masks
+MASK_LEAVES = ("causal_mask", "bounds_mask")
+
+
+def fused_masks(program: Program, lay: dict) -> dict[Op, Op]:
+    """{mask op: the where op it is evaluated in} for selects into transposed-fragment tiles whose mask is a
+    tree of causal/bounds masks joined by and/or/not, each used once: the where evaluates the tree at each
+    element it writes (hk::where_at), so no mask tile is ever held (attention's edge tiles: three 256x64
+    masks would be 96 VGPRs a lane, or as lane masks more SGPRs than there are)."""
+    uses: dict[Value, int] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+        for r in op.regions:
+            for y in r.yields:
+                uses[y] = uses.get(y, 0) + 2          # a carried value is never fused
+    producers = {r: o for o in program.body.walk() for r in o.results}
+
+    def tree(v: Value) -> list[Op] | None:
+        o = producers.get(v)
+        if o is None or uses.get(v, 0) != 1 or not isinstance(lay.get(v), TFragment):
+            return None
+        if o.opcode in MASK_LEAVES:
+            return [o]
+        if o.opcode == "unary" and o.attrs["op"] == "not":
+            sub = tree(o.operands[0])
+            return None if sub is None else sub + [o]
+        if o.opcode == "binary" and o.attrs["op"] in ("and", "or"):
+            a, b = tree(o.operands[0]), tree(o.operands[1])
+            return None if a is None or b is None else a + b + [o]
+        return None
+    out: dict[Op, Op] = {}
+    for op in program.body.walk():
+        if op.opcode == "where" and isinstance(lay.get(op.result), TFragment):
+            t = tree(op.operands[0])
+            if t is not None:
+                out.update({m: op for m in t})
+    return out
+
+
 # ------------------------------------------------------------------------------------------- checks
 def check(program: Program, target: Target, plan: Plan) -> None:
     """UnsupportedError naming what does not fit this target."""
@@ -293,6 +333,45 @@ class HipEmitter(CStyleEmitter):
         self._offsets = arena(program, lay)[0]
         self._preloads = preloads(program, lay)               # buffer -> the pipeline it is preloaded before
         self._producers = {r: o for o in program.body.walk() for r in o.results}
+        self._fused = fused_masks(program, lay)               # mask op -> the where that evaluates it
+
+    # ---- masks evaluated inside the select that uses them (fused_masks)
+    def _mask_expr(self, v: Value) -> str:
+        o = self._producers[v]
+        if o.opcode in MASK_LEAVES:
+            return f"{self.name(v)}.at(r, c)"
+        if o.opcode == "unary":
+            return f"!{self._mask_expr(o.operands[0])}"
+        join = " && " if o.attrs["op"] == "and" else " || "
+        return f"({self._mask_expr(o.operands[0])}{join}{self._mask_expr(o.operands[1])})"
+
+    def op_causal_mask(self, op: Op) -> None:
+        if op not in self._fused:
+            return super().op_causal_mask(op)
+        self.line(f"const auto {self.name(op.result)} = hk::causal_at({self.args(op.operands)});")
+
+    def op_bounds_mask(self, op: Op) -> None:
+        if op not in self._fused:
+            return super().op_bounds_mask(op)
+        self.line(f"const auto {self.name(op.result)} = hk::bounds_at({self.args(op.operands)});")
+
+    def op_unary(self, op: Op) -> None:
+        if op not in self._fused:
+            super().op_unary(op)
+
+    def op_binary(self, op: Op) -> None:
+        if op not in self._fused:
+            super().op_binary(op)
+
+    op_compare = op_binary
+
+    def op_where(self, op: Op) -> None:
+        m, a, b = op.operands
+        if self._producers.get(m) not in self._fused:
+            return super().op_where(op)
+        self.line(f"{self.decl(op.result)};")
+        self.line(f"hk::where_at({self.name(op.result)}, [&](int r, int c) {{ return {self._mask_expr(m)}; }}, "
+                  f"{self.name(a)}, {self.name(b)});")
 
     def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
         offsets, total = arena(program, layouts(program, self.plan.waves), self.smem_align)

@@ -61,12 +61,12 @@ HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, C, COL, strip<WR>
 template<class F, class D, class X> HK_DEV void unary(D& dst, const X& x) {
 #pragma unroll
   for (int e = 0; e < D::NE; ++e)
-    dst.data[e] = detail::put_in<D>(uncalc<typename D::dtype>(F::apply(calc(x.data[e]))));
+    dst.data[e] = detail::put(uncalc<typename D::dtype>(F::apply(calc(x.data[e]))));
 }
 template<class F, class D, class X> HK_DEV void binary(D& dst, const X& a, const X& b) {
 #pragma unroll
   for (int e = 0; e < D::NE; ++e)
-    dst.data[e] = detail::put_in<D>(uncalc<typename D::dtype>(F::apply(calc(a.data[e]), calc(b.data[e]))));
+    dst.data[e] = detail::put(uncalc<typename D::dtype>(F::apply(calc(a.data[e]), calc(b.data[e]))));
 }
 template<class D, class M> HK_DEV void where(D& dst, const M& mask, const D& a, const D& b) {
 #pragma unroll

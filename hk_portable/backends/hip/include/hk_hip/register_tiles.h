@@ -11,14 +11,6 @@ template<> struct storage<bool> { using type = int; };
 namespace detail {
 template<class T> HK_DEV T put(T v) { return v; }
 HK_DEV int put(bool v) { return __builtin_amdgcn_update_dpp(0, v ? 1 : 0, 0xE4, 0xF, 0xF, false); }
-// put for an element of tile type D: tfrag tiles (below) keep plain words, which LLVM folds into the compare at
-// their use: the masks of attention's edge tiles then never exist as whole tiles (a 256x64 mask is 32 VGPRs
-// a lane, and three of them spill), and they are few enough per lane not to crowd the scalar registers
-template<class D> struct opaque_masks { static constexpr bool value = true; };
-template<class D, class V> HK_DEV auto put_in(V v) {
-  if constexpr (opaque_masks<D>::value) return put(v);
-  else return (typename storage<V>::type)v;
-}
 }  // namespace detail
 // A register tile; data[(slot * CB + cb) * 4 + k] is row 16*blk(slot) + 4*(lane/16) + k, column
 // 16*cb + lane%16, where blk(slot) = (wave + slot*NW) % RB and the slot is a replica when
@@ -90,7 +82,6 @@ template<class T, int R, int C> struct rt<T, R, C, tfrag> {
   typename storage<T>::type data[NE];
 };
 namespace detail {
-template<class T, int R, int C> struct opaque_masks<rt<T, R, C, tfrag>> { static constexpr bool value = false; };
 HK_DEV int trow_in_blk(int ln) { return ln & 15; }
 HK_DEV int tcol_in_blk(int k, int ln) { return 4 * (ln >> 4) + k; }
 }  // namespace detail
