@@ -293,6 +293,36 @@ def fused_masks(program: Program, lay: dict) -> dict[Op, Op]:
     return out
 
 
+def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
+    """{mul op: (tile, row vector)} for the accumulator rescales of transposed-fragment mmas: an f32 tile times a
+    row vector broadcast along its rows whose only use is the accumulator of an mma into a transposed fragment
+    (attention's acc * alpha[:, None]). hk::mma_rescaled runs the mma on the unscaled accumulator when every
+    factor the wave holds is 1 (no row's running max moved: x * 1 == x, bit for bit), the lazy rescale."""
+    uses: dict[Value, list[Op]] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+        for r in op.regions:
+            for y in r.yields:
+                uses.setdefault(y, []).append(op)
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    out = {}
+    for op in program.body.walk():
+        if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"
+                or not isinstance(lay.get(op.result), TFragment)):
+            continue
+        users = uses.get(op.result, [])
+        if len(users) != 1 or users[0].opcode != "mma" or users[0].operands[2] is not op.result \
+                or not isinstance(lay.get(users[0].result), TFragment):
+            continue
+        for x, b in (op.operands, op.operands[::-1]):
+            p = producers.get(b)
+            if p is not None and p.opcode == "broadcast" and p.attrs["axis"] == "row" and x is not b:
+                out[op] = (x, p.operands[0])
+                break
+    return out
+
+
 # ------------------------------------------------------------------------------------------- checks
 def check(program: Program, target: Target, plan: Plan) -> None:
     """UnsupportedError naming what does not fit this target."""
@@ -334,6 +364,7 @@ class HipEmitter(CStyleEmitter):
         self._preloads = preloads(program, lay)               # buffer -> the pipeline it is preloaded before
         self._producers = {r: o for o in program.body.walk() for r in o.results}
         self._fused = fused_masks(program, lay)               # mask op -> the where that evaluates it
+        self._lazy = lazy_rescales(program, lay)              # rescale op -> (tile, row vector), in its mma
 
     # ---- masks evaluated inside the select that uses them (fused_masks)
     def _mask_expr(self, v: Value) -> str:
@@ -360,7 +391,7 @@ class HipEmitter(CStyleEmitter):
             super().op_unary(op)
 
     def op_binary(self, op: Op) -> None:
-        if op not in self._fused:
+        if op not in self._fused and op not in self._lazy:
             super().op_binary(op)
 
     op_compare = op_binary
@@ -378,12 +409,17 @@ class HipEmitter(CStyleEmitter):
         return [offsets[b] for b in buffers], total
 
     def op_mma(self, op: Op) -> None:
-        b = _buffer_of(op.operands[0], self._producers)
-        if b is None or b not in self._preloads:
-            return super().op_mma(op)
-        _, bb, c = op.operands
-        self._result(op, f"hk::mma<{self.mma_template_args(op)}>({{dst}}, hk_pre{b.id}, {self.name(bb)}, "
-                         f"{self.name(c)});")
+        a, bb, c = op.operands
+        buf = _buffer_of(a, self._producers)
+        a_name = f"hk_pre{buf.id}" if buf is not None and buf in self._preloads else self.name(a)
+        scale = self._lazy.get(self._producers.get(c))
+        if scale is not None:             # acc * rows[:, None] feeds only this mma: the rescale is skippable
+            x, v = scale
+            self._result(op, f"hk::mma_rescaled<{self.mma_template_args(op)}>({{dst}}, {a_name}, {self.name(bb)}, "
+                             f"{self.name(x)}, {self.name(v)});")
+        else:
+            self._result(op, f"hk::mma<{self.mma_template_args(op)}>({{dst}}, {a_name}, {self.name(bb)}, "
+                             f"{self.name(c)});")
 
     def num_threads(self, program: Program) -> int:
         return self.plan.threads

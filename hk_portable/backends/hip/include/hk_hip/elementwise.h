@@ -68,6 +68,31 @@ template<class F, class D, class X> HK_DEV void binary(D& dst, const X& a, const
   for (int e = 0; e < D::NE; ++e)
     dst.data[e] = detail::put(uncalc<typename D::dtype>(F::apply(calc(a.data[e]), calc(b.data[e]))));
 }
+// f32 add, sub and mul of tfrag tiles two elements at a time: v_pk_add_f32 / v_pk_mul_f32 (CDNA3 and CDNA4: one
+// full-rate instruction for two IEEE operations, rounded as the scalar ones -- the same bits)
+namespace detail {
+typedef float f32x2 __attribute__((ext_vector_type(2)));
+template<class F> struct packed2 { static constexpr bool ok = false; };
+template<> struct packed2<op_add> { static constexpr bool ok = true; HK_DEV static f32x2 apply(f32x2 a, f32x2 b) { return a + b; } };
+template<> struct packed2<op_sub> { static constexpr bool ok = true; HK_DEV static f32x2 apply(f32x2 a, f32x2 b) { return a - b; } };
+template<> struct packed2<op_mul> { static constexpr bool ok = true; HK_DEV static f32x2 apply(f32x2 a, f32x2 b) { return a * b; } };
+}  // namespace detail
+template<class F, int R, int C>
+HK_DEV void binary(rt<float, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& a, const rt<float, R, C, tfrag>& b) {
+  using D = rt<float, R, C, tfrag>;
+  if constexpr (detail::packed2<F>::ok) {
+#pragma unroll
+    for (int e = 0; e < D::NE; e += 2) {
+      const detail::f32x2 r = detail::packed2<F>::apply(detail::f32x2{a.data[e], a.data[e + 1]},
+                                                        detail::f32x2{b.data[e], b.data[e + 1]});
+      dst.data[e] = r[0];
+      dst.data[e + 1] = r[1];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < D::NE; ++e) dst.data[e] = F::apply(a.data[e], b.data[e]);
+  }
+}
 template<class D, class M> HK_DEV void where(D& dst, const M& mask, const D& a, const D& b) {
 #pragma unroll
   for (int e = 0; e < D::NE; ++e) dst.data[e] = mask.data[e] ? a.data[e] : b.data[e];

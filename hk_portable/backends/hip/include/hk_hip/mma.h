@@ -346,4 +346,31 @@ HK_DEV void mma(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<fl
   }
 }
 
+// dst = acc * rows[:, None] + op(a) @ op(b) (codegen.py lazy_rescales): the multiply is skipped when every
+// factor this wave holds is 1 (a wave-uniform ballot) -- x * 1 is x bit for bit, the tile holding results of
+// arithmetic, never a signalling NaN. The multiply runs on the MFMA's 4-register accumulator groups, so LLVM
+// keeps the scaled and the unscaled tile in the same registers (no copies on the path that skips it).
+template<bool TA, bool TB, class A, class B, int M, int N>
+HK_DEV void mma_rescaled(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<float, M, N, tfrag>& acc,
+                         const rv<float, M, ROW, tfrag>& rows) {
+  using D = rt<float, M, N, tfrag>;
+  bool ones = true;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) ones = ones && rows.data[s] == 1.0f;
+  D scaled = acc;
+  if (__builtin_amdgcn_ballot_w64(!ones) != 0) {
+#pragma unroll
+    for (int e = 0; e < D::NE; e += 4) {
+      const float f = rows.data[e / (D::CB * 4)];
+      f32x4 q = {scaled.data[e], scaled.data[e + 1], scaled.data[e + 2], scaled.data[e + 3]};
+      q = q * f32x4{f, f, f, f};
+      scaled.data[e] = q[0];
+      scaled.data[e + 1] = q[1];
+      scaled.data[e + 2] = q[2];
+      scaled.data[e + 3] = q[3];
+    }
+  }
+  mma<TA, TB>(dst, a, b, scaled);
+}
+
 }  // namespace hk

@@ -131,9 +131,25 @@ HK_DEV void reduce(rv<T, R, ROW, tfrag>& dst, const rt<T, R, C, tfrag>& x) {
   using Rd = detail::red<F, A>;
 #pragma unroll
   for (int s = 0; s < D::RBW; ++s) {
-    A acc = calc(x.data[s * D::CB * 4]);
+    A acc;
+    if constexpr (same<F, op_add>::value && same<A, float>::value) {
+      // f32 sums as a tree of pairs: v_pk_add_f32, half the instructions of a chain
+      detail::f32x2 part[D::CB * 2];
 #pragma unroll
-    for (int e = 1; e < D::CB * 4; ++e) acc = Rd::op(acc, calc(x.data[s * D::CB * 4 + e]));
+      for (int i = 0; i < D::CB * 2; ++i)
+        part[i] = detail::f32x2{calc(x.data[s * D::CB * 4 + 2 * i]), calc(x.data[s * D::CB * 4 + 2 * i + 1])};
+#pragma unroll
+      for (int n = D::CB * 2; n > 1; n /= 2) {
+#pragma unroll
+        for (int i = 0; i < n / 2; ++i) part[i] = part[i] + part[i + n / 2];
+        if (n % 2) part[0] = part[0] + part[n - 1];
+      }
+      acc = part[0][0] + part[0][1];
+    } else {
+      acc = calc(x.data[s * D::CB * 4]);
+#pragma unroll
+      for (int e = 1; e < D::CB * 4; ++e) acc = Rd::op(acc, calc(x.data[s * D::CB * 4 + e]));
+    }
     dst.data[s] = uncalc<T>(detail::reduce_groups_valu<F>(acc));
   }
 }
