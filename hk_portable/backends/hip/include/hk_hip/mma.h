@@ -303,6 +303,7 @@ HK_DEV void mma(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<fl
     using X = rt<T, M, K, tfrag>;
     static_assert(same<A, X>::value && !TA, "a register A of a tfrag mma is a tfrag tile, not transposed");
     for (int kbase = 0; kbase < K; kbase += KS) {
+      __builtin_amdgcn_sched_barrier(0);   // LDS reads of one k-step at a time: hoisted, all of K would spill
 #pragma unroll
       for (int nb = 0; nb < D::CB; ++nb) {
         const auto bf = detail::b_frag_split<TB, KV>(b, 16 * nb, kbase);
@@ -322,6 +323,7 @@ HK_DEV void mma(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<fl
     constexpr int RB = D::RB;
     const detail::st_src<TB, KV, B> bsrc{b};
     for (int kbase = 0; kbase < K; kbase += KS) {
+      __builtin_amdgcn_sched_barrier(0);   // LDS reads of one k-step at a time: hoisted, all of K would spill
 #pragma unroll
       for (int nb = 0; nb < D::CB; ++nb) {
         const auto bf = bsrc.get(16 * nb, kbase);
