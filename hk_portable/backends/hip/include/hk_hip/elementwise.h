@@ -102,4 +102,26 @@ template<class D, class X> HK_DEV void cast(D& dst, const X& x) {
   for (int e = 0; e < D::NE; ++e) dst.data[e] = convert<typename D::dtype>(x.data[e]);
 }
 
+#if !HK_GFX950
+// f32 -> bf16 of a tfrag tile on gfx942 (no conversion instruction), two elements at a time with the portable
+// core's bits (hk_core/conversions.h soft::bf16_bits_from_float, RNE, a NaN quieted with its sign and top
+// payload): per element the rounding add and a NaN select, then one v_perm_b32 keeps both high halves.
+template<int R, int C> HK_DEV void cast(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  using D = rt<bf16, R, C, tfrag>;
+#pragma unroll
+  for (int e = 0; e < D::NE; e += 2) {
+    unsigned r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float f = x.data[e + h];
+      const unsigned u = __builtin_bit_cast(unsigned, f);
+      r[h] = f != f ? (u | 0x400000u) : u + 0x7FFFu + ((u >> 16) & 1u);
+    }
+    const unsigned both = __builtin_amdgcn_perm(r[1], r[0], 0x07060302u);   // r0 >> 16 | (r1 & 0xFFFF0000)
+    dst.data[e].bits = (unsigned short)both;
+    dst.data[e + 1].bits = (unsigned short)(both >> 16);
+  }
+}
+#endif
+
 }  // namespace hk
