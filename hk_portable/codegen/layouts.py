@@ -12,6 +12,9 @@ Two layouts exist:
   a row is reduced with lane shuffles (DPP on AMD) plus, when wc > 1, one exchange through shared memory.
   Any row count works, which is what a memory-bound kernel (a norm over one row per block) needs.
 
+A backend may offer two more for mma accumulators (`WaveGrid`: a warp grid over the tile; `TFragment`: the
+fragment layout of the transpose, for components holding a register A operand, see `tfrag_components`).
+
 Values are joined into components that must share a layout (operands and result of an elementwise op,
 a reduction's tile and vector, a broadcast's vector and tile, a loop's init, carry, yield and result).
 A component that touches an mma or shared memory is pinned to `Fragment`; a free component takes a
@@ -98,7 +101,7 @@ class TFragment:
         return "hk::tfrag"
 
     def __str__(self) -> str:
-        return "transposed fragment (an mma computes the transpose; a register A operand is read in place)"
+        return "transposed fragment"
 
 
 TFRAG = TFragment()

@@ -316,3 +316,5 @@ def test_attention_plan_records_the_lowering():
     assert plan["waves"] == 8 and plan["lds_bytes"] <= 65536
     assert {m["A"] for m in plan["tfrag"]} == {"preloaded registers", "registers, read in place"}
     assert len(plan["registers"]) == 1 and "LDS reused" in plan["registers"][0]["why"]
+    assert any("lazy rescale" in f["why"] for f in plan["fused"])               # acc * alpha, one per pipeline
+    assert {f["opcode"] for f in plan["fused"]} >= {"causal_mask", "bounds_mask"}   # edge tiles' masks in the select

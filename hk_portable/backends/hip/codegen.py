@@ -215,6 +215,7 @@ class Plan:
     block_remap: bool = True
     registers: list[dict] = field(default_factory=list)   # shared operands held in registers (preloads)
     tfrag: list[dict] = field(default_factory=list)       # mmas into transposed-fragment accumulators
+    fused: list[dict] = field(default_factory=list)       # ops lowered inside another (masks, lazy rescales)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -235,22 +236,31 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
             scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
                            "schedule": s, "why": why})
     scratch = scratch_bytes(program, waves)
-    offsets, arena_total = arena(program, lay)
+    _, arena_total = arena(program, lay)
     pre = preloads(program, lay)
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    plain = resources.arena_bytes(program)
     registers = [{"buffer": b.id, "type": str(b.type), "before_pipeline": p.results[0].id if p.results else None,
                   "why": "read only as the A operand of transposed-fragment mmas: fragments in registers, LDS reused"
-                         + (f" (arena {arena_total} B instead of {resources.arena_bytes(program)} B)"
-                            if arena_total < resources.arena_bytes(program) else "")}
+                         + (f" (arena {arena_total} B instead of {plain} B)" if arena_total < plain else "")}
                  for b, p in pre.items()]
-    tfrag = [{"mma": op.result.id, "A": "registers, read in place" if op.operands[0].type.space == "rt" else
-              "preloaded registers" if _buffer_of(op.operands[0], {r: o for o in program.body.walk() for r in o.results})
-              in pre else "LDS",
+    tfrag = [{"mma": op.result.id,
+              "A": "registers, read in place" if op.operands[0].type.space == "rt" else
+                   "preloaded registers" if _buffer_of(op.operands[0], producers) in pre else "LDS",
+              "B": "ds_read_b64_tr_b16 (row-major)" if op.operands[0].type.space == "rt" and target.arch == "gfx950"
+                   and not lay.get(op.operands[1]) else "k-contiguous reads",
               "why": "transposed-fragment accumulator: operands swapped, the tile's rows lie along the lanes"}
              for op in program.body.walk() if op.opcode == "mma" and isinstance(lay.get(op.result), TFragment)]
+    fused = [{"op": m.result.id, "opcode": m.opcode, "in": w.result.id,
+              "why": "mask evaluated where the select writes (no mask tile)"} for m, w in fused_masks(program, lay).items()]
+    fused += [{"op": op.result.id, "opcode": "binary mul", "in": next(u.result.id for u in program.body.walk()
+                                                                      if op.result in u.operands),
+               "why": "lazy rescale: skipped when every factor the wave holds is 1"}
+              for op in lazy_rescales(program, lay)]
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
     lds = resources.shared_bytes(arena_total, scratch)
     return Plan(target.arch, waves, waves * LANES, scratch, arena_total, lds, scheds, options.block_remap,
-                registers, tfrag)
+                registers, tfrag, fused)
 
 
 # ------------------------------------------------------------------------------------------ fused masks
