@@ -220,7 +220,9 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     assert cfg == cands[0]
     if d == 128:                                   # warp-specialised 128-row blocks (128x64 with a mask)
         assert cfg["num_warps"] == 8 and cfg["BM"] == 128 and cfg["BN"] == (64 if masked else 128)
-        assert len(cands) == (2 if masked else 3)
+        assert len(cands) == (3 if masked else 4)   # ..., hip's 256x64 on 8 waves, the baseline
+        hip_cfg = attention.attention_fwd_kernel.choose_config(cands, *args, backend="hip:gfx942")
+        assert (hip_cfg["BM"], hip_cfg["BN"], hip_cfg["num_warps"]) == (256, 64, 8) and hip_cfg != cfg
         assert "setmaxnreg.inc" in attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg).asm
     assert attention.attention_fwd_kernel.choose_config(cands, *args, backend="cuda:sm_80") == cands[-1]
     art = attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg)

@@ -65,6 +65,7 @@ class CStyleEmitter:
     strip_layouts = False           # whether the device library implements layouts.Strip
     grid_layouts = False            # ... and layouts.WaveGrid accumulators
     col_major_shared = False        # ... and column-major shared tiles (layouts.assign_shared_storage)
+    tfrag_layouts = False           # ... and layouts.TFragment (transposed-fragment mma accumulators)
 
     def kernel_qualifiers(self, num_threads: int) -> str:
         return "extern \"C\" __global__"
@@ -87,6 +88,15 @@ class CStyleEmitter:
     def launch_extras(self) -> dict:
         return {}
 
+    def shared_storage(self, program: Program) -> dict:
+        """Shared buffers stored other than row-major (when the library takes col_major_shared)."""
+        return assign_shared_storage(program)
+
+    def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
+        """(offset of each shared buffer, arena bytes): program order, no two buffers overlapping (a backend
+        that knows when buffers are dead may overlap them)."""
+        return arena_layout((v.type for v in buffers), self.smem_align)
+
     def pipeline_template_args(self, op: Op) -> str:
         """Template arguments of `hk::pipeline<...>` (a backend may append its schedule choice)."""
         return str(op.attrs["stages"])
@@ -96,13 +106,13 @@ class CStyleEmitter:
         self.p = program
         self.axes = assign_vector_axes(program)
         self.layouts = assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts,
-                                      self.lanes, self.axes, self.grid_layouts)
+                                      self.lanes, self.axes, self.grid_layouts, self.tfrag_layouts)
         if self.col_major_shared:
-            self.layouts.update(assign_shared_storage(program))
+            self.layouts.update(self.shared_storage(program))
         self.lines: list[str] = []
         self.indent = 1
         buffers = [op.result for op in program.shared_buffers()]
-        offsets, shared = arena_layout((v.type for v in buffers), self.smem_align)
+        offsets, shared = self.arena(program, buffers)
         self.smem_offsets: dict[Value, int] = dict(zip(buffers, offsets))
         nt = self.block_threads(program)
         params = [(prm.name, prm.type) for prm in program.params]

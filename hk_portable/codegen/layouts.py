@@ -12,6 +12,9 @@ Two layouts exist:
   a row is reduced with lane shuffles (DPP on AMD) plus, when wc > 1, one exchange through shared memory.
   Any row count works, which is what a memory-bound kernel (a norm over one row per block) needs.
 
+A backend may offer two more for mma accumulators (`WaveGrid`: a warp grid over the tile; `TFragment`: the
+fragment layout of the transpose, for components holding a register A operand, see `tfrag_components`).
+
 Values are joined into components that must share a layout (operands and result of an elementwise op,
 a reduction's tile and vector, a broadcast's vector and tile, a loop's init, carry, yield and result).
 A component that touches an mma or shared memory is pinned to `Fragment`; a free component takes a
@@ -84,6 +87,24 @@ class ColMajor:
 
 
 COL_MAJOR = ColMajor()
+
+
+@dataclass(frozen=True)
+class TFragment:
+    """The fragment layout of the tile's transpose: rows in 16-row blocks dealt to the warps as Fragment, but
+    inside a block element (i, j) sits where the fragment layout keeps (j, i) -- a lane holds consecutive
+    columns of one row. An mma into such an accumulator computes its transpose (operands swapped: Sᵀ = K·Qᵀ),
+    which leaves a register A operand (attention's P) in the lane map of the other operand of the next
+    mma, read in place instead of gathered, and row reductions inside a lane plus one exchange across lane
+    groups. Offered by a backend whose library implements it (hip: `tfrag_components`)."""
+    def template_arg(self) -> str:
+        return "hk::tfrag"
+
+    def __str__(self) -> str:
+        return "transposed fragment"
+
+
+TFRAG = TFragment()
 
 
 class _UnionFind:
@@ -240,10 +261,11 @@ def _uses(program: Program) -> dict[Value, set[str]]:
 
 def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
                    axes: dict[Value, str] | None = None,
-                   grids: bool = False) -> dict[Value, Fragment | Strip | WaveGrid]:
+                   grids: bool = False, tfrags: bool = False) -> dict[Value, Fragment | Strip | WaveGrid]:
     """Every RT and RV value's layout for a block of `warps` warps/waves of `lanes` lanes. `strips`: whether
-    the backend's library implements Strip; `grids`: whether it implements WaveGrid accumulators;
-    `axes`: assign_vector_axes(program), if the caller has it."""
+    the backend's library implements Strip; `grids`: whether it implements WaveGrid accumulators; `tfrags`:
+    whether it implements TFragment (tfrag_components); `axes`: assign_vector_axes(program), if the caller
+    has it."""
     axes = assign_vector_axes(program) if axes is None else axes
     uf, pinned = _components(program, grids)
     uses = _uses(program) if grids else {}
@@ -262,6 +284,75 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
             layout = _strip_for(members, axes, warps, lanes)
         for v in members:
             out[v] = layout or FRAGMENT
+    if tfrags:
+        for members in tfrag_components(program, axes):
+            if all(out.get(v, FRAGMENT) is FRAGMENT for v in members):
+                out.update({v: TFRAG for v in members})
+    return out
+
+
+# what a transposed-fragment component may meet: elementwise ops, row broadcasts and reductions, masks made
+# where each element lies, stores, loop carries, and the two kinds of mma below
+TFRAG_OPS = ("fill", "splat", "unary", "binary", "compare", "where", "cast", "broadcast", "reduce", "mma",
+             "causal_mask", "bounds_mask", "register_to_global", "pipeline", "for")
+TFRAG_MMA_DTYPES = ("bf16", "f16")
+
+
+def _tfrag_mma_kind(op: Op) -> str | None:
+    """'st': both operands shared tiles (the accumulator computes its transpose); 'rt_a': a register A, not
+    transposed, times a shared B (A read in place as the other operand's fragment); None: neither, or an
+    operand dtype the transposed form does not take (fp8 pairs name their formats by position)."""
+    a, b = op.operands[:2]
+    if a.type.dtype.name not in TFRAG_MMA_DTYPES or b.type.dtype.name not in TFRAG_MMA_DTYPES:
+        return None
+    if is_tile(a, "st") and is_tile(b, "st"):
+        return "st"
+    if is_tile(a, "rt") and is_tile(b, "st") and not op.attrs["trans_a"]:
+        return "rt_a"
+    return None
+
+
+def tfrag_components(program: Program, axes: dict[Value, str] | None = None) -> list[list[Value]]:
+    """The register values that take TFragment: components (joined through elementwise ops, row broadcasts
+    and reductions, loop carries, and both kinds of `_tfrag_mma_kind` mma: accumulator, result and a register
+    A) that hold a register A operand of an mma ('rt_a', the gather this layout removes), meet only TFRAG_OPS
+    (reductions and broadcasts along rows, every vector a row vector), and whose tiles are whole 16x16 blocks."""
+    axes = assign_vector_axes(program) if axes is None else axes
+    uf, bad, has_rt_a = _UnionFind(), set(), set()
+    for op in program.body.walk():
+        tiles = [v for v in list(op.operands) + list(op.results) if is_tile(v, "rt", "rv")]
+        if op.opcode == "mma":
+            kind = _tfrag_mma_kind(op)
+            if kind is None:
+                bad.update(tiles)
+            else:
+                for v in tiles[1:]:
+                    uf.union(tiles[0], v)
+                if kind == "rt_a":
+                    has_rt_a.add(op.operands[0])
+        elif op.opcode in ELEMENTWISE + ("broadcast", "reduce"):
+            if op.opcode in ("broadcast", "reduce") and op.attrs["axis"] != "row":
+                bad.update(tiles)
+            for v in tiles[1:]:
+                uf.union(tiles[0], v)
+        elif op.opcode not in TFRAG_OPS:
+            bad.update(tiles)
+        for a, b in _carry_links(op):
+            if is_tile(a, "rt", "rv"):
+                uf.union(a, b)
+    groups: dict[Value, list[Value]] = {}
+    for v in all_values(program):
+        if is_tile(v, "rt", "rv"):
+            groups.setdefault(uf.find(v), [])
+            if v not in groups[uf.find(v)]:
+                groups[uf.find(v)].append(v)
+    out = []
+    for members in groups.values():
+        whole = all(v.type.shape[0] % 16 == 0 and (v.type.space == "rv" or v.type.shape[1] % 16 == 0)
+                    for v in members)
+        rows = all(axes.get(v, ROW) == ROW for v in members if v.type.space == "rv")
+        if whole and rows and not any(v in bad for v in members) and any(v in has_rt_a for v in members):
+            out.append(members)
     return out
 
 
@@ -322,6 +413,23 @@ def all_grids(program: Program, layouts: dict) -> bool:
     configuration choice looks for: tiles large enough to share operand reads across warps)."""
     accs = [op.operands[2] for op in program.body.walk() if op.opcode == "mma"]
     return bool(accs) and all(isinstance(layouts.get(v), WaveGrid) for v in accs)
+
+
+def all_wide_accumulators(program: Program, layouts: dict, warps: int) -> bool:
+    """Whether every mma accumulator is in a wave grid, or in TFragment with two or more 16-row blocks per
+    warp (each shared operand fragment a warp reads feeds two or more MMAs): what the hip backend's
+    configuration choice looks for."""
+    accs = [op.operands[2] for op in program.body.walk() if op.opcode == "mma"]
+    if not accs:
+        return False
+    for v in accs:
+        lay = layouts.get(v)
+        if isinstance(lay, TFragment):
+            if v.type.shape[0] // 16 < 2 * warps:
+                return False
+        elif not isinstance(lay, WaveGrid):
+            return False
+    return True
 
 
 def describe(program: Program, layouts: dict[Value, Fragment | Strip | ColMajor]) -> list[str]:

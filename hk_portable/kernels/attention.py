@@ -102,12 +102,16 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     Offered here: what won on the H200 (benchmarks/attention_configs.py, 2026-12-02, warp-specialised
     8-warp blocks, masks on edge blocks only) at D=128: 128x128 tiles without a mask (377 TFLOP/s against
     the 64-row baseline's 285), 128x64 with one (281 against 260; 128x128 spills there); the baseline at
-    D=64, where they tie."""
+    D=64, where they tie. After them, for the hip backend at D=128, HipKittens' attention shape: 256 query
+    rows on 8 waves (32 per wave), K/V blocks of 64 (cuda's choice never reaches it: a wide candidate
+    before it runs on sm_90a, and elsewhere cuda takes the baseline)."""
     d, masked = consts["D"], consts.get("MASKED", False)
     base = {**config_for(d), **consts}
     wide = [] if d <= 64 else [dict(BM=128, BN=64, STAGES=2, num_warps=8)]
     if d > 64 and not masked:
         wide.insert(0, dict(BM=128, BN=128, STAGES=2, num_warps=8))
+    if d > 64:                          # HipKittens' AMD shape: 8 waves of 32 query rows, K/V blocks of 64
+        wide.append(dict(BM=256, BN=64, STAGES=2, num_warps=8))
     return [{**base, **c} for c in wide] + [base]
 
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from ... import __version__
-from ...codegen.layouts import all_grids, all_strips
+from ...codegen.layouts import all_grids, all_strips, all_wide_accumulators
 from ...codegen.layouts import describe as describe_layouts
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
@@ -71,18 +71,20 @@ class HipBackend(Backend):
         codegen.check(program, target, codegen.make_plan(program, target, options))
 
     def choose_config(self, candidates, target: Target) -> dict:
-        """The first candidate whose register values all took strips (the norms' one-pass shapes) or
-        whose mma accumulators all took wave grids (gemm's wide tiles), among those the target accepts;
-        else the kernel's baseline."""
+        """The first candidate whose register values all took strips (the norms' one-pass shapes), whose
+        mma accumulators all took wave grids (gemm's wide tiles), or whose accumulators are wave grids or
+        transposed fragments of two or more 16-row blocks per wave (attention: each K/V fragment a wave
+        reads feeds two MFMAs), among those the target accepts; else the kernel's baseline."""
         for cfg, program in candidates:
-            lay = codegen.layouts(program, int(program.num_warps))
-            if all_strips(lay) or all_grids(program, lay):
+            waves = int(program.num_warps)
+            lay = codegen.layouts(program, waves)
+            if all_strips(lay) or all_grids(program, lay) or all_wide_accumulators(program, lay, waves):
                 return cfg
         return super().choose_config(candidates, target)
 
     def lowered(self, program: Program, target: Target) -> str:
         waves = codegen.make_plan(program, target).waves
-        lay = describe_layouts(program, codegen.layouts(program, waves))
+        lay = describe_layouts(program, codegen.layouts(program, waves, target.arch))
         return (super().lowered(program, target) + f"\n// layouts ({waves} waves of 64)\n" + "\n".join(lay))
 
     def compile(self, program: Program, target: Target, options=None) -> Artifact:

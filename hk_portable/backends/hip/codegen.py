@@ -8,9 +8,12 @@ Decisions made here, per program and target (a `Plan`, recorded in the Artifact)
     (the `schedule` option: "auto" | "double_buffer" | "pingpong" overrides);
   * scratch LDS for the library's exchanges between waves (column reductions, register mma operands
     that are not the wave's own rows), sized with the library's own formulas;
-  * layouts (codegen/layouts.py, with this library's strips, wave-grid accumulators and column-major
-    shared tiles) and, per pipeline load that walks one index by the step, a cursor that computes its
-    addresses once before the loop (`cursor_loads`);
+  * layouts (codegen/layouts.py, with this library's strips, wave-grid accumulators, transposed-fragment
+    accumulators and column-major shared tiles) and, per pipeline load that walks one index by the step, a
+    cursor that computes its addresses once before the loop (`cursor_loads`);
+  * operands held in registers: a shared tile read only as the A operand of transposed-fragment mmas inside
+    pipelines (attention's Q) is read into registers once, before the first of them (`preloads`), and its
+    LDS is then free for the buffers those pipelines fill (`arena`);
   * per pipeline, whether its step's loads are split around the compute step (`split_prefetch`): the
     global reads of tile i+AHEAD issued before compute(i), their LDS writes (or LDS-DMA waits) after it,
     so the loads are in flight while the MFMAs run; recorded as the schedule's "prefetch";
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
-from ...codegen.layouts import Strip, assign_layouts, assign_shared_storage, strip_reduce_scratch
+from ...codegen.layouts import Strip, TFragment, assign_layouts, assign_shared_storage, strip_reduce_scratch
 from ...codegen.resources import mma_scratch_bytes
 from ...interface import dtypes as D
 from ...interface.backend import Target
@@ -51,10 +54,109 @@ def _blocks(n: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------- scratch
-def layouts(program: Program, waves: int) -> dict:
-    """The layout pass's choice for this backend (its library implements strips over 64 lanes and
-    column-major shared tiles): register values, then shared buffers and their stages."""
-    return {**assign_layouts(program, waves, strips=True, lanes=LANES, grids=True), **assign_shared_storage(program)}
+def layouts(program: Program, waves: int, arch: str | None = None) -> dict:
+    """The layout pass's choice for this backend (its library implements strips over 64 lanes, wave grids,
+    transposed fragments and column-major shared tiles): register values, then shared buffers and their
+    stages (`shared_storage`; `arch` None: as on gfx942)."""
+    regs = assign_layouts(program, waves, strips=True, lanes=LANES, grids=True, tfrags=True)
+    return {**regs, **shared_storage(program, regs, arch)}
+
+
+def shared_storage(program: Program, regs: dict, arch: str | None) -> dict:
+    """layouts.assign_shared_storage, except on gfx950 for a buffer read only as the B operand of mmas whose
+    A is a transposed-fragment register tile (attention's V): ds_read_b64_tr_b16 reads its k-runs from
+    row-major storage, so it stays row-major and loads straight into LDS (no transposing 16-bit stores)."""
+    storage = assign_shared_storage(program)
+    if arch != "gfx950":
+        return storage
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    tr_ok: dict[Value, bool] = {}
+    for op in program.body.walk():
+        if op.opcode != "mma":
+            continue
+        for j, v in enumerate(op.operands[:2]):
+            b = _buffer_of(v, producers)
+            if b is None or b not in storage:
+                continue
+            tr = (j == 1 and op.operands[0].type.space == "rt" and isinstance(regs.get(op.result), TFragment)
+                  and op.operands[1].type.rows % 16 == 0)
+            tr_ok[b] = tr_ok.get(b, True) and tr
+    stages = {op.result: op.operands[0] for op in program.body.walk() if op.opcode == "shared_stage"}
+    return {v: lay for v, lay in storage.items() if not tr_ok.get(stages.get(v, v), False)}
+
+
+# ------------------------------------------------------------------------------- operands in registers
+def _buffer_of(v: Value, producers: dict) -> Value | None:
+    p = producers.get(v)
+    if p is None:
+        return None
+    return v if p.opcode == "alloc_shared" else p.operands[0] if p.opcode == "shared_stage" else None
+
+
+def preloads(program: Program, lay: dict) -> dict[Value, Op]:
+    """{shared buffer: the first pipeline that reads it} for the buffers whose fragments are read into
+    registers once: one stage, written only by loads at the top level before that pipeline, read only as the
+    A operand (not transposed) of transposed-fragment mmas in the compute steps of top-level pipelines. The
+    library's `hk::preload` reads this wave's row blocks as MFMA fragments; every such mma takes them."""
+    top = program.body.ops
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    writes: dict[Value, list[int]] = {}
+    reads: dict[Value, list[int]] = {}
+    bad: set[Value] = set()
+    for i, t in enumerate(top):
+        compute = set(t.regions[1].walk()) if t.opcode == "pipeline" else set()
+        for o in [t, *(x for r in t.regions for x in r.walk())]:
+            for j, v in enumerate(o.operands):
+                b = _buffer_of(v, producers)
+                if b is None or (o.opcode == "shared_stage" and j == 0):
+                    continue
+                if o.opcode == "global_to_shared" and j == 0 and o is t:
+                    writes.setdefault(b, []).append(i)
+                elif (o.opcode == "mma" and j == 0 and o in compute and not o.attrs["trans_a"]
+                      and isinstance(lay.get(o.result), TFragment) and b.type.stages == 1):
+                    reads.setdefault(b, []).append(i)
+                else:
+                    bad.add(b)
+    return {b: top[min(r)] for b, r in reads.items()
+            if b not in bad and all(w < min(r) for w in writes.get(b, []))}
+
+
+def arena(program: Program, lay: dict, align: int = resources.SMEM_ALIGN) -> tuple[dict[Value, int], int]:
+    """({shared buffer: offset}, arena bytes). Program order, each buffer at an `align`-aligned offset, as
+    resources.arena_layout; except that a preloaded buffer (`preloads`) is dead once its fragments are in
+    registers, so buffers first touched at or after that point may take its bytes (the emitter puts a barrier
+    between the preload and the pipeline)."""
+    bufs = [op.result for op in program.shared_buffers()]
+    pre = preloads(program, lay)
+    if not pre:
+        offsets, total = resources.arena_layout((b.type for b in bufs), align)
+        return dict(zip(bufs, offsets)), total
+    top = program.body.ops
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    first: dict[Value, int] = {}
+    for i, t in enumerate(top):
+        for o in [t, *(x for r in t.regions for x in r.walk())]:
+            if o.opcode in ("alloc_shared", "shared_stage"):
+                continue
+            for v in o.operands:
+                b = _buffer_of(v, producers)
+                if b is not None:
+                    first.setdefault(b, i)
+    dead = {b: top.index(p) for b, p in pre.items()}
+    placed: list[tuple[Value, int, int]] = []          # (buffer, start, end)
+    out: dict[Value, int] = {}
+    for b in bufs:
+        size = b.type.nbytes
+        def clash(o: Value) -> bool:                   # may b and o not share bytes?
+            return not (o in dead and first.get(b, len(top)) >= dead[o]) and \
+                   not (b in dead and first.get(o, len(top)) >= dead[b])
+        off = 0
+        for o, lo, hi in sorted(placed, key=lambda x: x[1]):
+            if clash(o) and off < hi and lo < off + size:
+                off = resources.round_up(hi, align)
+        out[b] = off
+        placed.append((b, off, off + size))
+    return out, max((hi for _, _, hi in placed), default=0)
 
 
 def _op_scratch(op: Op, waves: int, lay: dict | None = None) -> int:
@@ -216,6 +318,9 @@ class Plan:
     # gfx942 fp8: {"fnuz_shared": [{"buffer": id, "tile": type, "why": ...}],
     #              "quartered": [{"pipeline": id, "carry": k, "why": ...}]}
     fp8: dict = field(default_factory=dict)
+    registers: list[dict] = field(default_factory=list)   # shared operands held in registers (preloads)
+    tfrag: list[dict] = field(default_factory=list)       # mmas into transposed-fragment accumulators
+    fused: list[dict] = field(default_factory=list)       # ops lowered inside another (masks, lazy rescales)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -229,7 +334,7 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                                f"of {LANES} lanes on {target.arch}")
     requested = options.schedule
     scheds = []
-    lay = layouts(program, waves)
+    lay = layouts(program, waves, target.arch)
     for op in program.body.walk():
         if op.opcode == "pipeline":
             s, why = pipeline_schedule(op, waves, requested, lay)
@@ -242,9 +347,29 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                            "schedule": s, "why": why, "prefetch": "split" if split else "whole",
                            "prefetch_why": split_why})
     scratch = scratch_bytes(program, waves)
-    arena = resources.arena_bytes(program)
+    _, arena_total = arena(program, lay)
+    pre = preloads(program, lay)
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    plain = resources.arena_bytes(program)
+    registers = [{"buffer": b.id, "type": str(b.type), "before_pipeline": p.results[0].id if p.results else None,
+                  "why": "read only as the A operand of transposed-fragment mmas: fragments in registers, LDS reused"
+                         + (f" (arena {arena_total} B instead of {plain} B)" if arena_total < plain else "")}
+                 for b, p in pre.items()]
+    tfrag = [{"mma": op.result.id,
+              "A": "registers, read in place" if op.operands[0].type.space == "rt" else
+                   "preloaded registers" if _buffer_of(op.operands[0], producers) in pre else "LDS",
+              "B": "ds_read_b64_tr_b16 (row-major)" if op.operands[0].type.space == "rt" and target.arch == "gfx950"
+                   and not lay.get(op.operands[1]) else "k-contiguous reads",
+              "why": "transposed-fragment accumulator: operands swapped, the tile's rows lie along the lanes"}
+             for op in program.body.walk() if op.opcode == "mma" and isinstance(lay.get(op.result), TFragment)]
+    fused = [{"op": m.result.id, "opcode": m.opcode, "in": w.result.id,
+              "why": "mask evaluated where the select writes (no mask tile)"} for m, w in fused_masks(program, lay).items()]
+    fused += [{"op": op.result.id, "opcode": "binary mul", "in": next(u.result.id for u in program.body.walk()
+                                                                      if op.result in u.operands),
+               "why": "lazy rescale: skipped when every factor the wave holds is 1"}
+              for op in lazy_rescales(program, lay)]
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
-    lds = resources.shared_bytes(arena, scratch)
+    lds = resources.shared_bytes(arena_total, scratch)
     fp8 = {}
     if target.arch in ARCHS:
         fnuz = [{"buffer": v.id, "tile": str(v.type), "why": why}
@@ -254,7 +379,78 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                  for op in program.body.walk() if op.opcode == "pipeline"
                  for k in quartered_carries(op, target.arch)]
         fp8 = {k: v for k, v in (("fnuz_shared", fnuz), ("quartered", quart)) if v}
-    return Plan(target.arch, waves, waves * LANES, scratch, arena, lds, scheds, options.block_remap, fp8)
+    return Plan(target.arch, waves, waves * LANES, scratch, arena_total, lds, scheds, options.block_remap, fp8,
+                registers, tfrag, fused)
+
+
+# ------------------------------------------------------------------------------------------ fused masks
+MASK_LEAVES = ("causal_mask", "bounds_mask")
+
+
+def fused_masks(program: Program, lay: dict) -> dict[Op, Op]:
+    """{mask op: the where op it is evaluated in} for selects into transposed-fragment tiles whose mask is a
+    tree of causal/bounds masks joined by and/or/not, each used once: the where evaluates the tree at each
+    element it writes (hk::where_at), so no mask tile is ever held (attention's edge tiles: three 256x64
+    masks would be 96 VGPRs a lane, or as lane masks more SGPRs than there are)."""
+    uses: dict[Value, int] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+        for r in op.regions:
+            for y in r.yields:
+                uses[y] = uses.get(y, 0) + 2          # a carried value is never fused
+    producers = {r: o for o in program.body.walk() for r in o.results}
+
+    def tree(v: Value) -> list[Op] | None:
+        o = producers.get(v)
+        if o is None or uses.get(v, 0) != 1 or not isinstance(lay.get(v), TFragment):
+            return None
+        if o.opcode in MASK_LEAVES:
+            return [o]
+        if o.opcode == "unary" and o.attrs["op"] == "not":
+            sub = tree(o.operands[0])
+            return None if sub is None else sub + [o]
+        if o.opcode == "binary" and o.attrs["op"] in ("and", "or"):
+            a, b = tree(o.operands[0]), tree(o.operands[1])
+            return None if a is None or b is None else a + b + [o]
+        return None
+    out: dict[Op, Op] = {}
+    for op in program.body.walk():
+        if op.opcode == "where" and isinstance(lay.get(op.result), TFragment):
+            t = tree(op.operands[0])
+            if t is not None:
+                out.update({m: op for m in t})
+    return out
+
+
+def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
+    """{mul op: (tile, row vector)} for the accumulator rescales of transposed-fragment mmas: an f32 tile times a
+    row vector broadcast along its rows whose only use is the accumulator of an mma into a transposed fragment
+    (attention's acc * alpha[:, None]). hk::mma_rescaled runs the mma on the unscaled accumulator when every
+    factor the wave holds is 1 (no row's running max moved: x * 1 == x, bit for bit), the lazy rescale."""
+    uses: dict[Value, list[Op]] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+        for r in op.regions:
+            for y in r.yields:
+                uses.setdefault(y, []).append(op)
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    out = {}
+    for op in program.body.walk():
+        if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"
+                or not isinstance(lay.get(op.result), TFragment)):
+            continue
+        users = uses.get(op.result, [])
+        if len(users) != 1 or users[0].opcode != "mma" or users[0].operands[2] is not op.result \
+                or not isinstance(lay.get(users[0].result), TFragment):
+            continue
+        for x, b in (op.operands, op.operands[::-1]):
+            p = producers.get(b)
+            if p is not None and p.opcode == "broadcast" and p.attrs["axis"] == "row" and x is not b:
+                out[op] = (x, p.operands[0])
+                break
+    return out
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -283,6 +479,10 @@ class HipEmitter(CStyleEmitter):
     strip_layouts = True
     grid_layouts = True
     col_major_shared = True
+    tfrag_layouts = True
+
+    def shared_storage(self, program: Program) -> dict:
+        return shared_storage(program, self.layouts, self.plan.arch)
 
     def __init__(self, plan: Plan, program: Program):
         self.plan = plan
@@ -298,6 +498,52 @@ class HipEmitter(CStyleEmitter):
         self._quartered_mmas = {id(m) for q in self._quartered.values() for m in q.values()}
         self._fused_loads = fused_grid_loads(program)      # binary op id -> (load op, loaded side)
         self._skipped = {id(ld) for ld, _ in self._fused_loads.values()}
+        lay = layouts(program, plan.waves, plan.arch)
+        self._offsets = arena(program, lay)[0]
+        self._preloads = preloads(program, lay)               # buffer -> the pipeline it is preloaded before
+        self._producers = {r: o for o in program.body.walk() for r in o.results}
+        self._fused = fused_masks(program, lay)               # mask op -> the where that evaluates it
+        self._lazy = lazy_rescales(program, lay)              # rescale op -> (tile, row vector), in its mma
+
+    # ---- masks evaluated inside the select that uses them (fused_masks)
+    def _mask_expr(self, v: Value) -> str:
+        o = self._producers[v]
+        if o.opcode in MASK_LEAVES:
+            return f"{self.name(v)}.at(r, c)"
+        if o.opcode == "unary":
+            return f"!{self._mask_expr(o.operands[0])}"
+        join = " && " if o.attrs["op"] == "and" else " || "
+        return f"({self._mask_expr(o.operands[0])}{join}{self._mask_expr(o.operands[1])})"
+
+    def op_causal_mask(self, op: Op) -> None:
+        if op not in self._fused:
+            return super().op_causal_mask(op)
+        self.line(f"const auto {self.name(op.result)} = hk::causal_at({self.args(op.operands)});")
+
+    def op_bounds_mask(self, op: Op) -> None:
+        if op not in self._fused:
+            return super().op_bounds_mask(op)
+        self.line(f"const auto {self.name(op.result)} = hk::bounds_at({self.args(op.operands)});")
+
+    def op_unary(self, op: Op) -> None:
+        if op not in self._fused:
+            super().op_unary(op)
+
+    def op_compare(self, op: Op) -> None:
+        if op not in self._fused and op not in self._lazy:
+            super().op_compare(op)
+
+    def op_where(self, op: Op) -> None:
+        m, a, b = op.operands
+        if self._producers.get(m) not in self._fused:
+            return super().op_where(op)
+        self.line(f"{self.decl(op.result)};")
+        self.line(f"hk::where_at({self.name(op.result)}, [&](int r, int c) {{ return {self._mask_expr(m)}; }}, "
+                  f"{self.name(a)}, {self.name(b)});")
+
+    def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
+        offsets, total = arena(program, layouts(program, self.plan.waves), self.smem_align)
+        return [offsets[b] for b in buffers], total
 
     def num_threads(self, program: Program) -> int:
         return self.plan.threads
@@ -311,6 +557,10 @@ class HipEmitter(CStyleEmitter):
 
     # ---- pipeline load cursors (hk_hip/global_shared.h: make_cursor / load(dst, cursor, i, ...))
     def op_pipeline(self, op: Op) -> None:
+        for b, p in self._preloads.items():
+            if p is op:          # fragments in registers; the barrier frees the buffer's LDS for this pipeline
+                self.line(f"const auto hk_pre{b.id} = hk::preload({self.name(b)}.stage(0));")
+                self.line("hk::sync();")
         self._cursors = {}
         self._split = self._prefetch.get(id(op), False)
         self._split_tiles: list[str] = []
@@ -345,6 +595,8 @@ class HipEmitter(CStyleEmitter):
         super().op_global_to_register(op)
 
     def op_binary(self, op: Op) -> None:
+        if op in self._fused or op in self._lazy:
+            return                               # evaluated inside its where / its mma (fused_masks, lazy_rescales)
         fused = self._fused_loads.get(id(op))
         if fused is None or not isinstance(self.layouts.get(fused[0].result), WaveGrid):
             return super().op_binary(op)
@@ -356,11 +608,18 @@ class HipEmitter(CStyleEmitter):
                          f"({{dst}}, {self.name(x)}, {self.name(gl)}, {fill}, {self.args(idx)});")
 
     def op_mma(self, op: Op) -> None:
-        if id(op) not in self._quartered_mmas:
-            return super().op_mma(op)
-        a, b, c = op.operands
-        self._result(op, f"hk::mma<{self.mma_template_args(op)}, true>({{dst}}, {self.name(a)}, {self.name(b)}, "
-                         f"{self.name(c)});")
+        a, bb, c = op.operands
+        buf = _buffer_of(a, self._producers)
+        a_name = f"hk_pre{buf.id}" if buf is not None and buf in self._preloads else self.name(a)
+        quartered = id(op) in self._quartered_mmas          # gfx942 fp8: the carry stays in the quartered domain
+        scale = None if quartered else self._lazy.get(self._producers.get(c))
+        if scale is not None:             # acc * rows[:, None] feeds only this mma: the rescale is skippable
+            x, v = scale
+            self._result(op, f"hk::mma_rescaled<{self.mma_template_args(op)}>({{dst}}, {a_name}, {self.name(bb)}, "
+                             f"{self.name(x)}, {self.name(v)});")
+        else:
+            args = self.mma_template_args(op) + (", true" if quartered else "")
+            self._result(op, f"hk::mma<{args}>({{dst}}, {a_name}, {self.name(bb)}, {self.name(c)});")
 
     def _pipeline_body(self, op: Op) -> None:
         """cstyle's op_pipeline, with the quartered carries entering their domain before the loop and
@@ -422,6 +681,10 @@ def cursor_loads(pipe: Op) -> dict[Op, tuple[int, list, Value]]:
     step = lreg.args[0]
     inner = {r for o in lreg.walk() for r in o.results} | set(lreg.args)
     producers = {r: o for o in lreg.walk() for r in o.results}
+
+    def _const(v: Value) -> int | None:          # a constant made inside the region (lo + i with lo = 0)
+        q = producers.get(v)
+        return int(q.attrs["value"]) if q is not None and q.opcode == "scalar_const" else None
     out = {}
     for o in lreg.ops:
         if o.opcode != "global_to_shared" or (o.operands[0].type.cols * o.operands[0].type.dtype.itemsize) % 16:
@@ -437,9 +700,11 @@ def cursor_loads(pipe: Op) -> dict[Op, tuple[int, list, Value]]:
                 walked.append(d)
                 start.append(None)
             elif (p is not None and p.opcode == "scalar_binary" and p.attrs["op"] == "add" and step in p.operands
-                  and all(x is step or x not in inner for x in p.operands)):
+                  and p.operands[0] is not p.operands[1]
+                  and all(x is step or x not in inner or _const(x) is not None for x in p.operands)):
                 walked.append(d)
-                start.append(next(x for x in p.operands if x is not step))
+                other = next(x for x in p.operands if x is not step)
+                start.append(other if other not in inner else _const(other))
             else:
                 walked = []
                 break

@@ -12,6 +12,8 @@
 //               j + 16*(i/4), register i%4 -- a lane holds 4 consecutive rows of one column.
 //   rv<T,N,ROW> the rows of such a tile: lane l holds rows 4*(l/16)+k, k = 0..3, of each of its blocks.
 //   rv<T,N,COL> the columns: lane l holds column 16*cb + l%16 of every 16-column block (all waves).
+//   rt<T,R,C,tfrag> the same blocks holding the transpose's MFMA layout: element (i, j) in lane i + 16*(j/4),
+//               register j%4 (an mma into it swaps its operands; as an mma's A it is read in place).
 //   st<T,R,C>   row-major with 16-byte chunks XOR-swizzled by row, so MFMA operand reads of 16 rows
 //               spread over the LDS banks (32 banks on gfx942, 64 on gfx950); within R*C*sizeof(T).
 //

@@ -39,6 +39,12 @@ template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C>& dst, const rv
       for (int k = 0; k < 4; ++k) dst.data[(s * D::CB + cb) * 4 + k] = v.data[cb];
 }
 
+template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C, tfrag>& dst, const rv<T, R, ROW, tfrag>& v) {
+  using D = rt<T, R, C, tfrag>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = v.data[e / (D::CB * 4)];
+}
+
 template<class T, int R, int C, int WR>
 HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, R, ROW, strip<WR>>& v) {
   using D = rt<T, R, C, strip<WR>>;
@@ -62,6 +68,31 @@ template<class F, class D, class X> HK_DEV void binary(D& dst, const X& a, const
   for (int e = 0; e < D::NE; ++e)
     dst.data[e] = detail::put(uncalc<typename D::dtype>(F::apply(calc(a.data[e]), calc(b.data[e]))));
 }
+// f32 add, sub and mul of tfrag tiles two elements at a time: v_pk_add_f32 / v_pk_mul_f32 (CDNA3 and CDNA4: one
+// full-rate instruction for two IEEE operations, rounded as the scalar ones -- the same bits)
+namespace detail {
+typedef float f32x2 __attribute__((ext_vector_type(2)));
+template<class F> struct packed2 { static constexpr bool ok = false; };
+template<> struct packed2<op_add> { static constexpr bool ok = true; HK_DEV static f32x2 apply(f32x2 a, f32x2 b) { return a + b; } };
+template<> struct packed2<op_sub> { static constexpr bool ok = true; HK_DEV static f32x2 apply(f32x2 a, f32x2 b) { return a - b; } };
+template<> struct packed2<op_mul> { static constexpr bool ok = true; HK_DEV static f32x2 apply(f32x2 a, f32x2 b) { return a * b; } };
+}  // namespace detail
+template<class F, int R, int C>
+HK_DEV void binary(rt<float, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& a, const rt<float, R, C, tfrag>& b) {
+  using D = rt<float, R, C, tfrag>;
+  if constexpr (detail::packed2<F>::ok) {
+#pragma unroll
+    for (int e = 0; e < D::NE; e += 2) {
+      const detail::f32x2 r = detail::packed2<F>::apply(detail::f32x2{a.data[e], a.data[e + 1]},
+                                                        detail::f32x2{b.data[e], b.data[e + 1]});
+      dst.data[e] = r[0];
+      dst.data[e + 1] = r[1];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < D::NE; ++e) dst.data[e] = F::apply(a.data[e], b.data[e]);
+  }
+}
 template<class D, class M> HK_DEV void where(D& dst, const M& mask, const D& a, const D& b) {
 #pragma unroll
   for (int e = 0; e < D::NE; ++e) dst.data[e] = mask.data[e] ? a.data[e] : b.data[e];
@@ -70,5 +101,27 @@ template<class D, class X> HK_DEV void cast(D& dst, const X& x) {
 #pragma unroll
   for (int e = 0; e < D::NE; ++e) dst.data[e] = convert<typename D::dtype>(x.data[e]);
 }
+
+#if !HK_GFX950
+// f32 -> bf16 of a tfrag tile on gfx942 (no conversion instruction), two elements at a time with the portable
+// core's bits (hk_core/conversions.h soft::bf16_bits_from_float, RNE, a NaN quieted with its sign and top
+// payload): per element the rounding add and a NaN select, then one v_perm_b32 keeps both high halves.
+template<int R, int C> HK_DEV void cast(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  using D = rt<bf16, R, C, tfrag>;
+#pragma unroll
+  for (int e = 0; e < D::NE; e += 2) {
+    unsigned r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float f = x.data[e + h];
+      const unsigned u = __builtin_bit_cast(unsigned, f);
+      r[h] = f != f ? (u | 0x400000u) : u + 0x7FFFu + ((u >> 16) & 1u);
+    }
+    const unsigned both = __builtin_amdgcn_perm(r[1], r[0], 0x07060302u);   // r0 >> 16 | (r1 & 0xFFFF0000)
+    dst.data[e].bits = (unsigned short)both;
+    dst.data[e + 1].bits = (unsigned short)(both >> 16);
+  }
+}
+#endif
 
 }  // namespace hk

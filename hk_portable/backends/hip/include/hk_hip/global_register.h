@@ -180,6 +180,32 @@ template<class T, int N, class Fn> HK_DEV void each_owned(const rv<T, N, COL>& x
     if (ln < 16 && (N % 16 == 0 || n < N)) fn(0, n, x.data[cb]);
   }
 }
+// tfrag tiles: owner slots, as frag; tfrag row vectors: the first lane group of owner slots
+template<class T, int R, int C, class Fn> HK_DEV void each_owned(const rt<T, R, C, tfrag>& x, Fn fn, int ln = lane()) {
+  using D = rt<T, R, C, tfrag>;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+    if (!owner<D::RB>(s)) continue;
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        fn(16 * blk<D::RB>(s) + trow_in_blk(ln), 16 * cb + tcol_in_blk(k, ln), x.data[(s * D::CB + cb) * 4 + k]);
+  }
+}
+template<class T, int N, class Fn> HK_DEV void each_owned(const rv<T, N, ROW, tfrag>& x, Fn fn, int ln = lane()) {
+  using D = rv<T, N, ROW, tfrag>;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+    const int n = D::pos(s, ln);
+    if (owner<D::RB>(s) && ln < 16) fn(0, n, x.data[s]);
+  }
+}
+template<class T, int R, int C, class U, int RANK>
+HK_DEV span locate(const rt<T, R, C, tfrag>&, const gl<U, RANK>& g, const int* ix) { return locate2(g, ix, R, C); }
+template<class T, int N, class U, int RANK>
+HK_DEV span locate(const rv<T, N, ROW, tfrag>&, const gl<U, RANK>& g, const int* ix) { return locate1(g, ix, N); }
+
 // wave-grid tiles hold each element once
 template<class T, int R, int C, int WM, int WN, class Fn>
 HK_DEV void each_owned(const rt<T, R, C, grid<WM, WN>>& x, Fn fn, int ln = lane()) {

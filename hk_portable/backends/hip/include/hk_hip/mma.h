@@ -234,4 +234,164 @@ HK_DEV void mma(rt<float, M, N, grid<WM, WN>>& dst, const A& a, const B& b, cons
   if constexpr (!Q) detail::scale_acc<Op>(dst, Op::POST);
 }
 
+// ================================================================================ tfrag accumulators
+// An accumulator in tfrag (layouts.py TFragment) holds the transpose of the MFMA accumulator layout, so each
+// MFMA runs with its operands swapped: D^T = op(B)^T op(A)^T. Both operand fragments have one lane map (lane l:
+// row l%16 of the [m][k] view, k = KV*(l/16) + s), so op(B)'s fragment goes in as the MFMA's A and op(A)'s as
+// its B. What that buys: an A operand in tfrag registers (attention's P) already is the B fragment of the
+// swapped MFMA (lane l: row l%16, columns 4*(l/16) + s), read in place -- no ds_bpermute gather. With KV = 8
+// (gfx950's 16x16x32) a lane's 8 slots are its 4 columns of two adjacent column blocks, so the LDS operand is
+// read at the same k: two 8-byte reads at kbase + 4*(l/16) and kbase + 16 + 4*(l/16).
+namespace detail {
+// An A operand ([M][K], not transposed) held in registers: this wave's row blocks as MFMA fragments, read
+// from LDS once (hk::preload) and used by every tfrag mma of the pipelines after it (codegen.py preloads).
+template<class S, int KV_> struct a_regs {
+  using dtype = typename S::dtype;
+  using E = raw_bits_t<dtype>;
+  static_assert(S::rows % 16 == 0, "a preloaded operand is whole 16-row blocks");
+  static constexpr int KV = KV_, KS = 4 * KV, rows = S::rows, cols = S::cols, RB = S::rows / 16;
+  static constexpr int RBW = (RB + NW - 1) / NW, NK = (S::cols + KS - 1) / KS;
+  frag<KV, E> f[RBW][NK];
+};
+template<class X> struct is_a_regs { static constexpr bool value = false; };
+template<class S, int KV> struct is_a_regs<a_regs<S, KV>> { static constexpr bool value = true; };
+
+// Four k of op(B)'s fragment for the swapped MFMA: lane l holds (n0 + l%16, k0 + 4*(l/16) + s), s < 4.
+// gfx950, B [k][n] stored row-major (codegen.py shared_storage keeps it so): ds_read_b64_tr_b16, where in
+// each 16-lane block lane 4e + q reads row k0 + 4*(l/16) + e, columns n0 + 4q .. +3, and lane j receives
+// the values of lanes 4e + j/4, element j%4 -- column n0 + j at rows k0 + 4*(l/16) + e, e < 4.
+template<bool TB, class B> HK_DEV auto b_quad(const B& b, int n0, int k0) {
+  using E = raw_bits_t<typename B::dtype>;
+#if HK_GFX950
+  if constexpr (!TB && !B::COL && B::rows % 16 == 0 && B::cols % 16 == 0 && sizeof(E) == 2) {
+    const int l = lane(), j = l & 15;
+    const unsigned char* at = b.p + B::offset(k0 + 4 * (l >> 4) + (j >> 2), n0 + 4 * (j & 3));
+    typedef short s16x4 __attribute__((ext_vector_type(4)));
+    const s16x4 v = __builtin_amdgcn_ds_read_tr16_b64_v4i16((__attribute__((address_space(3))) s16x4*)at);
+    return __builtin_bit_cast(frag<4, E>, v);
+  } else
+#endif
+  {
+    const st_src<TB, 4, B> half{b};
+    return half.get(n0, k0);
+  }
+}
+// op(B)'s fragment for the swapped MFMA, k slots in the order of a tfrag register A (KV = 8: two halves)
+template<bool TB, int KV, class B> HK_DEV auto b_frag_split(const B& b, int n0, int kbase) {
+  if constexpr (KV == 4) {
+    return b_quad<TB>(b, n0, kbase);
+  } else {
+    using E = raw_bits_t<typename B::dtype>;
+    const frag<4, E> lo = b_quad<TB>(b, n0, kbase), hi = b_quad<TB>(b, n0, kbase + 16);
+    frag<8, E> f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) { f.v[e] = lo.v[e]; f.v[4 + e] = hi.v[e]; }
+    return f;
+  }
+}
+}  // namespace detail
+
+// this wave's row blocks of `a` as the A fragments of the tfrag mmas that read it (K = its columns)
+template<class T, int R, int C, class L> HK_DEV auto preload(const st<T, R, C, L>& a) {
+  using S = st<T, R, C, L>;
+  using X = detail::a_regs<S, detail::kv_for<T, C>()>;
+  const detail::st_src<true, X::KV, S> src{a};
+  X out;
+#pragma unroll
+  for (int s = 0; s < X::RBW; ++s)
+#pragma unroll
+    for (int t = 0; t < X::NK; ++t) out.f[s][t] = src.get(16 * detail::blk<X::RB>(s), t * X::KS);
+  return out;
+}
+
+// dst = acc + op(a) @ op(b) into a tfrag accumulator; a: st, preloaded registers (hk::preload) or a tfrag rt
+// (16-bit, not transposed); b: st
+template<bool TA, bool TB, class A, class B, int M, int N>
+HK_DEV void mma(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<float, M, N, tfrag>& acc) {
+  using D = rt<float, M, N, tfrag>;
+  using T = typename A::dtype;
+  static_assert(is_st<B>::value, "a tfrag mma reads B from LDS (layouts.py)");
+  static_assert(same<T, typename B::dtype>::value && (same<T, bf16>::value || same<T, f16>::value),
+                "a tfrag mma takes bf16 or f16 operands of one dtype (layouts.py)");
+  constexpr bool A_RT = !is_st<A>::value && !detail::is_a_regs<A>::value;
+  constexpr int K = TA ? A::rows : A::cols;
+  using Op = detail::mfma_for<T, T, K>;
+  constexpr int KV = Op::KV, KS = 4 * KV;
+  dst = acc;
+  if constexpr (A_RT) {
+    using X = rt<T, M, K, tfrag>;
+    static_assert(same<A, X>::value && !TA, "a register A of a tfrag mma is a tfrag tile, not transposed");
+    for (int kbase = 0; kbase < K; kbase += KS) {
+      __builtin_amdgcn_sched_barrier(0);   // LDS reads of one k-step at a time: hoisted, all of K would spill
+#pragma unroll
+      for (int nb = 0; nb < D::CB; ++nb) {
+        const auto bf = detail::b_frag_split<TB, KV>(b, 16 * nb, kbase);
+#pragma unroll
+        for (int s = 0; s < D::RBW; ++s) {
+          detail::frag<KV> af;
+#pragma unroll
+          for (int e = 0; e < KV; ++e) af.v[e] = detail::bits16(a.data[(s * X::CB + kbase / 16 + e / 4) * 4 + e % 4]);
+          float* d = &dst.data[(s * D::CB + nb) * 4];
+          f32x4 c = {d[0], d[1], d[2], d[3]};
+          c = Op::run(bf, af, c);
+          d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
+        }
+      }
+    }
+  } else {
+    constexpr int RB = D::RB;
+    const detail::st_src<TB, KV, B> bsrc{b};
+    for (int kbase = 0; kbase < K; kbase += KS) {
+      __builtin_amdgcn_sched_barrier(0);   // LDS reads of one k-step at a time: hoisted, all of K would spill
+#pragma unroll
+      for (int nb = 0; nb < D::CB; ++nb) {
+        const auto bf = bsrc.get(16 * nb, kbase);
+#pragma unroll
+        for (int s = 0; s < D::RBW; ++s) {
+          const auto af = [&]() {
+            if constexpr (detail::is_a_regs<A>::value) {
+              static_assert(A::KV == KV && !TA, "a preloaded A matches the mma's fragments");
+              return a.f[s][kbase / KS];
+            } else {
+              const detail::st_src<!TA, KV, A> asrc{a};
+              return asrc.get(16 * detail::blk<RB>(s), kbase);
+            }
+          }();
+          float* d = &dst.data[(s * D::CB + nb) * 4];
+          f32x4 c = {d[0], d[1], d[2], d[3]};
+          c = Op::run(bf, af, c);
+          d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
+        }
+      }
+    }
+  }
+}
+
+// dst = acc * rows[:, None] + op(a) @ op(b) (codegen.py lazy_rescales): the multiply is skipped when every
+// factor this wave holds is 1 (a wave-uniform ballot) -- x * 1 is x bit for bit, the tile holding results of
+// arithmetic, never a signalling NaN. The multiply runs on the MFMA's 4-register accumulator groups, so LLVM
+// keeps the scaled and the unscaled tile in the same registers (no copies on the path that skips it).
+template<bool TA, bool TB, class A, class B, int M, int N>
+HK_DEV void mma_rescaled(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<float, M, N, tfrag>& acc,
+                         const rv<float, M, ROW, tfrag>& rows) {
+  using D = rt<float, M, N, tfrag>;
+  bool ones = true;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) ones = ones && rows.data[s] == 1.0f;
+  D scaled = acc;
+  if (__builtin_amdgcn_ballot_w64(!ones) != 0) {
+#pragma unroll
+    for (int e = 0; e < D::NE; e += 4) {
+      const float f = rows.data[e / (D::CB * 4)];
+      f32x4 q = {scaled.data[e], scaled.data[e + 1], scaled.data[e + 2], scaled.data[e + 3]};
+      q = q * f32x4{f, f, f, f};
+      scaled.data[e] = q[0];
+      scaled.data[e + 1] = q[1];
+      scaled.data[e + 2] = q[2];
+      scaled.data[e + 3] = q[3];
+    }
+  }
+  mma<TA, TB>(dst, a, b, scaled);
+}
+
 }  // namespace hk

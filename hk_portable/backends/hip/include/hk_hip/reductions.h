@@ -44,6 +44,20 @@ template<class F, class A> HK_DEV A reduce_groups(A x) {
   x = Rd::op(x, from_word<A>(bperm(lane() ^ 32, to_word(x))));
   return x;
 }
+// the same over lanes l, l^16, l^32, l^48 with gfx950's permlane swaps (VALU, no LDS traffic): swapping a
+// value with itself leaves each lane its own and its partner's value, in an order that differs between the
+// two lanes only by commutation
+#if HK_GFX950
+template<class F, class A> HK_DEV A reduce_groups_valu(A x) {
+  using Rd = red<F, A>;
+  const auto h = __builtin_amdgcn_permlane16_swap(to_word(x), to_word(x), false, false);
+  x = Rd::op(from_word<A>(h[0]), from_word<A>(h[1]));
+  const auto w = __builtin_amdgcn_permlane32_swap(to_word(x), to_word(x), false, false);
+  return Rd::op(from_word<A>(w[0]), from_word<A>(w[1]));
+}
+#else
+template<class F, class A> HK_DEV A reduce_groups_valu(A x) { return reduce_groups<F>(x); }
+#endif
 }  // namespace detail
 
 // ROW: over the columns of each row; COL: over the rows of each column.
@@ -104,6 +118,39 @@ template<class F, class AX, class T, int N, class X> HK_DEV void reduce(rv<T, N,
     }
 #pragma unroll
     for (int cb = 0; cb < CB; ++cb) dst.data[cb] = uncalc<T>(part[cb]);
+  }
+}
+
+// tfrag, ROW: a lane folds the 4 columns it holds of each column block, then the four lane groups that hold
+// one row combine (every lane of the row ends with the same value)
+template<class F, class AX, class T, int R, int C>
+HK_DEV void reduce(rv<T, R, ROW, tfrag>& dst, const rt<T, R, C, tfrag>& x) {
+  static_assert(same<AX, ROW>::value, "a tfrag tile reduces along its rows (layouts.py)");
+  using D = rt<T, R, C, tfrag>;
+  using A = typename calc_t<T>::type;
+  using Rd = detail::red<F, A>;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+    A acc;
+    if constexpr (same<F, op_add>::value && same<A, float>::value) {
+      // f32 sums as a tree of pairs: v_pk_add_f32, half the instructions of a chain
+      detail::f32x2 part[D::CB * 2];
+#pragma unroll
+      for (int i = 0; i < D::CB * 2; ++i)
+        part[i] = detail::f32x2{calc(x.data[s * D::CB * 4 + 2 * i]), calc(x.data[s * D::CB * 4 + 2 * i + 1])};
+#pragma unroll
+      for (int n = D::CB * 2; n > 1; n /= 2) {
+#pragma unroll
+        for (int i = 0; i < n / 2; ++i) part[i] = part[i] + part[i + n / 2];
+        if (n % 2) part[0] = part[0] + part[n - 1];
+      }
+      acc = part[0][0] + part[0][1];
+    } else {
+      acc = calc(x.data[s * D::CB * 4]);
+#pragma unroll
+      for (int e = 1; e < D::CB * 4; ++e) acc = Rd::op(acc, calc(x.data[s * D::CB * 4 + e]));
+    }
+    dst.data[s] = uncalc<T>(detail::reduce_groups_valu<F>(acc));
   }
 }
 

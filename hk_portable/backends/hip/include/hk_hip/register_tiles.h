@@ -67,6 +67,25 @@ template<class T, int R, int C, int WM, int WN> struct rt<T, R, C, grid<WM, WN>>
   static HK_DEV int col0() { return 16 * CBW * G::wn(); }
 };
 
+// tfrag (layouts.py TFragment): the fragment layout of the transpose. Rows in 16-row blocks dealt to the waves
+// as frag (block b on wave b % NW, slot b / NW; replicas when RB < NW); inside a 16x16 block element (i, j) in
+// lane i + 16*(j/4), register j % 4 -- a lane holds 4 consecutive columns of one row: data[(slot * CB + cb) * 4
+// + k] is row 16*blk(slot) + lane%16, column 16*cb + 4*(lane/16) + k. It is the MFMA accumulator of the
+// transpose (an mma into it swaps its operands) and, for 16-bit data, the B-operand fragment of an mma that
+// takes the tile as A (mma.h).
+struct tfrag {};
+template<class T, int R, int C> struct rt<T, R, C, tfrag> {
+  static_assert(R % 16 == 0 && C % 16 == 0, "a tfrag tile is whole 16x16 blocks (layouts.py)");
+  using dtype = T;
+  static constexpr int rows = R, cols = C, RB = R / 16, CB = C / 16, RBW = (RB + NW - 1) / NW;
+  static constexpr int NE = RBW * CB * 4;
+  typename storage<T>::type data[NE];
+};
+namespace detail {
+HK_DEV int trow_in_blk(int ln) { return ln & 15; }
+HK_DEV int tcol_in_blk(int k, int ln) { return 4 * (ln >> 4) + k; }
+}  // namespace detail
+
 // A strip tile holds whole chunks only (the layout pass picks WR with R % WR == 0 and C % (8 * TC) == 0).
 // Element (k * CS + j) * 8 + e: row k * WR + wr, column chunk(j) * 8 + e.
 template<class T, int R, int C, int WR> struct rt<T, R, C, strip<WR>> {

@@ -16,6 +16,16 @@ template<class T, int N> struct rv<T, N, COL, frag> {        // one value per co
   static HK_DEV int pos(int i, int ln) { return 16 * i + detail::col_in_blk(ln); }
 };
 
+// tfrag: the rows of a tfrag tile, one per lane: lane l holds row 16*blk(slot) + l%16 (the four lane groups
+// hold the same values)
+template<class T, int N> struct rv<T, N, ROW, tfrag> {
+  static_assert(N % 16 == 0, "a tfrag row vector is whole 16-row blocks");
+  using dtype = T;
+  static constexpr int n = N, RB = N / 16, RBW = (RB + NW - 1) / NW, NE = RBW;
+  typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int ln) { return 16 * detail::blk<RB>(i) + detail::trow_in_blk(ln); }
+};
+
 // strip<WR>: a row vector holds this wave-row's rows (replicated over its lanes and wave-columns), a column
 // vector this lane's chunks (replicated over the wave-rows)
 template<class T, int N, int WR> struct rv<T, N, ROW, strip<WR>> {
