@@ -357,38 +357,51 @@ def tfrag_components(program: Program, axes: dict[Value, str] | None = None) -> 
 
 
 # ------------------------------------------------------------------------------- shared storage
+def shared_buffer_uses(program: Program) -> tuple[dict[Value, list[Value]], list[tuple[Op, int, Value]]]:
+    """(each shared buffer's stage views, every use of a buffer or of a stage of it as (op, operand index,
+    buffer)): what a storage decision about a whole buffer reads. Taking a stage view is not a use."""
+    producers = {r: op for op in program.body.walk() for r in op.results}
+    stages: dict[Value, list[Value]] = {}
+    uses: list[tuple[Op, int, Value]] = []
+    for op in program.body.walk():
+        if op.opcode == "shared_stage":
+            stages.setdefault(op.operands[0], []).append(op.result)
+        for i, v in enumerate(op.operands):
+            src = producers.get(v)
+            if src is None or src.opcode not in ("shared_stage", "alloc_shared"):
+                continue
+            if op.opcode == "shared_stage" and i == 0:
+                continue
+            uses.append((op, i, v if src.opcode == "alloc_shared" else src.operands[0]))
+    return stages, uses
+
+
+def with_stages(ok: dict[Value, bool], stages: dict[Value, list[Value]], what) -> dict:
+    """{buffer and each of its stage views: what} for the buffers `ok` accepts."""
+    out = {}
+    for buf, good in ok.items():
+        if good:
+            out[buf] = what
+            out.update({st: what for st in stages.get(buf, [])})
+    return out
+
+
 def assign_shared_storage(program: Program) -> dict[Value, ColMajor]:
     """The shared buffers (and their stage views) stored column-major: those whose only uses are copies in
     from global memory and mma operands that read K down the tile's rows (B not transposed: [K, N]; A
     transposed: [K, M]). Stored transposed on the way in, such a tile gives the mma k-contiguous
     fragments (vector reads) instead of one 16-bit gather per element. Buffers with any other use keep
     row-major storage."""
-    producers = {r: op for op in program.body.walk() for r in op.results}
-    stages: dict[Value, list[Value]] = {}
-    for op in program.body.walk():
-        if op.opcode == "shared_stage":
-            stages.setdefault(op.operands[0], []).append(op.result)
+    stages, uses = shared_buffer_uses(program)
     ok: dict[Value, bool] = {}
-    for op in program.body.walk():
-        for i, v in enumerate(op.operands):
-            src = producers.get(v)
-            if src is None or src.opcode not in ("shared_stage", "alloc_shared"):
-                continue
-            buf = v if src.opcode == "alloc_shared" else src.operands[0]
-            if op.opcode == "shared_stage" and i == 0:
-                continue
-            k_down_rows = op.opcode == "mma" and ((i == 1 and not op.attrs["trans_b"]) or
-                                                  (i == 0 and op.attrs["trans_a"]))
-            if k_down_rows:
-                ok.setdefault(buf, True)
-            elif not (op.opcode == "global_to_shared" and i == 0):
-                ok[buf] = False
-    out: dict[Value, ColMajor] = {}
-    for buf, good in ok.items():
-        if good:
-            out[buf] = COL_MAJOR
-            out.update({st: COL_MAJOR for st in stages.get(buf, [])})
-    return out
+    for op, i, buf in uses:
+        k_down_rows = op.opcode == "mma" and ((i == 1 and not op.attrs["trans_b"]) or
+                                              (i == 0 and op.attrs["trans_a"]))
+        if k_down_rows:
+            ok.setdefault(buf, True)
+        elif not (op.opcode == "global_to_shared" and i == 0):
+            ok[buf] = False
+    return with_stages(ok, stages, COL_MAJOR)
 
 
 def strip_reduce_scratch(op: Op, layout: Strip, warps: int) -> int:

@@ -35,7 +35,7 @@ from ...interface.backend import Target
 from ...interface import opcodes
 from ...interface.errors import UnsupportedError
 from ...codegen.cstyle import BINARY_FN, CTYPE
-from ...codegen.layouts import ColMajor, WaveGrid
+from ...codegen.layouts import ColMajor, WaveGrid, shared_buffer_uses, with_stages
 from ...interface.ir import Op, Program, Region, SharedBufType, TileType, Value
 from .archs import ARCHS, LANES
 from .options import MAX_WAVES, HipOptions
@@ -254,29 +254,13 @@ def fnuz_storage(program: Program, arch: str) -> dict[Value, str]:
     of in every fragment every wave reads. {value: why}."""
     if not ARCHS[arch].fnuz_e4m3:
         return {}
-    producers = {r: op for op in program.body.walk() for r in op.results}
-    stages: dict[Value, list[Value]] = {}
+    stages, uses = shared_buffer_uses(program)
     ok: dict[Value, bool] = {}
-    for op in program.body.walk():
-        if op.opcode == "shared_stage":
-            stages.setdefault(op.operands[0], []).append(op.result)
-        for i, v in enumerate(op.operands):
-            src = producers.get(v)
-            if src is None or src.opcode not in ("shared_stage", "alloc_shared"):
-                continue
-            buf = v if src.opcode == "alloc_shared" else src.operands[0]
-            if op.opcode == "shared_stage" and i == 0:
-                continue
-            fine = buf.type.dtype.name == "fp8e4m3" and (
-                (op.opcode == "global_to_shared" and i == 0) or (op.opcode == "mma" and i < 2 and _e4m3_pair(op)))
-            ok[buf] = ok.get(buf, True) and fine
-    out: dict[Value, str] = {}
-    for buf, good in ok.items():
-        if good:
-            why = "e4m3 tile read only by e4m3 x e4m3 mma: FNUZ codes mapped once on the way into LDS"
-            out[buf] = why
-            out.update({st: why for st in stages.get(buf, [])})
-    return out
+    for op, i, buf in uses:
+        fine = buf.type.dtype.name == "fp8e4m3" and (
+            (op.opcode == "global_to_shared" and i == 0) or (op.opcode == "mma" and i < 2 and _e4m3_pair(op)))
+        ok[buf] = ok.get(buf, True) and fine
+    return with_stages(ok, stages, "e4m3 tile read only by e4m3 x e4m3 mma: FNUZ codes mapped once on the way into LDS")
 
 
 def quartered_carries(pipe: Op, arch: str) -> dict[int, Op]:
