@@ -81,7 +81,8 @@ def test_ordering_on_a_non_default_stream(cuda):
     ref = (x.double() * 2 + 1).sum()
     assert torch.isfinite(z) and abs(float(z) - float(ref)) <= 1e-4 * abs(float(ref))
     # the explicit stream= argument orders the same way
-    y2 = torch.full_like(y, float("nan"))
+    y2 = torch.full_like(y, float("nan"))          # on the default stream: s must wait for it (with the compiled
+    s.wait_stream(torch.cuda.current_stream())      # launcher the kernel on s could overtake the fill, 2026-12-03)
     with torch.cuda.stream(s):
         x.mul_(3.0)
     _axpb(x, y2, stream=s)
