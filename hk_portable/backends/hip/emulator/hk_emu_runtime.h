@@ -1032,6 +1032,9 @@ bool run_block(Worker* w, uint64_t b) {
     in.implicit = w->implicit;
     init_stack(&l);
   }
+  // Loads of earlier blocks (or of a launch an error stopped, whatever module it ran) count as landed:
+  // no direct-to-LDS tag survives into this block (a planted-bug launch left some, CI 2026-12-03).
+  for (size_t i = 0, n_sh = (size_t)w->s_size + w->d_size; i < n_sh && i < w->shadow_cap; ++i) w->shadow[i].dma_seq = 0;
   for (int i = 0; i < w->nwaves; ++i) {
     Wave& v = w->waves[i];
     v.first = i * 64;
