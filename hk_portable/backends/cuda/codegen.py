@@ -77,6 +77,7 @@ class CudaEmitter(CStyleEmitter):
         self.hand_over_registers = 0
         self.plan = schedule.Plan()
         self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
+        self._in_flight: set[int] = set()                   # mma ops left in flight (an Overlap's step)
 
     def emit(self, program: Program) -> EmittedKernel:
         self.plan = schedule.plan(program, self.target)
@@ -96,7 +97,7 @@ class CudaEmitter(CStyleEmitter):
         return out
 
     def mma_template_args(self, op):
-        mode = self.plan.mma_modes.get(id(op), schedule.MMA_STANDALONE)
+        mode = schedule.MMA_ASYNC if id(op) in self._in_flight else self.plan.mma_modes.get(id(op), schedule.MMA_STANDALONE)
         base = super().mma_template_args(op)
         return base if mode == schedule.MMA_STANDALONE else f"{base}, {mode}"
 
@@ -118,14 +119,74 @@ class CudaEmitter(CStyleEmitter):
         stages, async_mma = op.attrs["stages"], "true" if pp.async_mma else "false"
         if self.plan.producer_warps:     # the consumers' side; the producer's is in _specialised_body
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
-            self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, hk_full, "
-                      f"hk_empty, hk_compute{uid});")
+            if pp.overlap:
+                self._overlap_lambdas(creg, pp.overlap, carry, uid)
+                self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap<{stages}>({self.name(n)}, hk_it, hk_full, "
+                          f"hk_empty, hk_first{uid}, hk_step{uid}, hk_tail{uid}); hk::fence_operand({carry[pp.overlap.carry]}); }}")
+            else:
+                self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, "
+                          f"hk_full, hk_empty, hk_compute{uid});")
             self.line(f"else hk::pipeline<{stages}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
             return
         self._tma_load_lambda(op, pp)
         self.compute_lambda(f"hk_compute{uid}", creg, carry)
         self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}>({self.name(n)}, hk_tma_ok != 0, "
                   f"hk_load{uid}, hk_load_tma{uid}, hk_compute{uid});")
+
+    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int) -> None:
+        """The software-pipelined form of a compute region (schedule.Overlap): `hk_tail<uid>(s)` runs the
+        tail on stage s from the snapshots of the crossing values; `hk_step<uid>(i, s)` issues the head, runs
+        the previous step's tail (stage prev), waits for the head only, runs the rest of the step while the
+        tail's product is in flight, retires it and snapshots what its own tail will read; `hk_first<uid>`
+        is step 0, with no tail before it. No branch separates an issue from its wait: ptxas serialises
+        every wgmma of the kernel when a control-flow merge might read an accumulator in flight."""
+        acc = carry[ov.carry]
+        snaps = [(v, f"hk_x{uid}_{k}") for k, v in enumerate(ov.crossing)]
+        for v, snap in snaps:
+            self.line(f"{self.ctype(v.type, v)} {snap};")
+        self._in_flight = {id(ov.head), id(ov.mma)}
+        try:
+            self.line(f"auto hk_tail{uid} = [&](int {self.name(creg.args[1])}) {{")
+            self.indent += 1
+            self._bind_args([creg.args[2 + ov.carry], *(v for v, _ in snaps)], [acc, *(n for _, n in snaps)])
+            self.emit_ops(ov.tail)
+            self.line(f"{acc} = {self.name(ov.mma.result)};")
+            self.indent -= 1
+            self.line("};")
+            self._overlap_step(f"hk_first{uid}", creg, ov, carry, snaps, None)
+            self._overlap_step(f"hk_step{uid}", creg, ov, carry, snaps, f"hk_tail{uid}")
+        finally:
+            self._in_flight = set()
+
+    def _overlap_step(self, name: str, creg, ov: schedule.Overlap, carry: list[str], snaps, tail: str | None):
+        ci, cs = (self.name(a) for a in creg.args[:2])
+        self.line(f"auto {name} = [&](int {ci}, int {cs}" + (", int hk_prev) {" if tail else ") {"))
+        self.indent += 1
+        self._bind_args(creg.args[2:], carry)
+        in_tail = {id(o) for o in ov.tail}
+        step = [o for o in creg.ops if id(o) not in in_tail]
+        h = next(k for k, o in enumerate(step) if o is ov.head) + 1
+        self.emit_ops(step[:h])
+        if tail:
+            self.line(f"{tail}(hk_prev);")
+        self.line(f"hk::wgmma_wait<{1 if tail else 0}>();")
+        self.line(f"hk::fence_operand({self.name(ov.head.result)});")
+        self.emit_ops(step[h:])
+        if tail:
+            self.line(f"hk::wgmma_wait<0>();")
+            self.line(f"hk::fence_operand({carry[ov.carry]});")
+        for v, snap in snaps:
+            self.line(f"{snap} = {self.name(v)};")
+        self._yield_some(creg, carry, [k for k in range(len(carry)) if k != ov.carry])
+        self.indent -= 1
+        self.line("};")
+
+    def _yield_some(self, creg, carry: list[str], keep: list[int]) -> None:
+        """The yields of carries `keep` (a yield that is itself a carry argument goes through a temporary)."""
+        for k in keep:
+            self.line(f"auto hk_tmp{k} = {self.name(creg.yields[k])};")
+        for k in keep:
+            self.line(f"{carry[k]} = hk_tmp{k};")
 
     def _tma_load_lambda(self, op, pp) -> None:
         self._tma_loads = pp.tma_loads

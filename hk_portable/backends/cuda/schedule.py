@@ -17,6 +17,12 @@ compute region is a pure accumulator chain (the mma's result is only the carry o
 wgmma is left in flight (MMA_ASYNC) and the pipeline waits for it one step later, overlapping the
 tensor cores with the next stage's wait. Everything else is MMA_STANDALONE.
 
+A warp-specialised pipeline whose compute region is two products, the second accumulating into a carry
+(attention: S = QKᵀ, the softmax, O = O·α + PV), is software-pipelined one step (`Overlap`, FlashAttention
+3's intra-warpgroup overlap): step i issues its head product, then the tail of step i-1 (the accumulator's
+rescale and its product), and runs the rest of step i, the softmax, while the tail's product is on the
+tensor cores. The tail reads what step i-1 left (P, α) and step i-1's stage, which is released a step late.
+
 `plan(program, target)` returns the decisions; `describe(plan)` prints them (`hk compile --emit lowered`).
 """
 from __future__ import annotations
@@ -51,11 +57,24 @@ class TmaLoad:
 
 
 @dataclass
+class Overlap:
+    """A compute region split for software pipelining (module docstring): `head` is issued first in every
+    step; `tail` (program order, `mma` last) runs one step late and produces carry number `carry`;
+    `crossing` are the values the tail reads from its own step (snapshotted when that step ends)."""
+    head: Op
+    tail: list[Op]
+    mma: Op
+    carry: int
+    crossing: list[Value]
+
+
+@dataclass
 class PipelinePlan:
     schedule: str                                   # "cp_async" or "tma"
     tma_loads: dict[int, int] = field(default_factory=dict)   # global_to_shared op id -> tensor map index
     tx_bytes: int = 0                               # bytes one stage's TMA copies deliver
     async_mma: bool = False
+    overlap: Overlap | None = None                  # software-pipelined compute (warp-specialised only)
 
 
 @dataclass
@@ -93,6 +112,9 @@ def plan(program: Program, target: Target) -> Plan:
             out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
     if _specialisable(program, out, producers):
         out.producer_warps = PRODUCER_WARPS
+        for op in program.body.walk():
+            if op.opcode == "pipeline":
+                out.pipelines[id(op)].overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)
     return out
 
 
@@ -145,6 +167,56 @@ def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> Pipeline
             t = g2s.operands[0].type
             pp.tx_bytes += t.rows * t.cols * t.dtype.itemsize
     return pp
+
+
+TAIL_OPS = ("mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where", "shared_stage")
+
+
+def _overlap(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
+    """The split of a compute region into head and tail (module docstring), or None. Taken when the
+    region's top level holds exactly two products, both staged wgmma, the second's result is only a
+    yielded carry, and that carry is read by nothing but the second product's accumulator chain: the
+    tail is that product plus the pure ops that feed only it (its accumulator's rescale, its stage view)."""
+    ops = creg.ops
+    mmas = [o for o in ops if o.opcode == "mma"]
+    if (len(mmas) != 2 or any(o.regions for o in ops)
+            or any(mma_modes.get(id(m)) != MMA_STAGED or not wgmma_eligible(m, num_warps) for m in mmas)):
+        return None
+    head, mma = mmas
+    ks = [k for k, y in enumerate(creg.yields) if y is mma.result]
+    users: dict[int, list[Op]] = {}
+    for o in ops:
+        for v in o.operands:
+            users.setdefault(v.id, []).append(o)
+    if len(ks) != 1 or users.get(mma.result.id):
+        return None
+    defined = {r.id: o for o in ops for r in o.results}
+    yielded = {y.id for y in creg.yields}
+    tail = {id(mma): mma}
+
+    def pull(v: Value) -> None:
+        o = defined.get(v.id)
+        if (o is None or id(o) in tail or o is head or o.opcode not in TAIL_OPS
+                or any(r.id in yielded or any(id(u) not in tail for u in users.get(r.id, [])) for r in o.results)):
+            return
+        tail[id(o)] = o
+        for w in o.operands:
+            pull(w)
+
+    pull(mma.operands[2])
+    pull(mma.operands[1])
+    acc = creg.args[2 + ks[0]]
+    if any(id(u) not in tail for u in users.get(acc.id, [])):
+        return None
+    ordered = [o for o in ops if id(o) in tail]
+    inside = {r.id for o in ordered for r in o.results}
+    stage, outer = creg.args[1], {v.id for v in creg.args} | set(defined)
+    crossing: dict[int, Value] = {}
+    for o in ordered:
+        for v in o.operands:
+            if v.id not in inside and v is not acc and v is not stage and v.id in outer:
+                crossing.setdefault(v.id, v)
+    return Overlap(head, ordered, mma, ks[0], list(crossing.values()))
 
 
 def register_split(warps: int, producer_warps: int) -> tuple[int, int, int]:
@@ -284,6 +356,10 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                 block, prod, cons = register_split(program.num_warps, p.producer_warps)
                 extra += (f", warp-specialised ({p.producer_warps} producer warps issue the loads; registers "
                           f"{block} -> producer {prod}, consumers {max(cons, block)})")
+            if pp.overlap:
+                extra += (f", software-pipelined (head {names[id(pp.overlap.head)]}; tail "
+                          f"{', '.join(names[id(o)] for o in pp.overlap.tail)} one step late; crossing "
+                          f"{', '.join(f'%{v.id}' for v in pp.overlap.crossing)})")
             lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
         elif op.opcode == "mma" and not (hopper and wgmma_eligible(op, program.num_warps)):
             k = 32 if op.operands[0].type.dtype.itemsize == 1 else 16

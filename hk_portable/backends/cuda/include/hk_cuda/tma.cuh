@@ -193,6 +193,28 @@ template <int S, bool ASYNC, class C> HK_DEV void ws_consume(int n, int& it, u64
     }
 }
 
+// A consumer warp's n steps of a software-pipelined compute (schedule.py Overlap): first(0, s) is step 0;
+// step(i, s, prev) issues step i's head product, runs the tail of step i - 1 on stage prev and retires that
+// tail's product before it returns, so stage prev is released after it; tail(prev) is the last step's.
+template <int S, class F, class C, class T>
+HK_DEV void ws_consume_overlap(int n, int& it, u64* full, u64* empty, F& first, C& step, T& tail) {
+    fence_proxy_async();
+    sync();
+    if (n <= 0) return;
+    mbar_wait(&full[it % S], (it / S) & 1);
+    first(0, it % S);
+    for (int i = 1; i < n; ++i) {
+        const int prev = it % S, s = ++it % S;
+        mbar_wait(&full[s], (it / S) & 1);
+        step(i, s, prev);
+        release_stage(&empty[prev]);
+    }
+    tail(it % S);
+    wgmma_wait<0>();
+    release_stage(&empty[it % S]);
+    ++it;
+}
+
 // Run on TMA when the launch encoded every tensor map (use_tma), else on the cp.async ring.
 template <int S, int TX, bool ASYNC, class L, class LT, class C>
 HK_DEV void pipeline_tma(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {

@@ -18,6 +18,14 @@ template <int N> HK_DEV void wgmma_wait() { asm volatile("wgmma.wait_group.sync.
 // orders this thread's generic-proxy shared writes (cp.async, st.shared) before async-proxy reads (wgmma)
 HK_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// After the wait that retires a wgmma group: its accumulator's registers are read from here on. The
+// empty asm is ordered after the (volatile) wait and every later read depends on its outputs, so the
+// compiler cannot move a read of the accumulator above the wait.
+template <int M, int N, class L> HK_DEV void fence_operand(rt<float, M, N, L>& t) {
+#pragma unroll
+    for (int i = 0; i < rt<float, M, N, L>::SIZE; ++i) asm volatile("" : "+f"(t.d.v[i])::"memory");
+}
+
 // A matrix descriptor (PTX ISA, "matrix descriptor format"): start address, leading and stride byte
 // offsets (all >> 4) and the swizzle mode (1: 128B). The start may sit inside a swizzle atom (a k-step
 // 32 bytes into a 128-byte line); the tile base is 1024-aligned, so the base-offset field stays 0.
