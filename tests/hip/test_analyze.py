@@ -302,9 +302,8 @@ def test_gemm_main_loop_meets_the_issue_bounds(arch, capsys):
     assert r["resources"]["vgpr_spill"] == 0 and r["resources"]["scratch_bytes"] == 0
 
 
-# Issue 10 asks VALU time <= 1.0 x MFMA time of attention's loop; gfx950 is not there yet (2026-12-03: 1.14, the
-# gap is stated in the hip README and docs/perf-notes.md), so its bound here is what was reached.
-ATTENTION_VALU_BOUND = {"gfx942": 1.0, "gfx950": 1.2}
+# Issue 10 asks VALU time <= 1.0 x MFMA time of attention's loop (2026-12-04: 0.79 on gfx942, 0.99 on gfx950).
+ATTENTION_VALU_BOUND = {"gfx942": 1.0, "gfx950": 1.0}
 
 
 @needs_clang
@@ -324,7 +323,8 @@ def test_attention_main_loop_meets_the_issue_bounds(arch, causal, capsys):
     assert clocks["lds_to_mfma"] <= 0.7 and clocks["valu_to_mfma"] <= ATTENTION_VALU_BOUND[arch], clocks
     # both products of 32 rows x 64 keys x D=128 per wave: 64 MFMA-16 each (gfx950: 16x16x32, half as many)
     assert trip["mfma"] == {MFMA[arch]: 128 if arch == "gfx942" else 64}
-    assert counts["trans"] == 34                          # 32 exp2 of P (32 rows x 64 keys / 64 lanes) + 2 alphas
+    # 32 exp2 of P (32 rows x 64 keys / 64 lanes) + 2 alphas; gfx950 skips the alphas' when no row's max moved
+    assert counts["trans"] == (34 if arch == "gfx942" else 32)
     # P is never gathered: the only cross-lane traffic is the two row reductions' exchange (gfx942:
     # ds_bpermute, 2 slots x 2 steps x max and sum; gfx950: v_permlane*_swap, no LDS)
     assert counts["lds_other"] == (8 if arch == "gfx942" else 0)
@@ -347,4 +347,5 @@ def test_attention_plan_records_the_lowering():
     assert {m["A"] for m in plan["tfrag"]} == {"preloaded registers", "registers, read in place"}
     assert len(plan["registers"]) == 1 and "LDS reused" in plan["registers"][0]["why"]
     assert any("lazy rescale" in f["why"] for f in plan["fused"])               # acc * alpha, one per pipeline
+    assert any("scale folded" in f["why"] for f in plan["fused"])               # the steady loop's scores * scale
     assert {f["opcode"] for f in plan["fused"]} >= {"causal_mask", "bounds_mask"}   # edge tiles' masks in the select

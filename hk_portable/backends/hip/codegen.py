@@ -352,6 +352,9 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                                                                       if op.result in u.operands),
                "why": "lazy rescale: skipped when every factor the wave holds is 1"}
               for op in lazy_rescales(program, lay)]
+    fused += [{"op": op.result.id, "opcode": "binary mul", "in": f"{f[0].result.id}, {f[1].result.id}",
+               "why": "scale folded: row max of the unscaled tile times the scale, exp2's argument one fma"}
+              for op, f in folded_scales(program, lay).items() if op.opcode == "binary" and op.attrs["op"] == "mul"]
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
     lds = resources.shared_bytes(arena_total, scratch)
     fp8 = {}
@@ -437,6 +440,52 @@ def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
     return out
 
 
+def folded_scales(program: Program, lay: dict) -> dict[Op, tuple]:
+    """The scale of a softmax folded into its subtraction: for an f32 transposed-fragment tile `s = x * c` (c a
+    splat scalar) used only by a row max and by `s - v[:, None]` whose one use is exp2 (attention's
+    `scores * scale_log2`, its running max and `exp2(scores - max)`), {mul op: (), reduce op: (x, c), sub op:
+    (x, c, v)} (the mul's entry: its reduce and sub ops). The max is taken of x and scaled once (hk::reduce_scaled: for 0 < c < inf rounding is
+    monotone, so max(x) * c is max(x * c) bit for bit; any other c takes the unfolded path) and the difference
+    is one fma (hk::fms_rows, v_pk_fma_f32): x * c - v rounded once instead of twice. exp2's argument moves by
+    at most half an ulp of x * c -- the one place the backend contracts, so only where exp2 (v_exp_f32, itself
+    ~1 ulp from the reference's) is the only reader."""
+    uses: dict[Value, list[Op]] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+        for r in op.regions:
+            for y in r.yields:
+                uses.setdefault(y, []).append(op)
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    out: dict[Op, tuple] = {}
+    for op in program.body.walk():
+        if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"
+                or not isinstance(lay.get(op.result), TFragment)):
+            continue
+        for x, s in (op.operands, op.operands[::-1]):
+            sp = producers.get(s)
+            if sp is not None and sp.opcode == "splat" and x is not s:
+                break
+        else:
+            continue
+        c = sp.operands[0]
+        users = uses.get(op.result, [])
+        red = [u for u in users if u.opcode == "reduce" and u.attrs["op"] == "max" and u.attrs["axis"] == "row"]
+        sub = [u for u in users if u.opcode == "binary" and u.attrs["op"] == "sub" and u.operands[0] is op.result
+               and u.operands[1] is not op.result]
+        if len(users) != 2 or len(red) != 1 or len(sub) != 1:
+            continue
+        b = producers.get(sub[0].operands[1])
+        after = uses.get(sub[0].result, [])
+        if (b is None or b.opcode != "broadcast" or b.attrs["axis"] != "row"
+                or len(after) != 1 or after[0].opcode != "unary" or after[0].attrs["op"] != "exp2"):
+            continue
+        out[op] = (red[0], sub[0])
+        out[red[0]] = (x, c)
+        out[sub[0]] = (x, c, b.operands[0])
+    return out
+
+
 # ------------------------------------------------------------------------------------------- checks
 def check(program: Program, target: Target, plan: Plan) -> None:
     """UnsupportedError naming what does not fit this target."""
@@ -488,6 +537,10 @@ class HipEmitter(CStyleEmitter):
         self._producers = {r: o for o in program.body.walk() for r in o.results}
         self._fused = fused_masks(program, lay)               # mask op -> the where that evaluates it
         self._lazy = lazy_rescales(program, lay)              # rescale op -> (tile, row vector), in its mma
+        self._scaled = folded_scales(program, lay)            # scale folded into the max and the exp2 argument
+        # the row vectors of lazy rescales, made by exp2: 1 exactly where its argument is 0 (hk::exp2_lazy)
+        self._lazy_rows = {v for _, v in self._lazy.values()
+                           if isinstance(lay.get(v), TFragment)}
 
     # ---- masks evaluated inside the select that uses them (fused_masks)
     def _mask_expr(self, v: Value) -> str:
@@ -510,8 +563,12 @@ class HipEmitter(CStyleEmitter):
         self.line(f"const auto {self.name(op.result)} = hk::bounds_at({self.args(op.operands)});")
 
     def op_unary(self, op: Op) -> None:
-        if op not in self._fused:
-            super().op_unary(op)
+        if op in self._fused:
+            return
+        if op.opcode == "unary" and op.attrs["op"] == "exp2" and op.result in self._lazy_rows:
+            self._result(op, f"hk::exp2_lazy({{dst}}, {self.name(op.operands[0])});")   # lazy_rescales
+            return
+        super().op_unary(op)
 
     def op_compare(self, op: Op) -> None:
         if op not in self._fused and op not in self._lazy:
@@ -524,6 +581,12 @@ class HipEmitter(CStyleEmitter):
         self.line(f"{self.decl(op.result)};")
         self.line(f"hk::where_at({self.name(op.result)}, [&](int r, int c) {{ return {self._mask_expr(m)}; }}, "
                   f"{self.name(a)}, {self.name(b)});")
+
+    def op_reduce(self, op: Op) -> None:
+        if op not in self._scaled:
+            return super().op_reduce(op)
+        x, c = self._scaled[op]
+        self._result(op, f"hk::reduce_scaled({{dst}}, {self.name(x)}, {self.name(c)});")
 
     def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
         offsets, total = arena(program, layouts(program, self.plan.waves), self.smem_align)
@@ -581,6 +644,11 @@ class HipEmitter(CStyleEmitter):
     def op_binary(self, op: Op) -> None:
         if op in self._fused or op in self._lazy:
             return                               # evaluated inside its where / its mma (fused_masks, lazy_rescales)
+        if op in self._scaled:                   # folded_scales: the mul is skipped, the sub is one fma
+            if op.attrs["op"] == "sub":
+                x, c, v = self._scaled[op]
+                self._result(op, f"hk::fms_rows({{dst}}, {self.name(x)}, {self.name(c)}, {self.name(v)});")
+            return
         fused = self._fused_loads.get(id(op))
         if fused is None or not isinstance(self.layouts.get(fused[0].result), WaveGrid):
             return super().op_binary(op)

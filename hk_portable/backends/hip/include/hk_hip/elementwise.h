@@ -93,6 +93,39 @@ HK_DEV void binary(rt<float, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& a,
     for (int e = 0; e < D::NE; ++e) dst.data[e] = F::apply(a.data[e], b.data[e]);
   }
 }
+// dst = x * c - v[:, None] rounded once (v_pk_fma_f32): a softmax's scaled scores minus the row max, where
+// exp2 is the only reader (codegen.py folded_scales; the backend's one contraction)
+template<int R, int C>
+HK_DEV void fms_rows(rt<float, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x, float c,
+                     const rv<float, R, ROW, tfrag>& v) {
+  using D = rt<float, R, C, tfrag>;
+#pragma unroll
+  for (int e = 0; e < D::NE; e += 2) {
+    const float m = -v.data[e / (D::CB * 4)];
+    const detail::f32x2 r = __builtin_elementwise_fma(detail::f32x2{x.data[e], x.data[e + 1]}, detail::f32x2{c, c},
+                                                      detail::f32x2{m, m});
+    dst.data[e] = r[0];
+    dst.data[e + 1] = r[1];
+  }
+}
+// dst = exp2(x) of a tfrag row vector whose entries are mostly 0 (attention's alpha = exp2(m_old - m_new) in a
+// step where no row's max moved; codegen.py HipEmitter.op_unary): exp2(+-0) is 1 exactly, so on gfx950 a wave
+// whose entries are all 0 skips v_exp_f32 (a wave-uniform ballot), and the rescale it feeds is then skipped too
+template<int N> HK_DEV void exp2_lazy(rv<float, N, ROW, tfrag>& dst, const rv<float, N, ROW, tfrag>& x) {
+  using V = rv<float, N, ROW, tfrag>;
+#if HK_GFX950
+  bool zeros = true;
+#pragma unroll
+  for (int s = 0; s < V::NE; ++s) zeros = zeros && x.data[s] == 0.0f;
+  if (__builtin_amdgcn_ballot_w64(!zeros) == 0) {
+#pragma unroll
+    for (int s = 0; s < V::NE; ++s) dst.data[s] = 1.0f;
+    return;
+  }
+  asm volatile("");                // a real branch: LLVM would run v_exp_f32 on both paths and select
+#endif
+  unary<op_exp2>(dst, x);          // gfx942: always (its branch costs a VGPR it does not have: a spill)
+}
 template<class D, class M> HK_DEV void where(D& dst, const M& mask, const D& a, const D& b) {
 #pragma unroll
   for (int e = 0; e < D::NE; ++e) dst.data[e] = mask.data[e] ? a.data[e] : b.data[e];

@@ -167,15 +167,18 @@ template<class S> struct chunk_plan {
 // fence while such a load is in flight (it cannot tell which LDS bytes the load writes), so no load
 // would overlap the MFMAs' fragment reads. The pipelines wait for these loads themselves, by count
 // (pipelines.h); the emulator runs the builtin, which tracks them and reports a read before the wait.
-HK_DEV void dma16(const void* src, unsigned char* lds) {
+// The address is a wave-uniform base (SGPRs) plus this lane's 32-bit byte offset, the instruction's SADDR
+// form: a cursor computes the offsets once before the loop and advances only the scalar base (issue 10,
+// item 2), so a step's loads take no VALU for addresses.
+HK_DEV void dma16(const void* base, unsigned off, unsigned char* lds) {
 #if defined(HK_EMULATOR)
-  __builtin_amdgcn_global_load_lds((__attribute__((address_space(1))) void*)src,
+  __builtin_amdgcn_global_load_lds((__attribute__((address_space(1))) void*)((const unsigned char*)base + off),
                                    (__attribute__((address_space(3))) void*)lds, 16, 0, 0);
 #else
   const unsigned m0 = (unsigned)(unsigned long long)(__attribute__((address_space(3))) void*)lds;
   // s_nop: one wait state between the write of M0 and the LDS-DMA that reads it (the hazard recognizer
   // does not look inside inline assembly)
-  asm volatile("s_nop 0\n\tglobal_load_lds_dwordx4 %0, off" : : "v"(src), "{m0}"(m0) : "memory");
+  asm volatile("s_nop 0\n\tglobal_load_lds_dwordx4 %0, %1" : : "v"(off), "s"(base), "{m0}"(m0) : "memory");
 #endif
 }
 #endif
@@ -185,7 +188,9 @@ template<class S, class T, int RANK> struct cursor {
   using P = detail::chunk_plan<S>;
   long long base0, step;
   int whole;                         // steps [0, whole) are whole, unit-stride and 16-byte aligned
-  long long goff[P::DMA ? P::DJ : P::IT];
+  long long goff[P::DMA ? 1 : P::IT];
+  unsigned doff[P::DMA ? P::DJ : 1];   // LDS-DMA: each lane's byte offsets from the step's base (dma16)
+  int wave;                          // detail::wave(), read once before the loop
   int loff[P::DMA ? 1 : P::IT][P::LW];
   u32x4 staged[P::DMA ? 1 : P::IT];  // register staging between phase::issue and phase::commit
 };
@@ -214,15 +219,19 @@ HK_DEV cursor<S, T, RANK> make_cursor(const gl<T, RANK>& g0, I... idx) {
   const bool aligned = sp.sc == 1 && ((unsigned long long)(g.ptr + sp.base) & 15) == 0 &&
                        ((unsigned long long)sp.sr * sizeof(T)) % 16 == 0 && ((unsigned long long)c.step * sizeof(T)) % 16 == 0;
   const long long steps = (long long)g.shape[D] / EXT - ix[D];
-  c.whole = detail::sgpr(others && aligned ? (int)(steps < 0 ? 0 : (steps > 0x7FFFFFFF ? 0x7FFFFFFF : steps)) : 0);
+  // LDS-DMA's lane offsets are 32-bit bytes: a tile spanning 4 GiB or more loads element by element
+  const bool fits = !P::DMA || (unsigned long long)S::rows * (unsigned long long)sp.sr * sizeof(T) < (1ull << 32);
+  c.whole = detail::sgpr(others && aligned && fits ?
+                         (int)(steps < 0 ? 0 : (steps > 0x7FFFFFFF ? 0x7FFFFFFF : steps)) : 0);
   const int w = detail::wave(), l = detail::lane();
+  c.wave = w;
   if constexpr (P::DMA) {
 #pragma unroll
     for (int j = 0; j < P::DJ; ++j) {
       const int pc = (w + j * NW) * 64 + l, r = pc / S::NCH;
       int ch = pc % S::NCH;
       if constexpr (S::SWZ) ch = (ch ^ (r / S::RP)) & (S::NCH - 1);
-      c.goff[j] = (long long)r * sp.sr + ch * P::E;
+      c.doff[j] = (unsigned)(((unsigned long long)r * sp.sr + ch * P::E) * sizeof(T));
     }
   } else {
 #pragma unroll
@@ -260,12 +269,11 @@ HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>
 #if HK_GFX950
   if constexpr (P::DMA) {
     if constexpr (ISSUE) {
-      const int w = detail::wave();
 #pragma unroll
       for (int j = 0; j < P::DJ; ++j) {
-        const int wc = w + j * NW;
+        const int wc = c.wave + j * NW;
         if (P::WAVE_CHUNKS % NW != 0 && wc >= P::WAVE_CHUNKS) break;
-        detail::dma16(p + c.goff[j], dst.p + wc * 1024);
+        detail::dma16(p, c.doff[j], dst.p + wc * 1024);
       }
     }
     return;

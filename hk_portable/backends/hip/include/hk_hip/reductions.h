@@ -55,6 +55,19 @@ template<class F, class A> HK_DEV A reduce_groups_valu(A x) {
   const auto w = __builtin_amdgcn_permlane32_swap(to_word(x), to_word(x), false, false);
   return Rd::op(from_word<A>(w[0]), from_word<A>(w[1]));
 }
+// two rows' combines at once (a lane's slots s and s+1): swapping a's odd lane groups with b's even ones
+// leaves a's pairs in groups 0 and 2, b's in 1 and 3, so one op and two swaps fewer than reduce_groups_valu
+// twice; the last swap hands every lane both results. Each lane computes op(op(g0, g1), op(g2, g3)).
+template<class F, class A> HK_DEV void reduce_groups_valu2(A& a, A& b) {
+  using Rd = red<F, A>;
+  const auto h = __builtin_amdgcn_permlane16_swap(to_word(a), to_word(b), false, false);
+  const A x = Rd::op(from_word<A>(h[0]), from_word<A>(h[1]));       // groups: a01, b01, a23, b23
+  const auto w = __builtin_amdgcn_permlane32_swap(to_word(x), to_word(x), false, false);
+  const A y = Rd::op(from_word<A>(w[0]), from_word<A>(w[1]));       // groups: a, b, a, b
+  const auto r = __builtin_amdgcn_permlane16_swap(to_word(y), to_word(y), false, false);
+  a = from_word<A>(r[0]);
+  b = from_word<A>(r[1]);
+}
 #else
 template<class F, class A> HK_DEV A reduce_groups_valu(A x) { return reduce_groups<F>(x); }
 #endif
@@ -129,9 +142,10 @@ HK_DEV void reduce(rv<T, R, ROW, tfrag>& dst, const rt<T, R, C, tfrag>& x) {
   using D = rt<T, R, C, tfrag>;
   using A = typename calc_t<T>::type;
   using Rd = detail::red<F, A>;
+  A accs[D::RBW];
 #pragma unroll
   for (int s = 0; s < D::RBW; ++s) {
-    A acc;
+    A& acc = accs[s];
     if constexpr (same<F, op_add>::value && same<A, float>::value) {
       // f32 sums as a tree of pairs: v_pk_add_f32, half the instructions of a chain
       detail::f32x2 part[D::CB * 2];
@@ -150,7 +164,35 @@ HK_DEV void reduce(rv<T, R, ROW, tfrag>& dst, const rt<T, R, C, tfrag>& x) {
 #pragma unroll
       for (int e = 1; e < D::CB * 4; ++e) acc = Rd::op(acc, calc(x.data[s * D::CB * 4 + e]));
     }
-    dst.data[s] = uncalc<T>(detail::reduce_groups_valu<F>(acc));
+  }
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+#if HK_GFX950
+    if (s + 1 < D::RBW) {
+      detail::reduce_groups_valu2<F>(accs[s], accs[s + 1]);
+      dst.data[s] = uncalc<T>(accs[s]);
+      dst.data[s + 1] = uncalc<T>(accs[s + 1]);
+      ++s;
+      continue;
+    }
+#endif
+    dst.data[s] = uncalc<T>(detail::reduce_groups_valu<F>(accs[s]));
+  }
+}
+
+// the row max of x * c (codegen.py folded_scales): for 0 < c < inf, x -> x * c and rounding are both monotone,
+// so max(x) * c is max(x * c) bit for bit (NaN ignored alike) with one multiply a row; any other c multiplies first
+template<int R, int C>
+HK_DEV void reduce_scaled(rv<float, R, ROW, tfrag>& dst, const rt<float, R, C, tfrag>& x, float c) {
+  if (c > 0.0f && c < HK_INF) {
+    reduce<op_maximum, ROW>(dst, x);
+#pragma unroll
+    for (int s = 0; s < rv<float, R, ROW, tfrag>::NE; ++s) dst.data[s] = dst.data[s] * c;
+  } else {
+    rt<float, R, C, tfrag> y;
+#pragma unroll
+    for (int e = 0; e < rt<float, R, C, tfrag>::NE; ++e) y.data[e] = x.data[e] * c;
+    reduce<op_maximum, ROW>(dst, y);
   }
 }
 
