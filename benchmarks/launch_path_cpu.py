@@ -11,13 +11,8 @@ torch's stream lookup are not in it; benchmarks/launch_overhead.py measures thos
 from __future__ import annotations
 
 import argparse
-import ctypes
-import itertools
 import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,10 +20,10 @@ import time
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import CudaBackend, driver
-from hk_portable.codegen.abi import param_layout
 from hk_portable.interface import GL, RT, f32
-from hk_portable.interface.backend import Artifact, Target
+from hk_portable.runtime import clauncher
+# shared with tests/: in the package, not in tests/ (no package, not on a script's path), so scripts import it too
+from hk_portable.testing import fake_cuda
 
 STUB = "int hk_stub_launch(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,\n" \
        "                   unsigned s, void *st, void **p, void **x) { return 0; }\n"
@@ -47,83 +42,15 @@ def scaled_kernel(x: GL[2], y: GL[2], n: int, s: float, *, BM: hk.const = 64, BN
     hk.store(y, t * n.to(f32), (m, c))
 
 
-def build_stub(tmp: str) -> int:
-    """The address of a C function with cuLaunchKernel's signature that returns 0."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    src, so = os.path.join(tmp, "stub.c"), os.path.join(tmp, "stub.so")
-    with open(src, "w") as f:
-        f.write(STUB)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", src, "-o", so], check=True)
-    return ctypes.CDLL(so)
-
-
-class StubDriver:
-    """cudrv's calls as a LaunchPlan makes them, with the launch going to the stub."""
-
-    def __init__(self, lib):
-        self.lib = lib
-        fn = lib.hk_stub_launch
-        u, vp = ctypes.c_uint, ctypes.c_void_p
-        fn.argtypes, fn.restype = [vp, u, u, u, u, u, u, u, vp, vp, vp], ctypes.c_int   # as cudrv.lib() declares it
-        self.fn = fn
-
-    def current_context(self):
-        return 1
-
-    def load_module(self, image):
-        return 7
-
-    def get_function(self, module, name):
-        return 11
-
-    def set_max_dynamic_shared(self, f, value):
-        pass
-
-    def launcher(self):
-        return self.fn
-
-    def launch_address(self):
-        return ctypes.cast(self.fn, ctypes.c_void_p).value
-
-    def error_name(self, rc):
-        return f"CUresult {rc}"
-
-
-class StubCuda(CudaBackend):
-    """The cuda backend's launch path on CPU tensors: compiles nothing, launches through the stub."""
-    name = "stub_cuda"
-
-    def _probed(self):
-        return True, None, [{"index": 0, "name": "stub", "cc": (9, 0), "smem_optin": 227 * 1024}]
-
-    def targets(self):
-        return [Target(backend=self.name, arch="sm_90a", vendor="nvidia", lanes=32, capabilities=("run",))]
-
-    def check(self, program, target, options=None):
-        pass
-
-    def cacheable(self):
-        return False
-
-    def accepts_device(self, device):
-        return True
-
-    def compile(self, program, target, options=None):
-        fmt, size, params = param_layout(program.params)
-        return Artifact(backend=self.name, target=target.arch, kernel_name="stub", program_hash=program.hash,
-                        binary=b"stub", launch={"threads": 128, "block": (128, 1, 1), "shared_bytes": 0,
-                                                "params": params, "param_format": fmt, "param_size": size})
-
-
-def install(tmp: str) -> StubCuda:
-    drv = StubDriver(build_stub(tmp))
-    driver.cudrv = drv
-    device = itertools.repeat(-1).__next__                    # a C callable returning -1, as cheap as torch's
-    driver.current_device = device
-    driver.device_getter = lambda: device
-    if not hasattr(torch._C, "_cuda_getCurrentRawStream"):
-        torch._C._cuda_getCurrentRawStream = abs              # a C callable (device index -> stream handle)
-    return StubCuda()
+def install(tmp: str) -> fake_cuda.CpuCudaBackend:
+    """The cuda backend's launch path on CPU tensors, cuLaunchKernel being STUB compiled into `tmp`."""
+    cc = clauncher.compiler()
+    if cc is None:
+        raise SystemExit("launch_path_cpu: needs a host C compiler (cc, gcc or clang on PATH, or $CC) for its stub")
+    stub = fake_cuda.build_stub(cc, STUB, tmp).hk_stub_launch
+    # torch's own stream lookup where this torch has one (a CPU-only build has none)
+    fake_cuda.install(fake_cuda.FakeCudrv(stub), raw_stream=getattr(torch._C, "_cuda_getCurrentRawStream", abs))
+    return fake_cuda.CpuCudaBackend()
 
 
 def per_call_us(fn, calls: int, repeats: int) -> dict:

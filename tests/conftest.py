@@ -1,5 +1,6 @@
 """Shared test setup: one torch thread, GPU tests skipped with the reason on machines without a GPU,
-and `fake_plugins`, which installs backend entry points at run time (see hk_test_plugins)."""
+`fake_plugins`, which installs backend entry points at run time (see hk_test_plugins), and `hip_emulator`,
+which skips a test with the reason unless the hip backend's CPU emulator can run here."""
 from __future__ import annotations
 
 import os
@@ -34,6 +35,19 @@ def pytest_collection_modifyitems(config, items):
         if reason:
             for item in gpu_items:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def hip_emulator():
+    """The hip backend's emulator module; skips (with the reason) where hip is not installed or the emulator
+    cannot be built."""
+    if "hip" not in registry.names():
+        pytest.skip("the hip backend is not installed")
+    from hk_portable.backends.hip import emulator
+    ok, why = emulator.available()
+    if not ok:
+        pytest.skip(why)
+    return emulator
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import os
 import pytest
 import torch
 
+from hk_portable.conformance.kernel_cases import cached_sequence
 from hk_portable.interface import ArgumentError
 from hk_portable.kernels.attention_kvcache import attention_kvcache, kvcache_reference
 
@@ -41,11 +42,7 @@ def _torch_bf16(q, kc, vc, lens, table, causal):
     for b, L in enumerate(lens.tolist()):
         if L == 0:
             continue
-        if table is None:
-            kb, vb = kc[b, :L], vc[b, :L]
-        else:
-            pages = table[b, :-(-L // kc.shape[1])].long()
-            kb, vb = (c[pages].reshape(-1, *c.shape[2:])[:L] for c in (kc, vc))
+        kb, vb = cached_sequence(kc, vc, table, b, L)
         keep = torch.ones(Nq, L, dtype=torch.bool)
         if causal:
             keep = torch.arange(L).view(1, -1) <= torch.arange(Nq).view(-1, 1) + (L - Nq)

@@ -32,9 +32,15 @@ def _inputs(lq, lk, Hq, Hkv, D, seed, extra_q=0):
     return q, k, v
 
 
-def _keep(N, Nkv, shift, left, right):
-    i = torch.arange(N).view(-1, 1) + shift
-    j = torch.arange(Nkv).view(1, -1)
+def _keep(n, nk, causal, window, align):
+    """The [n, nk] bool mask of one sequence: key j is seen by query i when it is inside the sliding window
+    (left, right) around i's aligned position (`right` 0 when causal; no window: only causality limits it)."""
+    if not causal and window is None:
+        return torch.ones(n, nk, dtype=torch.bool)
+    left, right = (n + nk, n + nk) if window is None else window
+    right = 0 if causal else right
+    i = torch.arange(n).view(-1, 1) + (nk - n if align == "bottom_right" else 0)
+    j = torch.arange(nk).view(1, -1)
     return (j <= i + right) & (j >= i - left)
 
 
@@ -49,12 +55,7 @@ def _per_sequence(q, k, v, lq, lk, causal, window, align, dtype):
         n, nk = lq[b], lk[b]
         if n == 0 or nk == 0:
             continue
-        if causal or window is not None:
-            left, right = (n + nk, n + nk) if window is None else window
-            right = 0 if causal else right
-            keep = _keep(n, nk, nk - n if align == "bottom_right" else 0, left, right)
-        else:
-            keep = torch.ones(n, nk, dtype=torch.bool)
+        keep = _keep(n, nk, causal, window, align)
         qb = q[cq[b]:cq[b + 1]].transpose(0, 1).to(dtype)
         kb, vb = (t[ck[b]:ck[b + 1]].transpose(0, 1).to(dtype).repeat_interleave(g, 0) for t in (k, v))
         ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=keep)
@@ -150,11 +151,7 @@ def _grads_per_sequence(q, k, v, do, lq, lk, causal, window, align, dtype):
         n, nk = lq[b], lk[b]
         if n == 0 or nk == 0:
             continue
-        if causal or window is not None:
-            left, right = (n + nk, n + nk) if window is None else window
-            keep = _keep(n, nk, nk - n if align == "bottom_right" else 0, left, 0 if causal else right)
-        else:
-            keep = torch.ones(n, nk, dtype=torch.bool)
+        keep = _keep(n, nk, causal, window, align)
         qb, kb, vb = (t[c[b]:c[b + 1]].transpose(0, 1).to(dtype).requires_grad_()
                       for t, c in ((q, cq), (k, ck), (v, ck)))
         ob = F.scaled_dot_product_attention(qb, kb.repeat_interleave(g, 0), vb.repeat_interleave(g, 0),

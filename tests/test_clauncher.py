@@ -9,14 +9,13 @@ import gc
 import os
 import random
 import struct
-import subprocess
 import weakref
 
 import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import CudaBackend, driver, tma
+from hk_portable.backends.cuda import driver, tma
 from hk_portable.codegen import abi
 from hk_portable.interface import GL, RT, ArgumentError, BackendError, f32
 from hk_portable.interface.backend import Artifact, Target
@@ -24,6 +23,7 @@ from hk_portable.interface.dtypes import bf16, f16, i32
 from hk_portable.interface.ir import GlobalType, ScalarType
 from hk_portable.runtime import clauncher
 from hk_portable.runtime.launch import _grid3
+from hk_portable.testing import fake_cuda
 
 
 def _unavailable(why: str):
@@ -73,9 +73,11 @@ int stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
 
 
 class Stub:
+    """The compiled STUB: its launch function, that function's address, and what it recorded."""
     def __init__(self, lib):
         self.lib = lib
-        self.address = ctypes.cast(lib.stub_launch, ctypes.c_void_p).value
+        self.launch = lib.stub_launch
+        self.address = ctypes.cast(self.launch, ctypes.c_void_p).value
 
     def get(self, name, ctype=ctypes.c_int):
         return ctype.in_dll(self.lib, name)
@@ -92,10 +94,7 @@ def stub(tmp_path_factory):
     cc = clauncher.compiler()
     if cc is None:
         _unavailable("no host C compiler")
-    d = tmp_path_factory.mktemp("stub")
-    (d / "stub.c").write_text(STUB)
-    subprocess.run([*cc, "-O1", "-shared", "-fPIC", str(d / "stub.c"), "-o", str(d / "stub.so")], check=True)
-    return Stub(ctypes.CDLL(str(d / "stub.so")))
+    return Stub(fake_cuda.build_stub(cc, STUB, tmp_path_factory.mktemp("stub")))
 
 
 # --------------------------------------------------------------------------------- (1) the packed bytes
@@ -267,42 +266,12 @@ def test_statuses_reach_on_status(mod, stub):
 
 
 # ------------------------------------------------------------- (3) a LaunchPlan's errors on both paths
-class FakeDriver:
-    """cudrv for a LaunchPlan without a GPU; launches go to the compiled stub."""
-    def __init__(self, stub):
-        self.stub = stub
-
-    def current_context(self):
-        return 1
-
-    def load_module(self, image):
-        return 7
-
-    def get_function(self, module, name):
-        return 11
-
-    def set_max_dynamic_shared(self, f, value):
-        pass
-
-    def launch_address(self):
-        return self.stub.address
-
-    def launcher(self):
-        fn = self.stub.lib.stub_launch
-        u, vp = ctypes.c_uint, ctypes.c_void_p
-        fn.argtypes, fn.restype = [vp, u, u, u, u, u, u, u, vp, vp, vp], ctypes.c_int
-        return fn
-
-    def error_name(self, rc):
-        return f"CUDA_ERROR_{rc}"
-
-
 PARAMS = [("x", GlobalType(bf16, 2)), ("y", GlobalType(f32, 3)), ("n", ScalarType(i32)), ("s", ScalarType(f32))]
 
 
 def _plan(monkeypatch, stub, compiled: bool, device_index: int = -1):
     """A LaunchPlan on the fake driver (CPU tensors are on device -1), with or without the compiled launcher."""
-    monkeypatch.setattr(driver, "cudrv", FakeDriver(stub))
+    monkeypatch.setattr(driver, "cudrv", fake_cuda.FakeCudrv(stub.launch))
     fmt, size, params = abi.param_layout(PARAMS)
     art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
                    launch={"threads": 128, "shared_bytes": 0, "params": params, "param_format": fmt,
@@ -451,43 +420,14 @@ def scaled(x: GL[2], y: GL[2], n: int, s: float, *, B: hk.const = 16):
     hk.store(y, t * n.to(f32), (hk.block_idx(0), 0))
 
 
-class StubCuda(CudaBackend):
-    """The cuda launch path on CPU tensors with cuLaunchKernel replaced by the stub."""
-    name = "stub_cuda"
-
-    def _probed(self):
-        return True, None, [{"index": 0, "name": "stub", "cc": (9, 0), "smem_optin": 0}]
-
-    def targets(self):
-        return [Target(backend=self.name, arch="sm_90a", vendor="nvidia", lanes=32, capabilities=("run",))]
-
-    def check(self, program, target, options=None):
-        pass
-
-    def cacheable(self):
-        return False
-
-    def accepts_device(self, device):
-        return True
-
-    def compile(self, program, target, options=None):
-        fmt, size, params = abi.param_layout(program.params)
-        return Artifact(backend=self.name, target=target.arch, kernel_name="scaled", program_hash=program.hash,
-                        binary=b"stub", launch={"threads": 128, "shared_bytes": 0, "params": params,
-                                                "param_format": fmt, "param_size": size})
-
-
 @pytest.mark.parametrize("compiled", [True, False])
 def test_kernel_call_through_the_fast_path(compiled, mod, stub, monkeypatch):
-    monkeypatch.setattr(driver, "cudrv", FakeDriver(stub))
-    monkeypatch.setattr(driver, "current_device", lambda: -1)
-    monkeypatch.setattr(driver, "device_getter", lambda: (lambda: -1))
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: 0x99, raising=False)
+    fake_cuda.install(fake_cuda.FakeCudrv(stub.launch), raw_stream=lambda dev: 0x99, monkeypatch=monkeypatch)
     if not compiled:                       # all of it in Python, as without a compiler
         monkeypatch.setattr(clauncher, "load", lambda build_if_missing=True: None)
         monkeypatch.setattr(clauncher, "fastcall", clauncher._py_fastcall)
         monkeypatch.setattr(clauncher, "signature", clauncher._py_signature)
-    be = StubCuda()
+    be = fake_cuda.CpuCudaBackend()
     x, y = torch.randn(32, 16), torch.empty(32, 16)
     fmt, size, _ = abi.param_layout([("x", GlobalType(f32, 2)), ("y", GlobalType(f32, 2)), ("n", ScalarType(i32)),
                                      ("s", ScalarType(f32))])

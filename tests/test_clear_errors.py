@@ -213,6 +213,15 @@ def test_mismatched_tile_types_are_named():
         k.trace(torch.zeros(16, 32), torch.zeros(16, 16))
 
 
+def test_a_tile_index_that_is_not_int32_is_named():
+    @hk.kernel
+    def k(x: GL[2], y: GL[2], s: float):
+        hk.store(y, hk.load(RT[f32, 16, 16], x, (0, s)), (0, 0))
+
+    with pytest.raises(TypeError, match=r"^load: index entry 1 must be int32, got f32$"):
+        k.trace(torch.zeros(16, 16), torch.zeros(16, 16), 1.0)
+
+
 def test_using_ops_outside_a_kernel_is_explained():
     with pytest.raises(TraceError, match="only be used inside an @hk.kernel body"):
         hk.zeros(RT[f32, 16, 16])

@@ -160,27 +160,15 @@ def test_conformance_and_compile_take_a_backend_spec(capsys):
     assert rc == rc2 == 0 and spelled_once == spelled_twice
 
 
-def _hip_emulator_or_skip():
-    from hk_portable.runtime import registry
-    if "hip" not in registry.names():
-        pytest.skip("the hip backend is not installed")
-    from hk_portable.backends.hip import emulator
-    ok, why = emulator.available()
-    if not ok:
-        pytest.skip(why)
-
-
 @pytest.mark.parametrize("argv", [["--backend", "hip:gfx950:emulated"],
                                   ["--backend", "hip", "--target", "gfx950", "--emulate"],
                                   ["--backend", "hip:gfx950", "--emulate"]])
-def test_conformance_on_an_emulated_target_by_spec_or_by_flags(capsys, argv):
-    _hip_emulator_or_skip()
+def test_conformance_on_an_emulated_target_by_spec_or_by_flags(hip_emulator, capsys, argv):
     rc, out, _ = run(capsys, "conformance", *argv, "-k", "op/cast/f32_to_bf16", "--seed", "7")
     assert rc == 0 and "on backend hip, target gfx950 (emulated)" in out and "CONFORMS" in out
 
 
-def test_compile_for_a_hip_target_by_spec_or_by_flag(capsys):
-    _hip_emulator_or_skip()
+def test_compile_for_a_hip_target_by_spec_or_by_flag(hip_emulator, capsys):
     rc, spelled_once, _ = run(capsys, "compile", "gemm", "--backend", "hip:gfx942:emulated", "--emit", "source")
     rc2, spelled_twice, _ = run(capsys, "compile", "gemm", "--backend", "hip", "--target", "gfx942", "--emit", "source")
     assert rc == rc2 == 0 and spelled_once == spelled_twice and "for gfx942" in spelled_once

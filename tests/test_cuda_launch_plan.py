@@ -1,8 +1,8 @@
-"""The cuda LaunchPlan without a GPU (a fake cudrv records cuLaunchKernel): the parameter buffer holds
-exactly the data pointers, shapes, strides and scalars in the kernel's ABI, bad arguments are
-ArgumentErrors that name the argument, and concurrent launching threads use separate buffers. Every test
-runs on both launch paths: the compiled launcher (runtime/clauncher.py, calling the fake through a C
-function pointer) and the Python packer with ctypes."""
+"""The cuda LaunchPlan without a GPU (hk_portable.testing.fake_cuda's cudrv, with a cuLaunchKernel that records
+its calls): the parameter buffer holds exactly the data pointers, shapes, strides and scalars in the kernel's
+ABI, bad arguments are ArgumentErrors that name the argument, and concurrent launching threads use separate
+buffers. Every test runs on both launch paths: the compiled launcher (runtime/clauncher.py, calling the
+recorder through its C function pointer) and the Python packer with ctypes."""
 from __future__ import annotations
 
 import ctypes
@@ -19,46 +19,23 @@ from hk_portable.interface.backend import Artifact
 from hk_portable.interface.dtypes import bf16, f32, i32
 from hk_portable.interface.ir import GlobalType, ScalarType
 from hk_portable.runtime import clauncher
+from hk_portable.testing import fake_cuda
 
 
-LAUNCH_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.c_void_p)
-
-
-class FakeDriver:
-    """Stands in for cudrv (libcuda through ctypes): records cuLaunchKernel's arguments, returns `rc`."""
+class RecordedLaunches(list):
+    """A cuLaunchKernel in Python behind a C function pointer (`c_function`, for fake_cuda.FakeCudrv): records
+    each call's geometry, stream, `extra`-form parameter bytes and calling thread; returns `rc`."""
     def __init__(self):
-        self.launches = []
+        super().__init__()
         self.rc = 0
-        self.c_function = LAUNCH_FN(self.launch_kernel)     # what the compiled launcher calls
-
-    def launch_address(self):
-        return ctypes.cast(self.c_function, ctypes.c_void_p).value
-
-    def error_name(self, rc):
-        return f"CUDA_ERROR_{rc}"
-
-    def current_context(self):
-        return 1
-
-    def load_module(self, image):
-        return 7
-
-    def get_function(self, module, name):
-        return 11
-
-    def set_max_dynamic_shared(self, f, value):
-        self.attr = value
-
-    def launcher(self):
-        return self.launch_kernel
+        self.c_function = fake_cuda.LaunchFunction(self.launch_kernel)
 
     def launch_kernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         words = (ctypes.c_void_p * 5).from_address(extra)
         size = ctypes.c_size_t.from_address(words[3]).value
-        self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "stream": stream or 0,
-                              "bytes": ctypes.string_at(words[1], size), "buffer": words[1],
-                              "thread": threading.get_ident()})
+        self.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "stream": stream or 0,
+                     "bytes": ctypes.string_at(words[1], size), "buffer": words[1],
+                     "thread": threading.get_ident()})
         return self.rc                                  # 0: CUDA_SUCCESS
 
 
@@ -71,7 +48,8 @@ def plan(request, monkeypatch):
         monkeypatch.setattr(clauncher, "load", lambda build_if_missing=True: None)
     elif clauncher.load() is None:
         pytest.skip(f"no compiled launcher here: {clauncher.reason()}")
-    drv = FakeDriver()
+    launches = RecordedLaunches()
+    drv = fake_cuda.FakeCudrv(launches.c_function)
     monkeypatch.setattr(driver, "cudrv", drv)
     fmt, size, params = param_layout(PARAMS)
     art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
@@ -79,7 +57,7 @@ def plan(request, monkeypatch):
                            "param_size": size})
     p = driver.LaunchPlan(art, device_index=-1)     # CPU tensors report get_device() == -1
     assert (p.c_launch is not None) == (request.param == "compiled")
-    p.drv = drv
+    p.drv, p.launches = drv, launches
     return p
 
 
@@ -87,10 +65,10 @@ def test_parameter_buffer_is_the_kernel_abi(plan):
     x = torch.zeros(7, 9, dtype=torch.bfloat16)[:, 1:]          # a view: offset pointer, row stride 9
     y = torch.zeros(2, 3, 4).transpose(0, 2)
     plan.launch([x, y, -5, 2.5], (3, 2, 1), 1234, "k")
-    (rec,) = plan.drv.launches
+    (rec,) = plan.launches
     assert rec["grid"] == (3, 2, 1) and rec["block"] == (128, 1, 1) and rec["shared"] == 64 * 1024
     assert rec["stream"] == 1234
-    assert plan.drv.attr == 64 * 1024
+    assert plan.drv.max_dynamic_shared == 64 * 1024
     vals = struct.unpack(plan.packer.format, rec["bytes"])
     assert vals == (x.data_ptr(), 7, 8, 9, 1, y.data_ptr(), 4, 3, 2, 1, 4, 12, -5, 2.5)
     # gl<bf16,2> at 0 (32 bytes), gl<f32,3> at 32 (8 + 16 pad-free + 24 = 48 bytes), int at 80, float at 84
@@ -111,7 +89,7 @@ def test_bad_arguments_name_the_argument(plan, monkeypatch):
         plan.launch([x, y, 1, 1.0], (1, 70000, 1), 0, "k")
     with pytest.raises(ArgumentError, match="stream"):
         plan.launch([x, y, 1, 1.0], (1, 1, 1), object(), "k")
-    assert not plan.drv.launches
+    assert not plan.launches
 
 
 def test_threads_pack_into_their_own_buffers(plan):
@@ -129,9 +107,9 @@ def test_threads_pack_into_their_own_buffers(plan):
         t.start()
     for t in ts:
         t.join()
-    assert len(plan.drv.launches) == 800
+    assert len(plan.launches) == 800
     by_thread = {}
-    for rec in plan.drv.launches:
+    for rec in plan.launches:
         vals = struct.unpack(plan.packer.format, rec["bytes"])
         by_thread.setdefault(rec["thread"], set()).add(vals[-2])
     assert len(by_thread) == 4
@@ -140,7 +118,7 @@ def test_threads_pack_into_their_own_buffers(plan):
 
 
 def test_a_failed_launch_is_an_error_that_names_the_driver_result(plan):
-    plan.drv.rc = 701                                                    # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+    plan.launches.rc = 701                                               # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
     x = torch.zeros(4, 4, dtype=torch.bfloat16)
     y = torch.zeros(2, 2, 2)
     with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_701"):

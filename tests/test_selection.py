@@ -250,23 +250,13 @@ def test_a_backend_object_still_takes_a_target_argument(install):
 
 
 # ------------------------------------------------------------------------- the hip emulator, for real
-def _hip_emulator_or_skip():
-    if "hip" not in registry.names():
-        pytest.skip("the hip backend is not installed")
-    from hk_portable.backends.hip import emulator
-    ok, why = emulator.available()
-    if not ok:
-        pytest.skip(why)
-
-
 @hk.kernel
 def scale_rows(x: GL[2], y: GL[2], s: float):
     m = hk.block_idx(0)
     hk.store(y, hk.load(RT[x.dtype, 16, 16], x, (m, 0)) * s, (m, 0))
 
 
-def test_use_backend_runs_a_kernel_on_cpu_tensors_on_the_emulated_hip_target(monkeypatch):
-    _hip_emulator_or_skip()
+def test_use_backend_runs_a_kernel_on_cpu_tensors_on_the_emulated_hip_target(hip_emulator, monkeypatch):
     monkeypatch.delenv("HK_BACKEND", raising=False)
     x = torch.randn(32, 16)
     y = torch.zeros_like(x)
@@ -281,8 +271,7 @@ def test_use_backend_runs_a_kernel_on_cpu_tensors_on_the_emulated_hip_target(mon
     assert len(scale_rows._artifacts) == 1
 
 
-def test_hip_names_its_emulated_targets_when_it_cannot_run(monkeypatch):
-    _hip_emulator_or_skip()
+def test_hip_names_its_emulated_targets_when_it_cannot_run(hip_emulator, monkeypatch):
     if registry.load("hip").status().available:
         pytest.skip("a ROCm device is present")
     with pytest.raises(BackendError, match=r"'hip' cannot run kernels here: .*name one as 'hip:gfx942:emulated'"):

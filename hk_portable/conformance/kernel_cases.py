@@ -222,6 +222,15 @@ KVCACHE_CONFIGS = (((1, 77, 300), 1, 8, 2, 128, 16, False, 3),
                    ((130, 20), 40, 4, 2, 64, 32, True, 1))
 
 
+def cached_sequence(kc, vc, table, b: int, L: int):
+    """Sequence b's first L keys and values [L, Hkv, D] from a cache: contiguous [B, S, Hkv, D] (table None)
+    or paged [num_pages, page_size, Hkv, D] with its block table [B, max_pages]."""
+    if table is None:
+        return kc[b, :L], vc[b, :L]
+    pages = table[b, :-(-L // kc.shape[1])].long()
+    return tuple(c[pages].reshape(-1, *c.shape[2:])[:L] for c in (kc, vc))
+
+
 def kvcache_math(q, kc, vc, lens, table, causal, scale):
     """float64 (o [B, Nq, Hq, D], lse [B, Hq, Nq], sum softmax |v|), one sequence at a time."""
     B, Nq, Hq, D = q.shape
@@ -231,11 +240,7 @@ def kvcache_math(q, kc, vc, lens, table, causal, scale):
     for b, L in enumerate(lens):
         if L == 0:
             continue
-        if table is None:
-            kb, vb = kc[b, :L], vc[b, :L]
-        else:
-            pages = table[b, :-(-L // kc.shape[1])].long()
-            kb, vb = (c[pages].reshape(-1, *c.shape[2:])[:L] for c in (kc, vc))
+        kb, vb = cached_sequence(kc, vc, table, b, L)
         ob, lb, sb = attention_math(q[b].transpose(0, 1)[None], kb.transpose(0, 1)[None], vb.transpose(0, 1)[None],
                                     causal, scale, None, "bottom_right")
         o[b], o_scale[b], lse[b] = ob[0].transpose(0, 1), sb[0].transpose(0, 1), lb[0]

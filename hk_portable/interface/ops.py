@@ -242,6 +242,11 @@ def _index(gl: GlobalArg, idx, ndim: int, what: str) -> list[Scalar]:
                         f"give one entry per dimension (leading dims in elements, the last {ndim} in tiles)")
     if gl.rank < ndim:
         raise TypeError(f"{what}: a rank-{gl.rank} tensor cannot hold a {ndim}-D tile")
+    return _i32_entries(idx, what)
+
+
+def _i32_entries(idx, what: str) -> list[Scalar]:
+    """An index's entries as i32 scalars (Python ints or traced i32 values); any other dtype is a TypeError."""
     out = []
     for k, x in enumerate(idx):
         s = as_scalar(x)
@@ -304,12 +309,7 @@ def load_scalar(src, idx, fill: int = 0) -> Scalar:
     if len(idx) != src.rank:
         raise TypeError(f"load_scalar: index {tuple(idx)!r} has {len(idx)} entries but the tensor has rank "
                         f"{src.rank}; give one entry per dimension (in elements)")
-    index = []
-    for k, x in enumerate(idx):
-        s = as_scalar(x)
-        if s.dtype is not D.i32:
-            raise TypeError(f"load_scalar: index entry {k} must be int32, got {s.dtype}")
-        index.append(s)
+    index = _i32_entries(idx, "load_scalar")
     return emit1("global_to_scalar", [src] + index, ScalarType(D.i32), {"fill": fill})
 
 

@@ -211,8 +211,12 @@ def test_the_directory_is_created_0700(hip, tmp_path):
         assert (e.stat().st_mode & 0o077) == 0
 
 
-def _refused(hip, tmp_path, why):
+def _refused(hip, tmp_path, monkeypatch, why):
+    """The cache directory (set up by the caller) is refused with a warning naming `why`, once; compiles are
+    then served from memory and nothing is written. Starts from an empty memory cache and warning set."""
     be, tgt, calls = hip
+    monkeypatch.setattr(cache, "_memory", {})
+    monkeypatch.setattr(cache, "_warned", set())
     with pytest.warns(RuntimeWarning, match=why):
         art = cache.compile_cached(be, _program(), tgt)
     with warnings.catch_warnings():
@@ -228,9 +232,7 @@ def test_a_directory_others_can_write_is_refused(hip, tmp_path, monkeypatch, mod
     root = tmp_path / "cache"
     root.mkdir()
     root.chmod(mode)
-    monkeypatch.setattr(cache, "_memory", {})
-    monkeypatch.setattr(cache, "_warned", set())
-    _refused(hip, tmp_path, "writable by its group or by everyone")
+    _refused(hip, tmp_path, monkeypatch, "writable by its group or by everyone")
 
 
 def test_a_directory_owned_by_another_user_is_refused(hip, tmp_path, monkeypatch):
@@ -240,18 +242,14 @@ def test_a_directory_owned_by_another_user_is_refused(hip, tmp_path, monkeypatch
         os.chown(root, 12345, 12345)
     else:
         monkeypatch.setattr(cache.os, "geteuid", lambda: os.getuid() + 1)
-    monkeypatch.setattr(cache, "_memory", {})
-    monkeypatch.setattr(cache, "_warned", set())
-    _refused(hip, tmp_path, "owned by uid")
+    _refused(hip, tmp_path, monkeypatch, "owned by uid")
 
 
 def test_a_symlinked_directory_is_refused(hip, tmp_path, monkeypatch):
     real = tmp_path / "elsewhere"
     real.mkdir(mode=0o700)
     (tmp_path / "cache").symlink_to(real)
-    monkeypatch.setattr(cache, "_memory", {})
-    monkeypatch.setattr(cache, "_warned", set())
-    _refused(hip, tmp_path, "not a directory")
+    _refused(hip, tmp_path, monkeypatch, "not a directory")
     assert not _entries(real)
 
 
