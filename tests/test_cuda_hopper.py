@@ -58,7 +58,7 @@ def test_gemm_is_warp_specialised_and_hands_registers_to_its_consumers():
     assert art.resources["registers"] == block, "the hand-over balances only at exactly this allocation"
     # the Program's barriers name the consumer threads only; the producer warpgroup exits after its loads
     assert f"bar.sync 1, {32 * warps};" in art.asm and "exit;" in art.asm
-    assert (block, producer, consumer) == (168, 40, 232)
+    assert (block, producer, consumer) == (168, 24, 240)
 
 
 def _prologue_kernel(into_stage: bool):

@@ -74,7 +74,7 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
     by = {r["name"]: r for r in results}
     assert by["gemm@sm_90a"]["wgmma"] and by["gemm@sm_90a"]["tma"]
     # ... warp-specialised: 8 consumer warps and a producer warpgroup that hands its registers over
-    assert by["gemm@sm_90a"]["threads"] == 384 and by["gemm@sm_90a"]["setmaxnreg"] == [40, 232]
+    assert by["gemm@sm_90a"]["threads"] == 384 and by["gemm@sm_90a"]["setmaxnreg"] == [24, 240]
     for arch in ARCHS:
         for name in ("dropout_residual_layernorm", "layernorm_bwd"):
             assert {**chosen, **chosen80}[f"{name}@{arch}"].consts["ONE_PASS"]

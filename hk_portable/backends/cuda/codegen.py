@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...codegen import library, resources
+from ...codegen import library, patterns, resources
 from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel
 from ...codegen.layouts import Strip, assign_layouts, assign_vector_axes, strip_reduce_scratch
 from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
@@ -78,10 +78,27 @@ class CudaEmitter(CStyleEmitter):
         self.plan = schedule.Plan()
         self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
         self._in_flight: set[int] = set()                   # mma ops left in flight (an Overlap's step)
+        self._scaled: dict = {}                             # patterns.folded_scales
 
     def emit(self, program: Program) -> EmittedKernel:
         self.plan = schedule.plan(program, self.target)
+        lay = layouts(program, num_warps(program, self.target))
+        self._scaled = patterns.folded_scales(program, lambda v: not isinstance(lay.get(v), Strip))
         return super().emit(program)
+
+    # ---- a softmax's scale folded into its row max and its exp2 argument (patterns.folded_scales)
+    def op_reduce(self, op):
+        if op not in self._scaled:
+            return super().op_reduce(op)
+        x, c = self._scaled[op]
+        self._result(op, f"hk::reduce_scaled({{dst}}, {self.name(x)}, {self.name(c)});")
+
+    def op_binary(self, op):
+        if op not in self._scaled:
+            return super().op_binary(op)
+        if op.attrs["op"] == "sub":               # the mul itself is not emitted: its two readers fold it
+            x, c, v = self._scaled[op]
+            self._result(op, f"hk::fms_rows({{dst}}, {self.name(x)}, {self.name(c)}, {self.name(v)});")
 
     # ---- the schedule pass's decisions (schedule.py)
     def extra_params(self) -> list[str]:
@@ -171,10 +188,17 @@ class CudaEmitter(CStyleEmitter):
             self.line(f"{tail}(hk_prev);")
         self.line(f"hk::wgmma_wait<{1 if tail else 0}>();")
         self.line(f"hk::fence_operand({self.name(ov.head.result)});")
-        self.emit_ops(step[h:])
+        late = {id(o) for o in ov.late}
+        late_results = {r.id for o in ov.late for r in o.results}
+        self.emit_ops([o for o in step[h:] if id(o) not in late])
         if tail:
-            self.line(f"hk::wgmma_wait<0>();")
+            self.line("hk::wgmma_wait<0>();")
             self.line(f"hk::fence_operand({carry[ov.carry]});")
+            # the late ops' f32 inputs pass the fence too, or the compiler hoists them above the wait
+            inputs = {v.id: v for o in ov.late for v in o.operands if _fenceable(v) and v.id not in late_results}
+            for v in inputs.values():
+                self.line(f"hk::fence_operand({self.name(v)});")
+        self.emit_ops(ov.late)
         for v, snap in snaps:
             self.line(f"{snap} = {self.name(v)};")
         self._yield_some(creg, carry, [k for k in range(len(carry)) if k != ov.carry])
@@ -277,6 +301,12 @@ class CudaEmitter(CStyleEmitter):
             header_text(),
             wgmma.render(program),
         ])
+
+
+def _fenceable(v) -> bool:
+    """A value hk::fence_operand takes: an f32 register tile in the fragment layout."""
+    t = v.type
+    return isinstance(t, TileType) and t.space == "rt" and t.dtype.name == "f32"
 
 
 def emit(program: Program, target: Target, min_blocks: int | None = None,

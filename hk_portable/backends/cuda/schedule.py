@@ -36,7 +36,7 @@ MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
-PRODUCER_REGS = 40               # what the producer keeps: a loop, two barriers' addresses and TMA coordinates
+PRODUCER_REGS = 24               # setmaxnreg's least: a loop, two barriers' addresses and TMA coordinates fit (no spill)
 REGISTER_FILE = 65536            # 32-bit registers per SM (sm_90a): what the warpgroups share out
 MAX_CONSUMER_REGS = 240          # below the ISA's 255 so ptxas keeps its reserved registers
 
@@ -60,12 +60,15 @@ class TmaLoad:
 class Overlap:
     """A compute region split for software pipelining (module docstring): `head` is issued first in every
     step; `tail` (program order, `mma` last) runs one step late and produces carry number `carry`;
-    `crossing` are the values the tail reads from its own step (snapshotted when that step ends)."""
+    `crossing` are the values the tail reads from its own step (snapshotted when that step ends); `late` the
+    ops that make only crossing values (P's cast to bf16): they run after the tail's product retired, so P's
+    new registers can reuse those of the P it read (FA3 converts P there too)."""
     head: Op
     tail: list[Op]
     mma: Op
     carry: int
     crossing: list[Value]
+    late: list[Op] = field(default_factory=list)
 
 
 @dataclass
@@ -216,7 +219,9 @@ def _overlap(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
         for v in o.operands:
             if v.id not in inside and v is not acc and v is not stage and v.id in outer:
                 crossing.setdefault(v.id, v)
-    return Overlap(head, ordered, mma, ks[0], list(crossing.values()))
+    late = [o for o in ops if id(o) not in tail and o is not head and o.results and all(
+        r.id not in yielded and users.get(r.id) and all(id(u) in tail for u in users[r.id]) for r in o.results)]
+    return Overlap(head, ordered, mma, ks[0], list(crossing.values()), late)
 
 
 def register_split(warps: int, producer_warps: int) -> tuple[int, int, int]:

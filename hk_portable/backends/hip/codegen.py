@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ...codegen import library, resources
+from ...codegen import library, patterns, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
 from ...codegen.layouts import Strip, TFragment, assign_layouts, assign_shared_storage, strip_reduce_scratch
 from ...codegen.resources import mma_scratch_bytes
@@ -441,49 +441,8 @@ def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
 
 
 def folded_scales(program: Program, lay: dict) -> dict[Op, tuple]:
-    """The scale of a softmax folded into its subtraction: for an f32 transposed-fragment tile `s = x * c` (c a
-    splat scalar) used only by a row max and by `s - v[:, None]` whose one use is exp2 (attention's
-    `scores * scale_log2`, its running max and `exp2(scores - max)`), {mul op: (), reduce op: (x, c), sub op:
-    (x, c, v)} (the mul's entry: its reduce and sub ops). The max is taken of x and scaled once (hk::reduce_scaled: for 0 < c < inf rounding is
-    monotone, so max(x) * c is max(x * c) bit for bit; any other c takes the unfolded path) and the difference
-    is one fma (hk::fms_rows, v_pk_fma_f32): x * c - v rounded once instead of twice. exp2's argument moves by
-    at most half an ulp of x * c -- the one place the backend contracts, so only where exp2 (v_exp_f32, itself
-    ~1 ulp from the reference's) is the only reader."""
-    uses: dict[Value, list[Op]] = {}
-    for op in program.body.walk():
-        for v in op.operands:
-            uses.setdefault(v, []).append(op)
-        for r in op.regions:
-            for y in r.yields:
-                uses.setdefault(y, []).append(op)
-    producers = {r: o for o in program.body.walk() for r in o.results}
-    out: dict[Op, tuple] = {}
-    for op in program.body.walk():
-        if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"
-                or not isinstance(lay.get(op.result), TFragment)):
-            continue
-        for x, s in (op.operands, op.operands[::-1]):
-            sp = producers.get(s)
-            if sp is not None and sp.opcode == "splat" and x is not s:
-                break
-        else:
-            continue
-        c = sp.operands[0]
-        users = uses.get(op.result, [])
-        red = [u for u in users if u.opcode == "reduce" and u.attrs["op"] == "max" and u.attrs["axis"] == "row"]
-        sub = [u for u in users if u.opcode == "binary" and u.attrs["op"] == "sub" and u.operands[0] is op.result
-               and u.operands[1] is not op.result]
-        if len(users) != 2 or len(red) != 1 or len(sub) != 1:
-            continue
-        b = producers.get(sub[0].operands[1])
-        after = uses.get(sub[0].result, [])
-        if (b is None or b.opcode != "broadcast" or b.attrs["axis"] != "row"
-                or len(after) != 1 or after[0].opcode != "unary" or after[0].attrs["op"] != "exp2"):
-            continue
-        out[op] = (red[0], sub[0])
-        out[red[0]] = (x, c)
-        out[sub[0]] = (x, c, b.operands[0])
-    return out
+    """codegen.patterns.folded_scales on transposed-fragment tiles (hk::reduce_scaled, hk::fms_rows there)."""
+    return patterns.folded_scales(program, lambda v: isinstance(lay.get(v), TFragment))
 
 
 # ------------------------------------------------------------------------------------------- checks

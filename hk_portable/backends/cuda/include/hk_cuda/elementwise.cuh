@@ -91,4 +91,17 @@ HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, C, COL, strip<WR>
     for (int i = 0; i < RT_::SIZE; ++i) dst.d[i] = v.d[i % (RT_::CS * RT_::V)];
 }
 
+// dst = x * c - v[:, None] rounded once (one FFMA): a softmax's scaled scores minus the row max where exp2 is
+// the only reader (codegen/patterns.py folded_scales; the backend's one contraction).
+template <int R, int C>
+HK_DEV void fms_rows(rt<float, R, C>& dst, const rt<float, R, C>& x, float c, const rv<float, R, ROW>& v) {
+    typedef rt<float, R, C> T;
+#pragma unroll
+    for (int k = 0; k < T::SLOTS; ++k)
+#pragma unroll
+        for (int j = 0; j < T::CB; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dst.d[T::idx(k, j, e)] = fmaf(x.d[T::idx(k, j, e)], c, -v.d[k * 2 + (e >> 1)]);
+}
+
 }  // namespace hk

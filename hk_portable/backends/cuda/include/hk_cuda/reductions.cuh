@@ -14,28 +14,45 @@ template <> struct combine<op_minimum> : op_minimum {
     static HK_DEV float apply(float a, float b) { return fminf(a, b); }
 };
 
-// ROW: over the columns of each row; the row lives in one warp (4 lanes of a quad)
-template <class F, class AX, class T, int R, int C>
-HK_DEV void reduce(rv<T, R, ROW>& dst, const rt<T, R, C>& x) {
-    static_assert(same<AX, ROW>::value, "a row reduction gives a row vector");
+// ROW: over the columns of each row; the row lives in one warp (4 lanes of a quad). `at` reads element i
+// (in the compute type) of x: the plain reduction reads it as it is, reduce_scaled scales it.
+template <class F, class T, int R, int C, class AT>
+HK_DEV void reduce_rows(rv<T, R, ROW>& dst, const rt<T, R, C>& x, AT at) {
     typedef rt<T, R, C> RT_;
-    typedef typename compute_t<T>::type A;
 #pragma unroll
     for (int k = 0; k < RT_::SLOTS; ++k) {
         if (!RT_::L::valid(k)) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            A v = up<T>(x.d[RT_::idx(k, 0, 2 * h)]);
-            v = combine<F>::apply(v, up<T>(x.d[RT_::idx(k, 0, 2 * h + 1)]));
+            auto v = at(RT_::idx(k, 0, 2 * h));
+            v = combine<F>::apply(v, at(RT_::idx(k, 0, 2 * h + 1)));
 #pragma unroll
             for (int j = 1; j < RT_::CB; ++j) {
-                v = combine<F>::apply(v, up<T>(x.d[RT_::idx(k, j, 2 * h)]));
-                v = combine<F>::apply(v, up<T>(x.d[RT_::idx(k, j, 2 * h + 1)]));
+                v = combine<F>::apply(v, at(RT_::idx(k, j, 2 * h)));
+                v = combine<F>::apply(v, at(RT_::idx(k, j, 2 * h + 1)));
             }
             v = combine<F>::apply(v, shfl_xor(v, 1));
             v = combine<F>::apply(v, shfl_xor(v, 2));
             dst.d[k * 2 + h] = convert<T>(v);
         }
+    }
+}
+template <class F, class AX, class T, int R, int C>
+HK_DEV void reduce(rv<T, R, ROW>& dst, const rt<T, R, C>& x) {
+    static_assert(same<AX, ROW>::value, "a row reduction gives a row vector");
+    reduce_rows<F>(dst, x, [&](int i) { return up<T>(x.d[i]); });
+}
+
+// The row max of x * c (codegen/patterns.py folded_scales): for 0 < c < inf, x -> x * c and rounding are both
+// monotone, so max(x) * c is max(x * c) bit for bit (NaN ignored alike), one multiply a row; any other c
+// multiplies first.
+template <int R, int C> HK_DEV void reduce_scaled(rv<float, R, ROW>& dst, const rt<float, R, C>& x, float c) {
+    if (c > 0.0f && c < HK_INF) {
+        reduce<op_maximum, ROW>(dst, x);
+#pragma unroll
+        for (int i = 0; i < rv<float, R, ROW>::SIZE; ++i) dst.d[i] = dst.d[i] * c;
+    } else {
+        reduce_rows<op_maximum>(dst, x, [&](int i) { return x.d[i] * c; });
     }
 }
 

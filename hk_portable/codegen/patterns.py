@@ -1,0 +1,54 @@
+"""IR patterns that more than one emitter rewrites into one library call (each backend says which layouts
+its library implements the rewrite for)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..interface.ir import Op, Program, Value
+
+
+def folded_scales(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, tuple]:
+    """The scale of a softmax folded into its subtraction: for an f32 tile `s = x * c` (c a splat scalar, s in
+    a layout the backend's library folds: `accepts(s)`) used only by a row max and by `s - v[:, None]` whose
+    one use is exp2 (attention's `scores * scale_log2`, its running max and `exp2(scores - max)`),
+    {mul op: (reduce op, sub op), reduce op: (x, c), sub op: (x, c, v)}. The emitter skips the mul, takes the
+    max of x and scales it once (hk::reduce_scaled: for 0 < c < inf rounding is monotone, so max(x) * c is
+    max(x * c) bit for bit; any other c takes the unfolded path) and makes the difference one fma
+    (hk::fms_rows): x * c - v rounded once instead of twice. exp2's argument moves by at most half an ulp of
+    x * c -- the one place a backend contracts, so only where exp2 (itself a few ulp from the reference's) is
+    the only reader."""
+    uses: dict[Value, list[Op]] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+        for r in op.regions:
+            for y in r.yields:
+                uses.setdefault(y, []).append(op)
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    out: dict[Op, tuple] = {}
+    for op in program.body.walk():
+        if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"
+                or not accepts(op.result)):
+            continue
+        for x, s in (op.operands, op.operands[::-1]):
+            sp = producers.get(s)
+            if sp is not None and sp.opcode == "splat" and x is not s:
+                break
+        else:
+            continue
+        c = sp.operands[0]
+        users = uses.get(op.result, [])
+        red = [u for u in users if u.opcode == "reduce" and u.attrs["op"] == "max" and u.attrs["axis"] == "row"]
+        sub = [u for u in users if u.opcode == "binary" and u.attrs["op"] == "sub" and u.operands[0] is op.result
+               and u.operands[1] is not op.result]
+        if len(users) != 2 or len(red) != 1 or len(sub) != 1:
+            continue
+        b = producers.get(sub[0].operands[1])
+        after = uses.get(sub[0].result, [])
+        if (b is None or b.opcode != "broadcast" or b.attrs["axis"] != "row"
+                or len(after) != 1 or after[0].opcode != "unary" or after[0].attrs["op"] != "exp2"):
+            continue
+        out[op] = (red[0], sub[0])
+        out[red[0]] = (x, c)
+        out[sub[0]] = (x, c, b.operands[0])
+    return out
