@@ -63,6 +63,7 @@ class CStyleEmitter:
 
     smem_align = SMEM_ALIGN         # where each shared buffer starts (a backend may need more)
     strip_layouts = False           # whether the device library implements layouts.Strip
+    narrow_strips = False           # whether it implements narrow strips (layouts.Strip.lr: rows under a warp)
     grid_layouts = False            # ... and layouts.WaveGrid accumulators
     col_major_shared = False        # ... and column-major shared tiles (layouts.assign_shared_storage)
     tfrag_layouts = False           # ... and layouts.TFragment (transposed-fragment mma accumulators)
@@ -106,7 +107,8 @@ class CStyleEmitter:
         self.p = program
         self.axes = assign_vector_axes(program)
         self.layouts = assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts,
-                                      self.lanes, self.axes, self.grid_layouts, self.tfrag_layouts)
+                                      self.lanes, self.axes, self.grid_layouts, self.tfrag_layouts,
+                                      self.narrow_strips)
         if self.col_major_shared:
             self.layouts.update(self.shared_storage(program))
         self.lines: list[str] = []

@@ -11,6 +11,11 @@ Two layouts exist:
   contiguous bytes of a 16-bit tensor, so loads and stores are whole vectors and a warp touches whole lines;
   a row is reduced with lane shuffles (DPP on AMD) plus, when wc > 1, one exchange through shared memory.
   Any row count works, which is what a memory-bound kernel (a norm over one row per block) needs.
+  A *narrow* strip (`lr` > 0, where the backend implements it: cuda) is for rows too short for a warp:
+  each row is dealt to `lr` lanes (a power of two below the warp), so a warp holds lanes / lr rows and the
+  block's thread-rows are warps * lanes / lr; warp-columns are 1. Rotary's 64-element half rows (8 lanes a
+  row, 4 rows a warp) are the case. Only components without reductions take it (their shuffles stay whole
+  warps in both libraries).
 
 A backend may offer two more for mma accumulators (`WaveGrid`: a warp grid over the tile; `TFragment`: the
 fragment layout of the transpose, for components holding a register A operand, see `tfrag_components`).
@@ -49,12 +54,14 @@ class Fragment:
 class Strip:
     wr: int                 # warp-rows: row r lives in warp-row r % wr
     wc: int                 # warps across a row: chunk q lives in lane q % lanes of warp (q // lanes) % wc
+    lr: int = 0             # narrow strip: lanes per row (< a warp; wc == 1); 0: whole warps across a row
 
     def template_arg(self) -> str:
-        return f"hk::strip<{self.wr}>"
+        return f"hk::strip<{self.wr}, {self.lr}>" if self.lr else f"hk::strip<{self.wr}>"
 
     def __str__(self) -> str:
-        return f"strip(warp-rows={self.wr}, warps-per-row={self.wc}, chunk={CHUNK})"
+        narrow = f", lanes-per-row={self.lr}" if self.lr else ""
+        return f"strip(warp-rows={self.wr}, warps-per-row={self.wc}{narrow}, chunk={CHUNK})"
 
 
 FRAGMENT = Fragment()
@@ -206,9 +213,12 @@ def _components(program: Program, grids: bool = False) -> tuple[_UnionFind, set[
     return uf, pinned
 
 
-def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: int) -> Strip | None:
+def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: int,
+               narrow: bool = False, reduced: bool = False) -> Strip | None:
     """The strip with the most warp-rows (rows stay inside a warp: row reductions need no shared memory)
-    that divides every tile of the component into whole chunks; None if there is none or no tile."""
+    that divides every tile of the component into whole chunks; failing that, with `narrow` and no
+    reduction in the component (`reduced`), the narrow strip with the most lanes per row that does;
+    None if there is none or no tile."""
     rows = {v.type.shape[0] for v in members if v.type.space == "rt"}
     cols = {v.type.shape[1] for v in members if v.type.space == "rt"}
     if not rows:
@@ -221,6 +231,13 @@ def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: 
         if warps % wr == 0 and all(r % wr == 0 for r in rows) and all(c % (CHUNK * lanes * wc) == 0 for c in cols):
             return Strip(wr, wc)
         wr //= 2
+    if narrow and not reduced:
+        lr = lanes // 2
+        while lr >= 1:
+            thread_rows = warps * (lanes // lr)
+            if all(r % thread_rows == 0 for r in rows) and all(c % (CHUNK * lr) == 0 for c in cols):
+                return Strip(warps, 1, lr)
+            lr //= 2
     return None
 
 
@@ -261,14 +278,15 @@ def _uses(program: Program) -> dict[Value, set[str]]:
 
 def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
                    axes: dict[Value, str] | None = None,
-                   grids: bool = False, tfrags: bool = False) -> dict[Value, Fragment | Strip | WaveGrid]:
+                   grids: bool = False, tfrags: bool = False,
+                   narrow: bool = False) -> dict[Value, Fragment | Strip | WaveGrid]:
     """Every RT and RV value's layout for a block of `warps` warps/waves of `lanes` lanes. `strips`: whether
-    the backend's library implements Strip; `grids`: whether it implements WaveGrid accumulators; `tfrags`:
-    whether it implements TFragment (tfrag_components); `axes`: assign_vector_axes(program), if the caller
-    has it."""
+    the backend's library implements Strip; `narrow`: whether it implements narrow strips (Strip.lr);
+    `grids`: whether it implements WaveGrid accumulators; `tfrags`: whether it implements TFragment
+    (tfrag_components); `axes`: assign_vector_axes(program), if the caller has it."""
     axes = assign_vector_axes(program) if axes is None else axes
     uf, pinned = _components(program, grids)
-    uses = _uses(program) if grids else {}
+    uses = _uses(program) if (grids or narrow) else {}
     values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
     groups: dict[Value, list[Value]] = {}
     for v in values:
@@ -281,7 +299,8 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
         elif grids and any("mma" in uses.get(v, set()) for v in members):
             layout = _grid_for(members, uses, warps)      # an accumulator: a grid or the fragment layout
         elif strips:
-            layout = _strip_for(members, axes, warps, lanes)
+            reduced = narrow and any("reduce" in uses.get(v, set()) for v in members)
+            layout = _strip_for(members, axes, warps, lanes, narrow, reduced)
         for v in members:
             out[v] = layout or FRAGMENT
     if tfrags:

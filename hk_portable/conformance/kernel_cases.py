@@ -614,9 +614,11 @@ def norm_bwd_cases() -> list[Case]:
 
 # ============================================================================================ rotary
 # (B, N, H, D, layout, heads_first, inverse, offset): both pair layouts, both axis orders, the backward
-# (inverse rotation), a position offset into the tables, a ragged N.
+# (inverse rotation), a position offset into the tables, a ragged N; the last two have heads enough for the
+# shapes whose tiles are heads at one position (rotary.heads_shapes; a ragged N in positions per block).
 ROTARY_CONFIGS = ((2, 37, 3, 64, "neox", False, False, 3), (2, 37, 3, 64, "gptj", False, False, 3),
-                  (1, 70, 2, 128, "neox", True, True, 0), (1, 70, 2, 128, "gptj", True, True, 11))
+                  (1, 70, 2, 128, "neox", True, True, 0), (1, 70, 2, 128, "gptj", True, True, 11),
+                  (2, 9, 32, 64, "neox", False, False, 3), (1, 11, 16, 128, "gptj", True, True, 2))
 
 
 def rotary_math(x, cos, sin, layout: str, heads_first: bool, inverse: bool, offset: int):

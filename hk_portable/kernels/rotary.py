@@ -13,25 +13,84 @@ from __future__ import annotations
 import torch
 
 import hk_portable as hk
-from hk_portable.interface import GL, RT, ArgumentError, f32
+from hk_portable.interface import GL, RT, RV, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
 LAYOUTS = ("neox", "gptj")
-DEFAULT_CONFIG = dict(BN=32)
+DEFAULT_CONFIG = dict(BN=32, BH=1, HEADS=False)
 
 
 @hk.kernel(num_warps=4)
 def rotary_kernel(x1: GL[4], x2: GL[4], cos: GL[2], sin: GL[2], y1: GL[4], y2: GL[4], *,
-                  HALF: hk.const = 32, BN: hk.const = 32, INVERSE: hk.const = False):
-    n, h, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
-    a = hk.load(RT[f32, BN, HALF], x1, (b, h, n, 0))
-    c = hk.load(RT[f32, BN, HALF], x2, (b, h, n, 0))
-    cs = hk.load(RT[f32, BN, HALF], cos, (n, 0))
-    sn = hk.load(RT[f32, BN, HALF], sin, (n, 0))
-    if INVERSE:
-        sn = -sn
-    hk.store(y1, (a * cs - c * sn).to(y1.dtype), (b, h, n, 0))
-    hk.store(y2, (c * cs + a * sn).to(y2.dtype), (b, h, n, 0))
+                  HALF: hk.const = 32, BN: hk.const = 32, BH: hk.const = 1, HEADS: hk.const = False,
+                  INVERSE: hk.const = False):
+    """A block rotates BN positions x BH heads. Two shapes of one rotation (the wrapper passes the views):
+    HEADS=False, views [B, H, N, HALF]: one tile of BN positions (rows) of one head (BH = 1), with the
+    positions' rows of the tables as tiles. HEADS=True, views [B, N, H, HALF]: BN tiles of BH heads (rows)
+    at one position each, that position's table row loaded once as a column vector and broadcast over
+    the heads; every load of the block is issued before the first store (x and y may be one tensor)."""
+    nb, hb, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    if not HEADS:
+        a = hk.load(RT[f32, BN, HALF], x1, (b, hb, nb, 0))
+        c = hk.load(RT[f32, BN, HALF], x2, (b, hb, nb, 0))
+        cs = hk.load(RT[f32, BN, HALF], cos, (nb, 0))
+        sn = hk.load(RT[f32, BN, HALF], sin, (nb, 0))
+        if INVERSE:
+            sn = -sn
+        hk.store(y1, (a * cs - c * sn).to(y1.dtype), (b, hb, nb, 0))
+        hk.store(y2, (c * cs + a * sn).to(y2.dtype), (b, hb, nb, 0))
+        return
+    tiles = []
+    for p in range(BN):                     # unrolled: BN positions' loads in flight together
+        n = nb * BN + p
+        tiles.append((n, hk.load(RT[f32, BH, HALF], x1, (b, n, hb, 0)), hk.load(RT[f32, BH, HALF], x2, (b, n, hb, 0)),
+                      hk.load(RV[f32, HALF], cos, (n, 0)), hk.load(RV[f32, HALF], sin, (n, 0))))
+    for n, a, c, cs, sn in tiles:
+        if INVERSE:
+            sn = -sn
+        hk.store(y1, (a * cs[None, :] - c * sn[None, :]).to(y1.dtype), (b, n, hb, 0))
+        hk.store(y2, (c * cs[None, :] + a * sn[None, :]).to(y2.dtype), (b, n, hb, 0))
+
+
+LANES = 32                  # lanes across which a narrow strip deals a half row (a backend with other warps
+HEADS_REGS = 64             # takes the baseline); the raw registers (loaded words) a thread may hold for one
+HEADS_MAX_ROWS = 64         # block's loads: cuda's branch-free loads cost about twice that in registers
+                            # (sm_90a, D=128 bf16: 166 at BN=2, 255 and spills at BN=4)
+
+
+def heads_shapes(H: int, half: int, elem_bytes: int) -> list[dict]:
+    """HEADS=True configurations for H heads of half rows of `half` elements: each half row dealt to half/8
+    lanes in 16-byte chunks, BH heads a tile (a multiple of the block's thread-rows that divides H, at most
+    HEADS_MAX_ROWS), the most warps first (4, 2, 1); BN positions a block, as many as keep the raw loaded data
+    (x1, x2 chunks and the f32 table chunks) within HEADS_REGS registers a thread, at most 8 (B4 N4096 H32
+    D128 bf16: 32 heads x 2 positions, 16 KiB in and 16 KiB out a block, 2048 x 1 x 4 blocks)."""
+    out = []
+    lanes_per_row = half // 8
+    if lanes_per_row >= LANES:
+        return out
+    for warps in (4, 2, 1):
+        rows = warps * (LANES // lanes_per_row)                 # thread-rows of the block
+        if H % rows:
+            continue
+        bh = max(k * rows for k in range(1, HEADS_MAX_ROWS // rows + 1) if H % (k * rows) == 0) \
+            if rows <= HEADS_MAX_ROWS else 0
+        if not bh:
+            continue
+        per_position = 2 * (bh // rows) * 8 * elem_bytes // 4 + 2 * 8      # x1, x2 words + cos, sin f32
+        bn = 1
+        while bn < 8 and 2 * bn * per_position <= HEADS_REGS:
+            bn *= 2
+        out.append(dict(HEADS=True, BH=bh, BN=bn, num_warps=warps))
+    return out
+
+
+def candidates(consts: dict, args: tuple) -> list[dict]:
+    """For a call with these consts and kernel arguments in the baseline's views (x1 [B, H, N, HALF] first):
+    the HEADS shapes for its heads, then the baseline (one head, 32 positions a block), which every target
+    takes. A backend takes a HEADS shape where all its register values are strips (cuda's narrow strips)."""
+    x1 = args[0]
+    shapes = heads_shapes(x1.shape[1], x1.shape[3], x1.element_size())
+    return [{**DEFAULT_CONFIG, **consts, **c} for c in shapes + [{}]]
 
 
 def _halves(t: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,10 +145,23 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str
         check_no_overlap("rotary", {"out": out}, {"x": x, "cos": cos, "sin": sin})
     xv, ov = (x, out) if heads_first else (x.transpose(1, 2), out.transpose(1, 2))   # views [B, H, N, D]
     B, H, N, D = xv.shape
-    cfg = {**DEFAULT_CONFIG, **config, "HALF": D // 2, "INVERSE": bool(inverse)}
+    flags = {"HALF": D // 2, "INVERSE": bool(inverse)}
     c, s = cos[offset:offset + N], sin[offset:offset + N]
-    grid = (hk.cdiv(N, cfg["BN"]), H, B)
-    rotary_kernel(*_halves(xv, layout), c, s, *_halves(ov, layout), grid=grid, backend=backend, **cfg)
+    args = (*_halves(xv, layout), c, s, *_halves(ov, layout))
+
+    def launch(cfg):
+        cfg = {**DEFAULT_CONFIG, **cfg, **flags}
+        views = args
+        if cfg["HEADS"]:                    # [B, N, H, HALF]: a tile's rows are heads at one position
+            views = tuple(t.transpose(1, 2) if t.dim() == 4 else t for t in args)
+        grid = (hk.cdiv(N, cfg["BN"]), hk.cdiv(H, cfg["BH"]), B)
+        rotary_kernel(*views, grid=grid, backend=backend, **cfg)
+
+    if not config:          # the backend's choice (tuned per shape bucket where HK_AUTOTUNE is on)
+        config = rotary_kernel.choose_config(
+            lambda: candidates(flags, args), *args, backend=backend, launch=launch,
+            bucket=hk.shape_bucket(B, H, N, D), key=(H, D, tuple(flags.items())))
+    launch(config)
     return out
 
 
@@ -119,4 +191,4 @@ def example_args(device="cpu", B=2, N=100, H=3, D=64, dtype=torch.bfloat16):
     cos, sin = tables(N, D, device=device)
     y = torch.empty_like(x)
     h = D // 2
-    return (x[..., :h], x[..., h:], cos, sin, y[..., :h], y[..., h:]), {**DEFAULT_CONFIG, "HALF": h}
+    return (x[..., :h], x[..., h:], cos, sin, y[..., :h], y[..., h:]), {**DEFAULT_CONFIG, "HALF": h, "INVERSE": False}

@@ -103,6 +103,50 @@ def test_the_strip_lane_map_holds_each_element_once_at_its_place(tile):
     assert torch.equal(rs, x.sum(1)) and torch.equal(cs, x.sum(0))
 
 
+@hk.kernel(num_warps=4)
+def _scale_rows(x: GL[2], v: GL[1], y: GL[2], *, TR: hk.const, TC: hk.const):
+    t = hk.load(RT[f32, TR, TC], x, (0, 0)) * hk.load(RV[f32, TC], v, (0,))[None, :]
+    hk.store(y, t + 1.0, (0, 0))
+
+
+def test_narrow_strips_deal_short_rows_to_lane_groups_where_the_backend_has_them():
+    """Rows too short for a warp's chunks take a narrow strip (lanes per row < 32) only with `narrow` and
+    only in a component without reductions (those keep whole-warp shuffles); otherwise the fragment."""
+    x = torch.empty(32, 64)
+    prog = _scale_rows.trace(x, torch.empty(64), x, TR=32, TC=64)
+    assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {Strip(4, 1, 8)}
+    assert set(assign_layouts(prog, 4, strips=True).values()) == {FRAGMENT}
+    prog = _scale_rows.trace(x, torch.empty(64), x, TR=16, TC=128)          # 16 lanes a row, 2 rows a warp
+    assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {Strip(4, 1, 16)}
+    prog = _scale_rows.trace(x, torch.empty(64), x, TR=8, TC=64)            # 8 rows < 16 thread-rows
+    assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {FRAGMENT}
+    prog = _sums.trace(x, x, torch.empty(32), torch.empty(64), TR=32, TC=64)
+    assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {FRAGMENT}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                    reason="no host C++ compiler for the cuda emulation")
+@pytest.mark.parametrize("tile", [(32, 64), (16, 128), (64, 16)])
+@pytest.mark.parametrize("where", ["inside", "ragged", "strided"])
+def test_the_narrow_strip_lane_map_holds_each_element_once_at_its_place(tile, where):
+    """Distinct values through a narrow strip tile and column vector on the emulated cuda target: whole
+    chunks, rows past the tensor (fill, dropped stores), columns past it, and a column stride of 2 (element
+    accesses instead of 16-byte ones) all land each element once, at its place."""
+    from hk_portable.backends.cuda import CudaBackend
+    be = CudaBackend()
+    R, C = tile
+    rows, cols = (R, C) if where != "ragged" else (R - 3, C - 5)
+    base = torch.arange(rows * C * 2, dtype=torch.float32).view(rows, 2 * C) % 977
+    x = base[:, 0::2][:, :cols] if where == "strided" else base[:, :cols].contiguous()
+    v = torch.arange(cols, dtype=torch.float32) % 13
+    y = torch.full((rows, cols), float("nan"))
+    prog = _scale_rows.trace(x, v, y, TR=R, TC=C)
+    lay = assign_layouts(prog, 4, strips=True, narrow=True)
+    assert all(isinstance(l, Strip) and l.lr for l in lay.values())
+    _scale_rows(x, v, y, grid=(1,), backend=be, target=be.target("sm_80", emulated=True), TR=R, TC=C)
+    assert torch.equal(y, x * v[None, :] + 1.0)
+
+
 @pytest.mark.parametrize("module", ["layernorm", "layernorm_bwd"])
 def test_norm_kernels_choose_the_one_pass_strip_on_cuda_and_the_swept_baseline_elsewhere(module):
     """The kernel files offer both shapes; each backend's choice follows its layouts: cuda and hip (every

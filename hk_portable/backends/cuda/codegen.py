@@ -39,8 +39,8 @@ def num_warps(program: Program, target: Target) -> int:
 
 
 def layouts(program: Program, warps: int) -> dict:
-    """The layout pass's choice for this backend (its library implements strips)."""
-    return assign_layouts(program, warps, strips=True)
+    """The layout pass's choice for this backend (its library implements strips, narrow ones included)."""
+    return assign_layouts(program, warps, strips=True, narrow=True)
 
 
 def _op_scratch(op, warps: int, lay: dict) -> int:
@@ -67,6 +67,7 @@ class CudaEmitter(CStyleEmitter):
     lanes = 32
     smem_align = BUFFER_ALIGN
     strip_layouts = True
+    narrow_strips = True
 
     def __init__(self, target: Target, min_blocks: int | None = None, hand_over: bool = True,
                  fast_exp2: bool = True):

@@ -78,15 +78,15 @@ HK_DEV void broadcast(rt<T, R, C>& dst, const rv<T, N, COL>& v) {
 }
 
 // strip tiles: element idx(k, j, e) sits in row slot k and chunk slot j
-template <class T, int R, int C, int WR>
-HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, R, ROW, strip<WR>>& v) {
-    typedef rt<T, R, C, strip<WR>> RT_;
+template <class T, int R, int C, int WR, int LR>
+HK_DEV void broadcast(rt<T, R, C, strip<WR, LR>>& dst, const rv<T, R, ROW, strip<WR, LR>>& v) {
+    typedef rt<T, R, C, strip<WR, LR>> RT_;
 #pragma unroll
     for (int i = 0; i < RT_::SIZE; ++i) dst.d[i] = v.d[i / (RT_::CS * RT_::V)];
 }
-template <class T, int R, int C, int WR>
-HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, C, COL, strip<WR>>& v) {
-    typedef rt<T, R, C, strip<WR>> RT_;
+template <class T, int R, int C, int WR, int LR>
+HK_DEV void broadcast(rt<T, R, C, strip<WR, LR>>& dst, const rv<T, C, COL, strip<WR, LR>>& v) {
+    typedef rt<T, R, C, strip<WR, LR>> RT_;
 #pragma unroll
     for (int i = 0; i < RT_::SIZE; ++i) dst.d[i] = v.d[i % (RT_::CS * RT_::V)];
 }

@@ -186,22 +186,103 @@ template <class U> struct chunk_io {
         for (int q = 0; q < WORDS / 4; ++q)
             reinterpret_cast<uint4*>(p)[q] = make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
     }
+    // the same, spelled out on the GPU: NVVM split rotary's uint4 stores of packed bf16 into four 4-byte
+    // stores (narrow strips use this one; the norms' wide strips kept 16-byte stores without it)
+    static HK_DEV void store_v4(U* p, const u32* w) {
+#ifdef HK_PTX
+#pragma unroll
+        for (int q = 0; q < WORDS / 4; ++q)
+            asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                         :: "l"(reinterpret_cast<uint4*>(p) + q), "r"(w[4 * q]), "r"(w[4 * q + 1]),
+                            "r"(w[4 * q + 2]), "r"(w[4 * q + 3]) : "memory");
+#else
+        store(p, w);
+#endif
+    }
 };
 
 template <class O> HK_DEV bool whole_chunk(const O& o, int r, int c) {
     return o.row_ok(r) && o.cstride == 1 && o.col0 + c >= 0 && o.col0 + c + 8 <= o.ncols;
 }
 
-template <class T, class U, int R, int C, int WR, int RANK, class... I>
-HK_DEV void load(rt<T, R, C, strip<WR>>& dst, const gl<U, RANK>& g, float fill, I... idx) {
-    typedef rt<T, R, C, strip<WR>> RT_;
+// Predicated loads: an access whose predicate is false touches no memory and leaves its destination as it was.
+#ifdef HK_PTX
+HK_DEV void ld_pred_v4(u32* w, const void* p, bool pred) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %4, 0;\n\t@q ld.global.v4.b32 {%0, %1, %2, %3}, [%5];\n\t}\n"
+                 : "+r"(w[0]), "+r"(w[1]), "+r"(w[2]), "+r"(w[3]) : "r"((int)pred), "l"(p) : "memory");
+}
+HK_DEV void ld_pred_b32(u32& w, const void* p, bool pred) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %1, 0;\n\t@q ld.global.b32 %0, [%2];\n\t}\n"
+                 : "+r"(w) : "r"((int)pred), "l"(p) : "memory");
+}
+HK_DEV void ld_pred_u16(u32& w, const void* p, bool pred) {           // zero-extended into a 32-bit word
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %1, 0;\n\t@q ld.global.u16 %0, [%2];\n\t}\n"
+                 : "+r"(w) : "r"((int)pred), "l"(p) : "memory");
+}
+#else
+HK_DEV void ld_pred_v4(u32* w, const void* p, bool pred) {
+    if (pred) {
+        const uint4 v = *reinterpret_cast<const uint4*>(p);
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    }
+}
+HK_DEV void ld_pred_b32(u32& w, const void* p, bool pred) { if (pred) w = *reinterpret_cast<const u32*>(p); }
+HK_DEV void ld_pred_u16(u32& w, const void* p, bool pred) { if (pred) w = *reinterpret_cast<const unsigned short*>(p); }
+#endif
+
+// One chunk (8 elements at row r, columns c..c+7) of a narrow strip, without a branch: a predicated 16-byte
+// access per 4 words where the chunk is whole, unit-stride and aligned, else predicated element accesses;
+// the fill goes in by mask afterwards. Branch-free, a block's loads (every tile it loads before its first
+// use) are issued back to back: ptxas moves no load above a branch, and a use in the load's own basic
+// block (the conversion to the tile's dtype) would wait for it there. The element accesses come first and
+// write the words the vector access then writes (odd 16-bit elements: words of their own, merged after),
+// so the vector access waits on no access in flight where it is the one taken.
+template <class T, class U, class O, class G>
+HK_DEV void load_chunk_predicated(T* out, const G& g, const O& o, int r, int c, T fv) {
+    static_assert(chunk_io<U>::VEC, "predicated chunks move 2- or 4-byte elements");
+    constexpr int W = chunk_io<U>::WORDS;
+    // the conditions with & and |, not && and ||: short-circuits become branches
+    const long long row = o.row0 + r, col = o.col0 + c;
+    const bool rok = o.lead_ok & (row >= 0) & (row < o.nrows);
+    const U* p = o.at(g, r, c);
+    const bool vec = rok & (o.cstride == 1) & (col >= 0) & (col + 8 <= o.ncols) & aligned(p, 16);
+    u32 w[W] = {}, odd[4] = {};
+    bool ok[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        ok[e] = vec | (rok & (col + e >= 0) & (col + e < o.ncols));
+        const U* pe = p + (long long)e * o.cstride;
+        if constexpr (sizeof(U) == 4) ld_pred_b32(w[e], pe, !vec & ok[e]);
+        else ld_pred_u16(e % 2 ? odd[e / 2] : w[e / 2], pe, !vec & ok[e]);
+    }
+#pragma unroll
+    for (int q = 0; q < W / 4; ++q) ld_pred_v4(&w[4 * q], p + q * (16 / (int)sizeof(U)), vec);
+    if constexpr (sizeof(U) == 2) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = vec ? w[i] : (w[i] | (odd[i] << 16));
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = ok[e] ? convert<T>(chunk_io<U>::element(w, e)) : fv;
+}
+
+template <class T, class U, int R, int C, int WR, int LR, int RANK, class... I>
+HK_DEV void load(rt<T, R, C, strip<WR, LR>>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+    typedef rt<T, R, C, strip<WR, LR>> RT_;
     origin<2, U, RANK> o(g, R, C, idx...);
     const T fv = convert<T>(fill);
+    if constexpr (LR != 0 && chunk_io<U>::VEC) {             // narrow strips: branch-free (see above)
+#pragma unroll
+        for (int k = 0; k < RT_::RS; ++k)
+#pragma unroll
+            for (int j = 0; j < RT_::CS; ++j)
+                load_chunk_predicated<T, U>(&dst.d[RT_::idx(k, j, 0)], g, o, RT_::row(k), strip<WR, LR>::chunk(j) * 8, fv);
+        return;
+    }
 #pragma unroll
     for (int k = 0; k < RT_::RS; ++k)
 #pragma unroll
         for (int j = 0; j < RT_::CS; ++j) {
-            const int r = RT_::row(k), c = strip<WR>::chunk(j) * 8;
+            const int r = RT_::row(k), c = strip<WR, LR>::chunk(j) * 8;
             T* out = &dst.d[RT_::idx(k, j, 0)];
             if constexpr (chunk_io<U>::VEC) {
                 if (whole_chunk(o, r, c) && aligned(o.at(g, r, c), 16)) {
@@ -217,15 +298,35 @@ HK_DEV void load(rt<T, R, C, strip<WR>>& dst, const gl<U, RANK>& g, float fill, 
         }
 }
 
-template <class U, class T, int R, int C, int WR, int RANK, class... I>
-HK_DEV void store(const gl<U, RANK>& g, const rt<T, R, C, strip<WR>>& src, I... idx) {
-    typedef rt<T, R, C, strip<WR>> RT_;
+// a narrow strip's column vector: this lane's chunks, branch-free as the tile loads move them (other
+// strips: element by element, as every other vector)
+template <class T, class U, int N, int WR, int LR, int RANK, class... I>
+HK_DEV void load(rv<T, N, COL, strip<WR, LR>>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+    typedef rv<T, N, COL, strip<WR, LR>> RV_;
+    origin<1, U, RANK> o(g, 1, N, idx...);
+    const T fv = convert<T>(fill);
+    if constexpr (LR != 0 && chunk_io<U>::VEC) {
+#pragma unroll
+        for (int j = 0; j < RV_::CS; ++j)
+            load_chunk_predicated<T, U>(&dst.d[j * 8], g, o, 0, strip<WR, LR>::chunk(j) * 8, fv);
+    } else {
+#pragma unroll
+        for (int i = 0; i < RV_::SIZE; ++i) {
+            const int c = RV_::pos(i);
+            dst.d[i] = (RV_::held(i) && o.row_ok(0) && o.col_ok(c)) ? convert<T>(*o.at(g, 0, c)) : fv;
+        }
+    }
+}
+
+template <class U, class T, int R, int C, int WR, int LR, int RANK, class... I>
+HK_DEV void store(const gl<U, RANK>& g, const rt<T, R, C, strip<WR, LR>>& src, I... idx) {
+    typedef rt<T, R, C, strip<WR, LR>> RT_;
     origin<2, U, RANK> o(g, R, C, idx...);
 #pragma unroll
     for (int k = 0; k < RT_::RS; ++k)
 #pragma unroll
         for (int j = 0; j < RT_::CS; ++j) {
-            const int r = RT_::row(k), c = strip<WR>::chunk(j) * 8;
+            const int r = RT_::row(k), c = strip<WR, LR>::chunk(j) * 8;
             const T* in = &src.d[RT_::idx(k, j, 0)];
             if constexpr (chunk_io<U>::VEC) {
                 if (whole_chunk(o, r, c) && aligned(o.at(g, r, c), 16)) {
@@ -236,7 +337,8 @@ HK_DEV void store(const gl<U, RANK>& g, const rt<T, R, C, strip<WR>>& src, I... 
                         if constexpr (sizeof(U) == 4) w[e] = b;
                         else w[e >> 1] |= b << (16 * (e & 1));
                     }
-                    chunk_io<U>::store(o.at(g, r, c), w);
+                    if constexpr (LR != 0) chunk_io<U>::store_v4(o.at(g, r, c), w);
+                    else chunk_io<U>::store(o.at(g, r, c), w);
                     continue;
                 }
             }
@@ -246,9 +348,9 @@ HK_DEV void store(const gl<U, RANK>& g, const rt<T, R, C, strip<WR>>& src, I... 
         }
 }
 
-template <int R, int C, int WR, int RANK, class... I>
-HK_DEV void atomic_add(const gl<float, RANK>& g, const rt<float, R, C, strip<WR>>& src, I... idx) {
-    typedef rt<float, R, C, strip<WR>> RT_;
+template <int R, int C, int WR, int LR, int RANK, class... I>
+HK_DEV void atomic_add(const gl<float, RANK>& g, const rt<float, R, C, strip<WR, LR>>& src, I... idx) {
+    typedef rt<float, R, C, strip<WR, LR>> RT_;
     origin<2, float, RANK> o(g, R, C, idx...);
 #pragma unroll
     for (int i = 0; i < RT_::SIZE; ++i) {

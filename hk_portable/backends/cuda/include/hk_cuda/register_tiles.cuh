@@ -38,13 +38,24 @@ template <int R> struct rows {
 // Layout tags. frag: the mma fragment layout. strip<WR>: rows over WR warp-rows (row r in warp-row r % WR),
 // each row in 8-element chunks dealt to the 32 lanes of WC = NUM_WARPS / WR warps (chunk q: lane q % 32 of
 // warp-column (q / 32) % WC); warp w is warp-row w / WC, warp-column w % WC.
+// strip<WR, LR> with 0 < LR < 32 (narrow: rows shorter than a warp's chunks; WR == NUM_WARPS, WC == 1): each
+// row in chunks dealt to LR lanes, a warp holding 32 / LR rows; thread-row t = warp * (32 / LR) + lane / LR,
+// row r in thread-row r % TR, chunk q in lane q % LR of its lane group. LR = 0 is the whole-warp strip.
 struct frag {};
-template <int WR_> struct strip {
+template <int WR_, int LR_ = 0> struct strip {
     static_assert(NUM_WARPS % WR_ == 0, "a strip's warp-rows divide the block's warps");
-    static constexpr int WR = WR_, WC = NUM_WARPS / WR_, V = 8, TC = 32 * WC;   // TC: threads across a row
+    static_assert(LR_ == 0 || (LR_ < 32 && (LR_ & (LR_ - 1)) == 0 && WR_ == NUM_WARPS),
+                  "a narrow strip has a power-of-two lanes per row below the warp and one warp per warp-row");
+    static constexpr int WR = WR_, WC = NUM_WARPS / WR_, V = 8;
+    static constexpr int LR = LR_ ? LR_ : 32;                    // lanes across a row inside one warp
+    static constexpr int RPW = 32 / LR;                          // rows a warp holds at a time
+    static constexpr int TR = WR * RPW;                          // thread-rows: rows the block holds at a time
+    static constexpr int TC = LR * WC;                           // threads across a row
     static HK_DEV int wr() { return warp_id() / WC; }
     static HK_DEV int wc() { return warp_id() % WC; }
-    static HK_DEV int chunk(int j) { return j * TC + wc() * 32 + lane_id(); }   // this lane's j-th chunk
+    static HK_DEV int lane() { if constexpr (RPW == 1) return lane_id(); else return lane_id() % LR; }
+    static HK_DEV int tr() { if constexpr (RPW == 1) return wr(); else return wr() * RPW + lane_id() / LR; }
+    static HK_DEV int chunk(int j) { return j * TC + wc() * 32 + lane(); }   // this lane's j-th chunk
 };
 
 template <class T, int R, int C, class LAYOUT = frag> struct rt;
@@ -62,16 +73,16 @@ template <class T, int R, int C> struct rt<T, R, C, frag> {
     static HK_DEV int col_of(int i) { return col((i / 4) % CB, i & 3); }
 };
 
-// A strip tile holds whole chunks only (codegen/layouts.py picks WR so that R % WR == 0 and C % (8 * TC) == 0):
-// no padding, no replicas. Element idx(k, j, e): row k * WR + wr, column chunk(j) * 8 + e.
-template <class T, int R, int C, int WR> struct rt<T, R, C, strip<WR>> {
-    typedef strip<WR> S;
-    static_assert(R % WR == 0 && C % (S::V * S::TC) == 0, "a strip tile is whole chunks on every lane");
+// A strip tile holds whole chunks only (codegen/layouts.py picks WR (and LR) so that R % TR == 0 and
+// C % (8 * TC) == 0): no padding, no replicas. Element idx(k, j, e): row k * TR + tr, column chunk(j) * 8 + e.
+template <class T, int R, int C, int WR, int LR> struct rt<T, R, C, strip<WR, LR>> {
+    typedef strip<WR, LR> S;
+    static_assert(R % S::TR == 0 && C % (S::V * S::TC) == 0, "a strip tile is whole chunks on every lane");
     typedef T dtype;
-    static constexpr int ROWS = R, COLS = C, V = S::V, RS = R / WR, CS = C / (V * S::TC), SIZE = RS * CS * V;
+    static constexpr int ROWS = R, COLS = C, V = S::V, RS = R / S::TR, CS = C / (V * S::TC), SIZE = RS * CS * V;
     store_t<T, SIZE> d;
     static HK_DEV constexpr int idx(int k, int j, int e) { return (k * CS + j) * V + e; }
-    static HK_DEV int row(int k) { return k * WR + S::wr(); }
+    static HK_DEV int row(int k) { return k * S::TR + S::tr(); }
     static HK_DEV int row_of(int i) { return row(i / (CS * V)); }
     static HK_DEV int col_of(int i) { return S::chunk((i / V) % CS) * V + i % V; }
 };

@@ -26,21 +26,21 @@ template <class T, int N> struct rv<T, N, COL, frag> {
 };
 
 
-// strip<WR>: a row vector holds this warp-row's rows (replicated over its lanes and warp-columns), a
-// column vector this lane's chunks (replicated over the warp-rows)
-template <class T, int N, int WR> struct rv<T, N, ROW, strip<WR>> {
-    static_assert(N % WR == 0, "a strip row vector has whole warp-rows");
+// strip<WR, LR>: a row vector holds this thread-row's rows (replicated over its lanes and warp-columns), a
+// column vector this lane's chunks (replicated over the thread-rows)
+template <class T, int N, int WR, int LR> struct rv<T, N, ROW, strip<WR, LR>> {
+    typedef strip<WR, LR> S;
+    static_assert(N % S::TR == 0, "a strip row vector has whole thread-rows");
     typedef T dtype;
-    typedef strip<WR> S;
-    static constexpr int LEN = N, SIZE = N / WR;
+    static constexpr int LEN = N, SIZE = N / S::TR;
     typedef ROW axis;
     store_t<T, SIZE> d;
-    static HK_DEV int pos(int i) { return i * WR + S::wr(); }
+    static HK_DEV int pos(int i) { return i * S::TR + S::tr(); }
     static HK_DEV bool held(int) { return true; }
-    static HK_DEV bool owner(int) { return S::wc() == 0 && lane_id() == 0; }
+    static HK_DEV bool owner(int) { return S::wc() == 0 && S::lane() == 0; }
 };
-template <class T, int N, int WR> struct rv<T, N, COL, strip<WR>> {
-    typedef strip<WR> S;
+template <class T, int N, int WR, int LR> struct rv<T, N, COL, strip<WR, LR>> {
+    typedef strip<WR, LR> S;
     static_assert(N % (S::V * S::TC) == 0, "a strip column vector is whole chunks on every lane");
     typedef T dtype;
     static constexpr int LEN = N, V = S::V, CS = N / (V * S::TC), SIZE = CS * V;
@@ -48,7 +48,7 @@ template <class T, int N, int WR> struct rv<T, N, COL, strip<WR>> {
     store_t<T, SIZE> d;
     static HK_DEV int pos(int i) { return S::chunk(i / V) * V + i % V; }
     static HK_DEV bool held(int) { return true; }
-    static HK_DEV bool owner(int) { return S::wr() == 0; }
+    static HK_DEV bool owner(int) { return S::tr() == 0; }
 };
 
 }  // namespace hk
