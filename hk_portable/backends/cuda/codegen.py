@@ -70,8 +70,9 @@ class CudaEmitter(CStyleEmitter):
     narrow_strips = True
 
     def __init__(self, target: Target, min_blocks: int | None = None, hand_over: bool = True,
-                 fast_exp2: bool = True):
+                 fast_exp2: bool = True, overlap: bool = False):
         self.target = target
+        self.overlap = overlap                  # software-pipelined compute regions (schedule.Overlap)
         self.fast_exp2 = fast_exp2              # exp2 as one ex2.approx.ftz (hw.cuh HK_FAST_EXP2)
         self.min_blocks = min_blocks
         self.hand_over = hand_over              # setmaxnreg in a specialised block (see _register_hand_over)
@@ -82,7 +83,7 @@ class CudaEmitter(CStyleEmitter):
         self._scaled: dict = {}                             # patterns.folded_scales
 
     def emit(self, program: Program) -> EmittedKernel:
-        self.plan = schedule.plan(program, self.target)
+        self.plan = schedule.plan(program, self.target, self.overlap)
         lay = layouts(program, num_warps(program, self.target))
         self._scaled = patterns.folded_scales(program, lambda v: not isinstance(lay.get(v), Strip))
         return super().emit(program)
@@ -311,9 +312,9 @@ def _fenceable(v) -> bool:
 
 
 def emit(program: Program, target: Target, min_blocks: int | None = None,
-         hand_over: bool = True, fast_exp2: bool = True) -> tuple[EmittedKernel, int]:
+         hand_over: bool = True, fast_exp2: bool = True, overlap: bool = False) -> tuple[EmittedKernel, int]:
     """The generated kernel and the dynamic shared memory it launches with (buffers + scratch)."""
-    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2)
+    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2, overlap)
     out = em.emit(program)
     warps = em.num_threads(program) // em.lanes
     return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps)) + base_slack(target)

@@ -28,9 +28,10 @@ class CudaOptions(BackendOptions):
     prec_div: bool = True              # IEEE round-to-nearest division
     prec_sqrt: bool = True             # IEEE round-to-nearest square root
     min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills
+    overlap: bool = False              # software-pipelined attention compute (schedule.Overlap): measured slower
 
     def validate(self) -> None:
-        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt")
+        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap")
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:

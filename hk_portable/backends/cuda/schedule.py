@@ -22,6 +22,8 @@ A warp-specialised pipeline whose compute region is two products, the second acc
 3's intra-warpgroup overlap): step i issues its head product, then the tail of step i-1 (the accumulator's
 rescale and its product), and runs the rest of step i, the softmax, while the tail's product is on the
 tensor cores. The tail reads what step i-1 left (P, α) and step i-1's stage, which is released a step late.
+Off unless asked for (CudaOptions(overlap=True)): on the H200 it lost (2026-12-03, perf-notes), because K and
+V share a stage, so the stage held one step longer starves the producer; FA3 releases K after QKᵀ.
 
 `plan(program, target)` returns the decisions; `describe(plan)` prints them (`hk compile --emit lowered`).
 """
@@ -104,7 +106,7 @@ def grouped_blocks(program: Program) -> bool:
     return axes == {0, 1} and pipelined_mma
 
 
-def plan(program: Program, target: Target) -> Plan:
+def plan(program: Program, target: Target, overlap: bool = False) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
@@ -116,7 +118,7 @@ def plan(program: Program, target: Target) -> Plan:
     if _specialisable(program, out, producers):
         out.producer_warps = PRODUCER_WARPS
         for op in program.body.walk():
-            if op.opcode == "pipeline":
+            if overlap and op.opcode == "pipeline":
                 out.pipelines[id(op)].overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)
     return out
 
