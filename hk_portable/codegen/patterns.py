@@ -7,6 +7,18 @@ from typing import Callable
 from ..interface.ir import Op, Program, Value
 
 
+def uses_and_producers(program: Program) -> tuple[dict[Value, list[Op]], dict[Value, Op]]:
+    """({value: the ops that read it, a yield counting as a read by the region's op}, {value: its op})."""
+    uses: dict[Value, list[Op]] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses.setdefault(v, []).append(op)
+        for r in op.regions:
+            for y in r.yields:
+                uses.setdefault(y, []).append(op)
+    return uses, {r: o for o in program.body.walk() for r in o.results}
+
+
 def folded_scales(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, tuple]:
     """The scale of a softmax folded into its subtraction: for an f32 tile `s = x * c` (c a splat scalar, s in
     a layout the backend's library folds: `accepts(s)`) used only by a row max and by `s - v[:, None]` whose
@@ -17,14 +29,7 @@ def folded_scales(program: Program, accepts: Callable[[Value], bool]) -> dict[Op
     (hk::fms_rows): x * c - v rounded once instead of twice. exp2's argument moves by at most half an ulp of
     x * c -- the one place a backend contracts, so only where exp2 (itself a few ulp from the reference's) is
     the only reader."""
-    uses: dict[Value, list[Op]] = {}
-    for op in program.body.walk():
-        for v in op.operands:
-            uses.setdefault(v, []).append(op)
-        for r in op.regions:
-            for y in r.yields:
-                uses.setdefault(y, []).append(op)
-    producers = {r: o for o in program.body.walk() for r in o.results}
+    uses, producers = uses_and_producers(program)
     out: dict[Op, tuple] = {}
     for op in program.body.walk():
         if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"

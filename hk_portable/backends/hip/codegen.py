@@ -415,14 +415,7 @@ def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
     row vector broadcast along its rows whose only use is the accumulator of an mma into a transposed fragment
     (attention's acc * alpha[:, None]). hk::mma_rescaled runs the mma on the unscaled accumulator when every
     factor the wave holds is 1 (no row's running max moved: x * 1 == x, bit for bit), the lazy rescale."""
-    uses: dict[Value, list[Op]] = {}
-    for op in program.body.walk():
-        for v in op.operands:
-            uses.setdefault(v, []).append(op)
-        for r in op.regions:
-            for y in r.yields:
-                uses.setdefault(y, []).append(op)
-    producers = {r: o for o in program.body.walk() for r in o.results}
+    uses, producers = patterns.uses_and_producers(program)
     out = {}
     for op in program.body.walk():
         if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"
