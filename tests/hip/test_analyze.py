@@ -302,7 +302,7 @@ def test_gemm_main_loop_meets_the_issue_bounds(arch, capsys):
     assert r["resources"]["vgpr_spill"] == 0 and r["resources"]["scratch_bytes"] == 0
 
 
-# Issue 10 asks VALU time <= 1.0 x MFMA time of attention's loop (2026-12-04: 0.79 on gfx942, 0.99 on gfx950).
+# Issue 10 asks VALU time <= 1.0 x MFMA time of attention's loop (2026-12-03: 0.79 on gfx942, 0.99 on gfx950).
 ATTENTION_VALU_BOUND = {"gfx942": 1.0, "gfx950": 1.0}
 
 
