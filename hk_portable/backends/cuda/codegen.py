@@ -80,23 +80,27 @@ class CudaEmitter(CStyleEmitter):
         self.plan = schedule.Plan()
         self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
         self._in_flight: set[int] = set()                   # mma ops left in flight (an Overlap's step)
-        self._scaled: dict = {}                             # patterns.folded_scales
+        self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
 
     def emit(self, program: Program) -> EmittedKernel:
         self.plan = schedule.plan(program, self.target, self.overlap)
-        lay = layouts(program, num_warps(program, self.target))
-        self._scaled = patterns.folded_scales(program, lambda v: not isinstance(lay.get(v), Strip))
+        self._scaled = None                     # found from the layouts the base emitter assigns, at first use
         return super().emit(program)
+
+    def _folds(self) -> dict:
+        if self._scaled is None:
+            self._scaled = patterns.folded_scales(self.p, lambda v: not isinstance(self.layouts.get(v), Strip))
+        return self._scaled
 
     # ---- a softmax's scale folded into its row max and its exp2 argument (patterns.folded_scales)
     def op_reduce(self, op):
-        if op not in self._scaled:
+        if op not in self._folds():
             return super().op_reduce(op)
         x, c = self._scaled[op]
         self._result(op, f"hk::reduce_scaled({{dst}}, {self.name(x)}, {self.name(c)});")
 
     def op_binary(self, op):
-        if op not in self._scaled:
+        if op not in self._folds():
             return super().op_binary(op)
         if op.attrs["op"] == "sub":               # the mul itself is not emitted: its two readers fold it
             x, c, v = self._scaled[op]
