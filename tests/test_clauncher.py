@@ -250,6 +250,27 @@ def test_kernel_params_form_and_tail(mod, stub):
     assert len(calls) == 3
 
 
+def test_persistent_kernels_get_their_logical_grid(mod, stub):
+    """A persistent kernel: the logical grid goes into the parameters after the tail, and the launch runs
+    min(its tiles, max_blocks) blocks on one axis."""
+    params = [("a", GlobalType(bf16, 2))]
+    fmt, size, desc = abi.param_layout(params)
+    first, flag, total = tma.layout(size, 1)
+    offsets = [d["offset"] for d in desc] + [first, flag] + [total + 4 * i for i in range(3)]
+    L = mod.Launcher(1, stub.address, 384, 0, abi.launcher_params(desc), total + 12, -1, use_params=True,
+                     ptr_offsets=offsets, tail_fn=lambda args: bytes(128) + (1).to_bytes(4, "little"),
+                     tail_offset=first, grid_offset=total, max_blocks=132)
+    stub.get("rec_nptrs").value = len(offsets)
+    stub.get("rec_size", ctypes.c_size_t).value = total + 12
+    a = torch.zeros(4, 8, dtype=torch.bfloat16)
+    for grid, launched in (((32, 16, 4), 132), ((5, 2, 3), 30), ((1, 1, 1), 1)):
+        L((a,), grid, 0)
+        assert stub.array("rec_grid", ctypes.c_uint, 3) == [launched, 1, 1]
+        assert struct.unpack_from("<3i", stub.bytes(total + 12), total) == grid
+    with pytest.raises(ValueError, match="persistent grid"):
+        mod.Launcher(1, stub.address, 384, 0, abi.launcher_params(desc), total, -1, grid_offset=total, max_blocks=1)
+
+
 def test_statuses_reach_on_status(mod, stub):
     params = [("x", GlobalType(f32, 1))]
     fmt, size, desc = abi.param_layout(params)

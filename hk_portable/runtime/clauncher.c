@@ -18,6 +18,7 @@
  * concurrent launching threads never share one. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -97,6 +98,8 @@ typedef struct {
     int use_params;              /* 1: kernelParams (pointers into the buffer), 0: `extra` */
     void *tags[3];               /* the `extra` markers: BUFFER_POINTER, BUFFER_SIZE, END */
     Py_ssize_t size, nparams, nptrs, tail_off;
+    Py_ssize_t grid_off;         /* >= 0: a persistent kernel; the logical grid (3 ints) is written there */
+    unsigned max_blocks;         /* ... and the launch runs min(its tiles, max_blocks) blocks */
     Param *params;
     Py_ssize_t *ptr_offsets;
 } Launcher;
@@ -230,6 +233,18 @@ static int grid_axis(PyObject *g, unsigned *out) {
     return 0;
 }
 
+/* A persistent kernel: the logical grid g goes into the parameters and g becomes the launch's grid, one
+ * block per SM at most (each walks tiles blockIdx.x, + gridDim.x, ... of the logical grid). */
+static int persistent_grid(Launcher *L, unsigned char *buf, unsigned g[3]) {
+    if (g[0] > INT_MAX || g[1] > INT_MAX || g[2] > INT_MAX) return GRID_REFUSED;
+    const int logical[3] = {(int)g[0], (int)g[1], (int)g[2]};
+    memcpy(buf + L->grid_off, logical, sizeof logical);
+    const unsigned long long tiles = (unsigned long long)g[0] * g[1] * g[2];
+    g[0] = (unsigned)(tiles < L->max_blocks ? tiles : L->max_blocks);
+    g[1] = g[2] = 1;
+    return 0;
+}
+
 /* The launch: 0, a status (> 0 the launch function's, < 0 ours), or PY_ERROR with an exception set. */
 static int launch_impl(Launcher *L, PyObject *args, PyObject *grid, PyObject *stream) {
     unsigned g[3];
@@ -277,6 +292,7 @@ static int launch_impl(Launcher *L, PyObject *args, PyObject *grid, PyObject *st
     }
     int rc = pack_args(L, args, buf);
     if (rc == 0 && !ABSENT(L->tail_fn)) rc = write_tail(L, args, buf);
+    if (rc == 0 && L->grid_off >= 0) rc = persistent_grid(L, buf, g);
     if (rc != 0) {
         if (buf != stack_buf) PyMem_Free(buf);
         return rc;
@@ -351,22 +367,23 @@ static void *as_ptr(PyObject *o) {
 
 /* Launcher(func, launch, threads, shared, params, size, device=-1, *, use_params=False,
  *          ptr_offsets=(), tags=(1, 2, 0), max_gy=65535, max_gz=65535, stream_fn=None,
- *          tail_fn=None, tail_offset=0, on_status=None)
+ *          tail_fn=None, tail_offset=0, on_status=None, grid_offset=-1, max_blocks=0)
  * params: per parameter (kind, offset, rank, shape_offset, stride_offset), kind 0 gl, 1 i32, 2 f32 */
 static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
     Launcher *L = (Launcher *)self;
     static char *names[] = {"func", "launch", "threads", "shared", "params", "size", "device", "use_params",
                             "ptr_offsets", "tags", "max_gy", "max_gz", "stream_fn", "tail_fn", "tail_offset",
-                            "on_status", NULL};
+                            "on_status", "grid_offset", "max_blocks", NULL};
     PyObject *func, *launch, *params, *ptr_offsets = NULL, *tags = NULL, *stream_fn = Py_None, *tail_fn = Py_None,
              *on_status = Py_None;
     unsigned threads, shared, max_gy = 65535, max_gz = 65535;
-    Py_ssize_t size, tail_off = 0;
+    Py_ssize_t size, tail_off = 0, grid_off = -1;
+    unsigned max_blocks = 0;
     long device = -1;
     int use_params = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOIIOn|l$pOOIIOOnO", names, &func, &launch, &threads, &shared,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOIIOn|l$pOOIIOOnOnI", names, &func, &launch, &threads, &shared,
                                      &params, &size, &device, &use_params, &ptr_offsets, &tags, &max_gy, &max_gz,
-                                     &stream_fn, &tail_fn, &tail_off, &on_status))
+                                     &stream_fn, &tail_fn, &tail_off, &on_status, &grid_off, &max_blocks))
         return -1;
     if (L->params != NULL) {
         PyErr_SetString(PyExc_TypeError, "Launcher is initialised once");
@@ -386,8 +403,14 @@ static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, "Launcher: bad size or tail_offset");
         return -1;
     }
+    if (grid_off >= 0 && (grid_off > size - 12 || max_blocks == 0)) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: a persistent grid needs grid_offset + 12 <= size and max_blocks > 0");
+        return -1;
+    }
     L->size = size;
     L->tail_off = tail_off;
+    L->grid_off = grid_off;
+    L->max_blocks = max_blocks;
     PyObject *dev = PyLong_FromLong(device);
     if (dev == NULL) return -1;
     Py_XSETREF(L->device_obj, dev);

@@ -127,14 +127,14 @@ class CudaBackend(Backend):
         codegen.check(program, target)
         if target.emulated:
             return self._compile_emulated(program, target, opts)
-        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, overlap=opts.overlap)
+        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **opts.schedule())
         flags = opts.nvrtc_flags()
         compiled = compiler.compile_source(emitted.source, emitted.kernel_name, target.arch, flags)
         resources = compiler.parse_ptxas(compiled.log)
         min_blocks = opts.min_blocks
         if min_blocks is None and (resources["spill_stores"] or resources["stack_bytes"]):
             # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
-            again, _ = codegen.emit(program, target, min_blocks=1, overlap=opts.overlap)
+            again, _ = codegen.emit(program, target, min_blocks=1, **opts.schedule())
             retry = compiler.compile_source(again.source, again.kernel_name, target.arch, flags)
             r2 = compiler.parse_ptxas(retry.log)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
@@ -142,7 +142,7 @@ class CudaBackend(Backend):
         fast_exp2 = True
         if resources["spill_stores"] or resources["stack_bytes"]:
             # many flushing exps in flight can cost registers the unflushed form does not: try that
-            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False, overlap=opts.overlap)
+            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False, **opts.schedule())
             retry = compiler.compile_source(again.source, again.kernel_name, target.arch, flags)
             r2 = compiler.parse_ptxas(retry.log)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
@@ -151,7 +151,7 @@ class CudaBackend(Backend):
         if wanted and resources["registers"] != wanted:
             # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over
             emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False,
-                                           fast_exp2=fast_exp2, overlap=opts.overlap)
+                                           fast_exp2=fast_exp2, **opts.schedule())
             compiled = compiler.compile_source(emitted.source, emitted.kernel_name, target.arch, flags)
             resources = compiler.parse_ptxas(compiled.log)
         resources["shared_bytes"] = shared
@@ -165,7 +165,7 @@ class CudaBackend(Backend):
             payload=None)
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
-        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, overlap=opts.overlap)
+        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **opts.schedule())
         source = emulator.emulation_source(emitted, shared)
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
@@ -181,6 +181,8 @@ class CudaBackend(Backend):
                 "params": params, "param_format": fmt, "param_size": size}
         if emitted.extras.get("tma"):
             info["tma"] = emitted.extras["tma"]       # tensor maps + flag after the params (tma.py)
+        if emitted.extras.get("persistent"):
+            info["persistent"] = True                 # the logical grid follows; one block per SM walks it
         return info
 
     def restore(self, artifact: Artifact, program) -> Artifact | None:

@@ -7,6 +7,7 @@ place (a transposed A, any B). `scratch_bytes` computes its size with the librar
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from ...codegen import library, patterns, resources
@@ -70,9 +71,10 @@ class CudaEmitter(CStyleEmitter):
     narrow_strips = True
 
     def __init__(self, target: Target, min_blocks: int | None = None, hand_over: bool = True,
-                 fast_exp2: bool = True, overlap: bool = False):
+                 fast_exp2: bool = True, overlap: bool = False, persistent: bool = False):
         self.target = target
         self.overlap = overlap                  # software-pipelined compute regions (schedule.Overlap)
+        self.persistent = persistent            # specialised kernels walk their tiles (schedule.Plan.persistent)
         self.fast_exp2 = fast_exp2              # exp2 as one ex2.approx.ftz (hw.cuh HK_FAST_EXP2)
         self.min_blocks = min_blocks
         self.hand_over = hand_over              # setmaxnreg in a specialised block (see _register_hand_over)
@@ -83,7 +85,7 @@ class CudaEmitter(CStyleEmitter):
         self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
 
     def emit(self, program: Program) -> EmittedKernel:
-        self.plan = schedule.plan(program, self.target, self.overlap)
+        self.plan = schedule.plan(program, self.target, self.overlap, self.persistent)
         self._scaled = None                     # found from the layouts the base emitter assigns, at first use
         return super().emit(program)
 
@@ -108,16 +110,31 @@ class CudaEmitter(CStyleEmitter):
 
     # ---- the schedule pass's decisions (schedule.py)
     def extra_params(self) -> list[str]:
-        if not self.plan.uses_tma:
-            return []
-        maps = [f"const __grid_constant__ hk::tmap hk_tm{i}" for i in range(len(self.plan.tensor_maps))]
-        return maps + ["int hk_tma_ok"]
+        out = []
+        if self.plan.uses_tma:
+            out = [f"const __grid_constant__ hk::tmap hk_tm{i}" for i in range(len(self.plan.tensor_maps))]
+            out.append("int hk_tma_ok")
+        if self.plan.persistent:            # the logical grid: the launch runs at most one block per SM over it
+            out += ["int hk_grid_x", "int hk_grid_y", "int hk_grid_z"]
+        return out
 
     def launch_extras(self) -> dict:
         out = {"tma": [m.to_json() for m in self.plan.tensor_maps]} if self.plan.uses_tma else {}
         if self.hand_over_registers:
             out["hand_over_registers"] = self.hand_over_registers
+        if self.plan.persistent:
+            out["persistent"] = True
         return out
+
+    def op_block_idx(self, op):
+        if not self.plan.persistent:
+            return super().op_block_idx(op)
+        self.line(f"const int {self.name(op.result)} = hk::tile_idx<{op.attrs['axis']}>(hk_tile, hk_grid_x, hk_grid_y);")
+
+    def op_num_blocks(self, op):
+        if not self.plan.persistent:
+            return super().op_num_blocks(op)
+        self.line(f"const int {self.name(op.result)} = hk_grid_{'xyz'[op.attrs['axis']]};")
 
     def mma_template_args(self, op):
         mode = schedule.MMA_ASYNC if id(op) in self._in_flight else self.plan.mma_modes.get(id(op), schedule.MMA_STANDALONE)
@@ -246,21 +263,38 @@ class CudaEmitter(CStyleEmitter):
         self.line(f"hk::setmaxnreg_dec<{producer}>();")
         self.line("if (hk_tma_ok != 0 && threadIdx.x == HK_NUM_THREADS) {")
         self.indent += 1
-        for op in body.ops:
-            if op.opcode in schedule.PRODUCER_OPS:
-                self.emit_ops([op])
-            elif op.opcode == "pipeline":
-                pp = self.plan.pipelines[id(op)]
-                self._tma_load_lambda(op, pp)
-                self.line(f"hk::ws_produce<{stages}, {pp.tx_bytes}>({self.name(op.operands[0])}, hk_it, hk_full, "
-                          f"hk_empty, hk_load_tma{self.pipeline_uid(op)});")
+        with self._tiles():
+            for op in body.ops:
+                if op.opcode in schedule.PRODUCER_OPS:
+                    self.emit_ops([op])
+                elif op.opcode == "pipeline":
+                    pp = self.plan.pipelines[id(op)]
+                    self._tma_load_lambda(op, pp)
+                    self.line(f"hk::ws_produce<{stages}, {pp.tx_bytes}>({self.name(op.operands[0])}, hk_it, "
+                              f"hk_full, hk_empty, hk_load_tma{self.pipeline_uid(op)});")
         self.indent -= 1
         self.line("}")
         self.line("hk::exit_thread();")
         self.indent -= 1
         self.line("}")
         self.line(f"hk::setmaxnreg_inc<{consumer}>();")
-        super().region(body)
+        with self._tiles():
+            super().region(body)
+            if self.plan.persistent:
+                self.line("hk::sync();                      // every consumer is done with this tile's buffers")
+
+    @contextmanager
+    def _tiles(self):
+        """A persistent kernel's loop over its tiles around what is emitted inside (nothing otherwise)."""
+        if not self.plan.persistent:
+            yield
+            return
+        self.line("for (long long hk_tile = blockIdx.x; hk_tile < (long long)hk_grid_x * hk_grid_y * hk_grid_z; "
+                  "hk_tile += gridDim.x) {")
+        self.indent += 1
+        yield
+        self.indent -= 1
+        self.line("}")
 
     def _register_hand_over(self) -> tuple[int, int]:
         """setmaxnreg counts (producer, consumers) of a specialised block; (0, 0) when the consumers would
@@ -315,10 +349,10 @@ def _fenceable(v) -> bool:
     return isinstance(t, TileType) and t.space == "rt" and t.dtype.name == "f32"
 
 
-def emit(program: Program, target: Target, min_blocks: int | None = None,
-         hand_over: bool = True, fast_exp2: bool = True, overlap: bool = False) -> tuple[EmittedKernel, int]:
+def emit(program: Program, target: Target, min_blocks: int | None = None, hand_over: bool = True,
+         fast_exp2: bool = True, overlap: bool = False, persistent: bool = False) -> tuple[EmittedKernel, int]:
     """The generated kernel and the dynamic shared memory it launches with (buffers + scratch)."""
-    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2, overlap)
+    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2, overlap, persistent)
     out = em.emit(program)
     warps = em.num_threads(program) // em.lanes
     return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps)) + base_slack(target)

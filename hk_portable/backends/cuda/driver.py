@@ -21,6 +21,7 @@ from . import archs, cudrv, emulator, tma
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
 DEFAULT_DYNAMIC_SMEM = 48 * 1024
 MAX_GRID_YZ = 65535
+PERSISTENT_GRID = struct.Struct("=iii")     # a persistent kernel's logical grid, after its other parameters
 EMULATED_HINT = f" (CPU tensors run on the emulated target: backend 'cuda:{archs.EMULATED}:emulated')"
 
 
@@ -114,6 +115,12 @@ class _Packing:
             raise ArgumentError(f"{kernel_name}: grid {grid}: CUDA allows at most {MAX_GRID_YZ} blocks along axes "
                                 "1 and 2")
 
+    def _param_offsets(self) -> list[int]:
+        """Where each kernel parameter starts in the packed buffer: the Program's, the maps and their flag,
+        a persistent kernel's logical grid."""
+        grid = [] if self.grid_at is None else [self.grid_at + 4 * i for i in range(3)]
+        return [p["offset"] for p in self.params] + self.maps.offsets() + grid
+
     def wrong_device(self, name: str, a, kernel_name: str) -> ArgumentError:
         return ArgumentError(f"{kernel_name}: the emulated cuda target takes CPU tensors ('{name}' is on "
                              f"{getattr(a, 'device', type(a).__name__)})")
@@ -171,6 +178,12 @@ class LaunchPlan(_Packing):
         self.maps = tma.TensorMaps(launch["tma"], self.size) if launch.get("tma") else None
         if self.maps is not None:
             self.size = self.maps.size                      # the maps and their flag follow the params
+        # a persistent kernel: the logical grid (three ints) follows; the launch runs one block per SM at most
+        self.grid_at = self.size if launch.get("persistent") else None
+        self.sms = 0
+        if self.grid_at is not None:
+            self.size += PERSISTENT_GRID.size
+            self.sms = int(torch.cuda.get_device_properties(device_index).multi_processor_count)
         self.tls = threading.local()                       # one parameter buffer per launching thread
         self.launch_kernel = cudrv.launcher()
         self.raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -187,7 +200,8 @@ class LaunchPlan(_Packing):
         return mod.Launcher(
             self.func, cudrv.launch_address(), self.threads, self.shared, launcher_params(self.params), self.size,
             self.device_index, use_params=maps is not None,
-            ptr_offsets=[p["offset"] for p in self.params] + maps.offsets() if maps is not None else None,
+            ptr_offsets=self._param_offsets() if maps is not None else None,
+            grid_offset=-1 if self.grid_at is None else self.grid_at, max_blocks=self.sms,
             tags=(CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END),
             max_gy=MAX_GRID_YZ, max_gz=MAX_GRID_YZ, stream_fn=self.raw_stream,
             tail_fn=maps.tail if maps is not None else None, tail_offset=maps.first if maps is not None else 0,
@@ -217,7 +231,7 @@ class LaunchPlan(_Packing):
         buf = ctypes.create_string_buffer(max(self.size, 1))
         if self.maps is not None:
             base = ctypes.addressof(buf)
-            offsets = [p["offset"] for p in self.params] + self.maps.offsets()
+            offsets = self._param_offsets()
             ptrs = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
             slot = self.tls.slot = (buf, ctypes.addressof(ptrs), 0, ptrs)
             return slot
@@ -226,6 +240,12 @@ class LaunchPlan(_Packing):
                                       CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), CU_LAUNCH_PARAM_END)
         slot = self.tls.slot = (buf, 0, ctypes.addressof(extra), (size, extra))
         return slot
+
+    def _param_offsets(self) -> list[int]:
+        """Where each kernel parameter starts in the packed buffer: the Program's, the maps and their flag,
+        a persistent kernel's logical grid."""
+        grid = [] if self.grid_at is None else [self.grid_at + 4 * i for i in range(3)]
+        return [p["offset"] for p in self.params] + self.maps.offsets() + grid
 
     def wrong_device(self, name: str, a, kernel_name: str) -> ArgumentError:
         if not getattr(a, "is_cuda", False):
@@ -263,6 +283,9 @@ class LaunchPlan(_Packing):
         if self.maps is not None:
             self.maps.fill(args, slot[0])
         gx, gy, gz = grid
+        if self.grid_at is not None:
+            PERSISTENT_GRID.pack_into(slot[0], self.grid_at, gx, gy, gz)
+            gx, gy, gz = min(gx * gy * gz, self.sms), 1, 1
         rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
         if rc:
             raise self._failed(rc, grid, kernel_name)

@@ -29,13 +29,18 @@ class CudaOptions(BackendOptions):
     prec_sqrt: bool = True             # IEEE round-to-nearest square root
     min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills
     overlap: bool = False              # software-pipelined attention compute (schedule.Overlap): measured slower
+    persistent: bool = False           # specialised kernels walk their tiles on one block per SM: measured slower
 
     def validate(self) -> None:
-        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap")
+        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent")
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:
         return {"ftz": self.ftz, "fmad": self.fmad, "prec_div": self.prec_div, "prec_sqrt": self.prec_sqrt}
+
+    def schedule(self) -> dict:
+        """The schedule pass's switches, as codegen.emit takes them."""
+        return {"overlap": self.overlap, "persistent": self.persistent}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

@@ -25,6 +25,15 @@ tensor cores. The tail reads what step i-1 left (P, α) and step i-1's stage, wh
 Off unless asked for (CudaOptions(overlap=True)): on the H200 it lost (2026-12-03, perf-notes), because K and
 V share a stage, so the stage held one step longer starves the producer; FA3 releases K after QKᵀ.
 
+A warp-specialised kernel may run persistent (`Plan.persistent`): the launch
+starts one block per SM (at most), each walking the logical grid's tiles in block_idx order, producer and
+consumers alike; the ring of stages runs on across tiles, so the producer loads tile t+1's first stages
+while the consumers finish tile t (its last steps, its epilogue): a block no longer pays the pipeline's
+fill and its epilogue alone. Off unless asked for (CudaOptions(persistent=True)): on the H200 (2026-12-03,
+perf-notes) it lost 5-7 % on attention and tied on GEMMs, since the tiles are dealt statically (the
+hardware's dynamic block dispatch is lost) and attention's Q is still loaded by the consumers after the
+epilogue, so nothing of a tile's prologue is hidden; a dynamic tile counter and Q on the producer are next.
+
 `plan(program, target)` returns the decisions; `describe(plan)` prints them (`hk compile --emit lowered`).
 """
 from __future__ import annotations
@@ -89,6 +98,7 @@ class Plan:
     tensor_maps: list[TmaLoad] = field(default_factory=list)
     grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
     producer_warps: int = 0             # > 0: warp-specialised, a producer warpgroup issues every pipeline's loads
+    persistent: bool = False            # specialised only: one block per SM walks the logical grid's tiles
 
     @property
     def uses_tma(self) -> bool:
@@ -106,7 +116,7 @@ def grouped_blocks(program: Program) -> bool:
     return axes == {0, 1} and pipelined_mma
 
 
-def plan(program: Program, target: Target, overlap: bool = False) -> Plan:
+def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
@@ -117,6 +127,7 @@ def plan(program: Program, target: Target, overlap: bool = False) -> Plan:
             out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
     if _specialisable(program, out, producers):
         out.producer_warps = PRODUCER_WARPS
+        out.persistent = persistent
         for op in program.body.walk():
             if overlap and op.opcode == "pipeline":
                 out.pipelines[id(op)].overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)

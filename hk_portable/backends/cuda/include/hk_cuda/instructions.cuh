@@ -19,20 +19,30 @@ HK_DEV int warp_id() { return threadIdx.x >> 5; }
 #define HK_BLOCK_GROUPED 0
 #endif
 constexpr unsigned BLOCK_GROUP = 8;
-HK_DEV void grouped_xy(unsigned l, unsigned gx, unsigned gy, unsigned& x, unsigned& y) {
-    const unsigned in_group = BLOCK_GROUP * gy, first = (l / in_group) * BLOCK_GROUP;
-    const unsigned size = gx - first < BLOCK_GROUP ? gx - first : BLOCK_GROUP;
-    const unsigned r = l % in_group;
+template <class U> HK_DEV void grouped_xy(U l, U gx, U gy, U& x, U& y) {
+    const U in_group = BLOCK_GROUP * gy, first = (l / in_group) * BLOCK_GROUP;
+    const U size = gx - first < BLOCK_GROUP ? gx - first : BLOCK_GROUP;
+    const U r = l % in_group;
     x = first + r % size;
     y = r / size;
 }
 template <int A> HK_DEV int block_idx() {
     if constexpr (HK_BLOCK_GROUPED && A < 2) {
         unsigned x, y;
-        grouped_xy(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, gridDim.y, x, y);
+        grouped_xy<unsigned>(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, gridDim.y, x, y);
         return (int)(A == 0 ? x : y);
     }
     return A == 0 ? blockIdx.x : (A == 1 ? blockIdx.y : blockIdx.z);
+}
+// A persistent kernel's block indices: tile t of a logical gx x gy x gz grid, in the order block_idx walks
+// the blocks of that grid (64-bit: the grid may hold more tiles than an int counts).
+template <int A> HK_DEV int tile_idx(long long t, int gx, int gy) {
+    typedef unsigned long long U;
+    const U plane = (U)gx * (U)gy, r = (U)t % plane;
+    if constexpr (A == 2) return (int)((U)t / plane);
+    U x = r % (U)gx, y = r / (U)gx;
+    if constexpr (HK_BLOCK_GROUPED) grouped_xy<U>(r, (U)gx, (U)gy, x, y);
+    return (int)(A == 0 ? x : y);
 }
 template <int A> HK_DEV int num_blocks() { return A == 0 ? gridDim.x : (A == 1 ? gridDim.y : gridDim.z); }
 
