@@ -1,5 +1,6 @@
 """Attention forward tile configurations on this GPU: each checked against float64 on ragged masked shapes,
-then timed against SDPA (cuDNN) at B4 H16 N4096 with hk bench's two timing methods. Seeds the candidate
+then timed against SDPA (cuDNN) at H16, B*N = 16384 tokens (N from --n, B4 N4096 by default) with hk bench's
+two timing methods. Seeds the candidate
 order in kernels/attention.py (CONFIGS) and checks what each lowers to on sm_90a.
 
     python benchmarks/attention_configs.py --json attention_configs.json
@@ -11,9 +12,21 @@ import time
 
 import torch
 
-CONFIGS = [dict(BM=64, BN=32, STAGES=2, num_warps=4), dict(BM=64, BN=64, STAGES=2, num_warps=4),
-           dict(BM=128, BN=64, STAGES=2, num_warps=8), dict(BM=128, BN=128, STAGES=2, num_warps=8),
-           dict(BM=128, BN=64, STAGES=3, num_warps=8), dict(BM=128, BN=128, STAGES=3, num_warps=8)]
+
+def _cfg(bm, bn, stages, warps):
+    return dict(BM=bm, BN=bn, STAGES=stages, num_warps=warps)
+
+
+# per head dim: the portable baseline, the 8-warp warp-specialised tiles, and at D=64 FA3's 192-row block
+# (three consumer warpgroups)
+CONFIGS = {64: [_cfg(64, 64, 2, 4), _cfg(128, 64, 2, 8), _cfg(128, 128, 2, 8), _cfg(192, 64, 2, 12),
+                _cfg(192, 128, 2, 12), _cfg(128, 128, 3, 8)],
+           128: [_cfg(64, 32, 2, 4), _cfg(128, 64, 2, 8), _cfg(128, 128, 2, 8), _cfg(128, 64, 3, 8),
+                 _cfg(128, 128, 3, 8)]}
+
+
+def _name(cfg) -> str:
+    return f"{cfg['BM']}x{cfg['BN']}s{cfg['STAGES']}w{cfg['num_warps']}"
 
 
 def check(cfg, d) -> float:
@@ -34,21 +47,27 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="attention_configs.json")
     ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument("--n", type=int, nargs="+", default=[4096], help="sequence lengths (B * N = 16384 tokens)")
+    ap.add_argument("--d", type=int, nargs="+", default=[64, 128], help="head dims")
+    ap.add_argument("--causal", choices=("both", "only", "no"), default="both")
+    ap.add_argument("--only", nargs="+", default=None, metavar="BMxBNsSwW",
+                    help="only these configs, e.g. 128x128s2w8 192x128s2w12")
     args = ap.parse_args()
     from hk_portable.bench import time_fn, to_json
     from hk_portable.kernels import attention
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rows, t0 = [], time.time()
-    B, H, N = 4, 16, 4096
-    for d in (64, 128):
+    H = 16
+    for N, d in ((n, d) for n in args.n for d in args.d):
+        B = 16384 // N
         qs = [[torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)] for _ in range(2)]
-        for causal in (False, True):
+        for causal in {"both": (False, True), "only": (True,), "no": (False,)}[args.causal]:
             fl = 4.0 * B * H * N * N * d / (2 if causal else 1)
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 tb = time_fn(lambda i: torch.nn.functional.scaled_dot_product_attention(*qs[i], is_causal=causal),
                              2, "cuda", args.budget)
-            for cfg in CONFIGS:
-                row = dict(cfg, D=d, causal=causal, sdpa_tflops=round(fl / tb.ms / 1e9, 1))
+            for cfg in CONFIGS[d] if args.only is None else [c for c in CONFIGS[d] if _name(c) in args.only]:
+                row = dict(cfg, N=N, D=d, causal=causal, sdpa_tflops=round(fl / tb.ms / 1e9, 1))
                 try:
                     row["max_rel_err"] = check(cfg, d)
                     out = torch.empty_like(qs[0][0])

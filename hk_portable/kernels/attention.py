@@ -74,8 +74,15 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
     acc, row_m, row_l = blocks(full_hi, last, True, carry)
     if MASKED:                                       # a row that saw no key: o = 0, lse = -inf
         row_l = hk.where(row_l == 0.0, 1.0, row_l)     # acc is 0 there; row_m stays -inf
-    hk.store(o, (acc / row_l[:, None]).to(o.dtype), (b, h, m, 0))
+    hk.store(o, normalised(acc, row_l).to(o.dtype), (b, h, m, 0))
     hk.store(lse, (row_m + hk.log2(row_l)) * LN2, (b, h, m))
+
+
+def normalised(acc, row_l):
+    """acc / row_l per row, as one reciprocal per row and a multiply per element: the epilogue of every
+    block, where D IEEE divisions per row cost more than the last key block's softmax (within one ulp of the
+    quotient; every backend's conformance tolerance holds it)."""
+    return acc * (1.0 / row_l)[:, None]
 
 
 def softmax_step(scores, v_tile, v_dtype, acc, row_m, row_l, guard: bool):
@@ -99,19 +106,20 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     """Candidate configurations for a call with these consts (D, MASKED), largest first, the portable
     baseline config_for(D) last. The backend picks per target (Backend.choose_config: cuda on sm_90a the
     first that runs on TMA + wgmma) unless the autotuner has timed them on this device (HK_AUTOTUNE=1).
-    Offered here: what won on the H200 (benchmarks/attention_configs.py, 2026-12-02, warp-specialised
-    8-warp blocks, masks on edge blocks only) at D=128: 128x128 tiles without a mask (377 TFLOP/s against
-    the 64-row baseline's 285), 128x64 with one (281 against 260; 128x128 spills there); the baseline at
-    D=64, where they tie. After them, for the hip backend at D=128, HipKittens' attention shape: 256 query
-    rows on 8 waves (32 per wave), K/V blocks of 64 (cuda's choice never reaches it: a wide candidate
-    before it runs on sm_90a, and elsewhere cuda takes the baseline)."""
+    Offered here, what won on the H200 (benchmarks/attention_configs.py, 2026-12-03, warp-specialised
+    blocks, masks on edge blocks only): at D=128 128x128 tiles, with a mask too (415 TFLOP/s causal against
+    128x64's 379: its 24-byte spill sits outside the loop); at D=64 without a mask FA3's 192-row block on
+    three consumer warpgroups (0.92 of cuDNN against the baseline's 0.79), with one the baseline (128x128
+    ties it at N=4096 and loses at N=1024). After them, for the hip backend at D=128, HipKittens' attention
+    shape: 256 query rows on 8 waves (32 per wave), K/V blocks of 64 (cuda's choice never reaches it: a
+    wide candidate before it runs on sm_90a, and elsewhere cuda takes the baseline)."""
     d, masked = consts["D"], consts.get("MASKED", False)
     base = {**config_for(d), **consts}
-    wide = [] if d <= 64 else [dict(BM=128, BN=64, STAGES=2, num_warps=8)]
-    if d > 64 and not masked:
-        wide.insert(0, dict(BM=128, BN=128, STAGES=2, num_warps=8))
-    if d > 64:                          # HipKittens' AMD shape: 8 waves of 32 query rows, K/V blocks of 64
-        wide.append(dict(BM=256, BN=64, STAGES=2, num_warps=8))
+    if d > 64:
+        wide = [dict(BM=128, BN=128, STAGES=2, num_warps=8), dict(BM=128, BN=64, STAGES=2, num_warps=8),
+                dict(BM=256, BN=64, STAGES=2, num_warps=8)]      # the last: HipKittens' AMD shape
+    else:
+        wide = [] if masked else [dict(BM=192, BN=128, STAGES=2, num_warps=12)]
     return [{**base, **c} for c in wide] + [base]
 
 

@@ -27,7 +27,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, scale_value, softmax_step
+from .attention import ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, normalised, scale_value, softmax_step
 
 BIG = 2**31 - 1
 
@@ -106,7 +106,7 @@ def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], 
     carry = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
     acc, row_m, row_l = hk.fori_loop(first_seq, last_seq, sequence, carry)
     row_l = hk.where(row_l == 0.0, 1.0, row_l)           # a row that saw no key: o = 0, lse = -inf
-    hk.store(o, (acc / row_l[:, None]).to(o.dtype), (h, m, 0))
+    hk.store(o, normalised(acc, row_l).to(o.dtype), (h, m, 0))
     hk.store(lse, (row_m + hk.log2(row_l)) * LN2, (h, m))
 
 
