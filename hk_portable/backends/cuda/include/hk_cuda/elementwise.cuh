@@ -54,27 +54,26 @@ HK_DEV void fill(D& dst, V v) {
     for (int i = 0; i < D::SIZE; ++i) dst.d[i] = x;
 }
 
-template <class T, int R, int C, int N>
-HK_DEV void broadcast(rt<T, R, C>& dst, const rv<T, N, ROW>& v) {
-    static_assert(N == R, "a row vector broadcasts over a tile with as many rows");
-    typedef rt<T, R, C> RT_;
+// f(i, r, c) for every element of a fragment-layout tile: its index in d and the slots of its row and column
+// in this thread's row and column vectors (the mma.sync m16n8 accumulator map)
+template <class RT_, class F> HK_DEV void each_fragment(F f) {
 #pragma unroll
     for (int k = 0; k < RT_::SLOTS; ++k)
 #pragma unroll
         for (int j = 0; j < RT_::CB; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dst.d[RT_::idx(k, j, e)] = v.d[k * 2 + (e >> 1)];
+            for (int e = 0; e < 4; ++e) f(RT_::idx(k, j, e), k * 2 + (e >> 1), j * 2 + (e & 1));
+}
+
+template <class T, int R, int C, int N>
+HK_DEV void broadcast(rt<T, R, C>& dst, const rv<T, N, ROW>& v) {
+    static_assert(N == R, "a row vector broadcasts over a tile with as many rows");
+    each_fragment<rt<T, R, C>>([&](int i, int r, int) { dst.d[i] = v.d[r]; });
 }
 template <class T, int R, int C, int N>
 HK_DEV void broadcast(rt<T, R, C>& dst, const rv<T, N, COL>& v) {
     static_assert(N == C, "a column vector broadcasts over a tile with as many columns");
-    typedef rt<T, R, C> RT_;
-#pragma unroll
-    for (int k = 0; k < RT_::SLOTS; ++k)
-#pragma unroll
-        for (int j = 0; j < RT_::CB; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dst.d[RT_::idx(k, j, e)] = v.d[j * 2 + (e & 1)];
+    each_fragment<rt<T, R, C>>([&](int i, int, int c) { dst.d[i] = v.d[c]; });
 }
 
 // strip tiles: element idx(k, j, e) sits in row slot k and chunk slot j
@@ -95,13 +94,7 @@ HK_DEV void broadcast(rt<T, R, C, strip<WR, LR>>& dst, const rv<T, C, COL, strip
 // the only reader (codegen/patterns.py folded_scales; the backend's one contraction).
 template <int R, int C>
 HK_DEV void fms_rows(rt<float, R, C>& dst, const rt<float, R, C>& x, float c, const rv<float, R, ROW>& v) {
-    typedef rt<float, R, C> T;
-#pragma unroll
-    for (int k = 0; k < T::SLOTS; ++k)
-#pragma unroll
-        for (int j = 0; j < T::CB; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dst.d[T::idx(k, j, e)] = fmaf(x.d[T::idx(k, j, e)], c, -v.d[k * 2 + (e >> 1)]);
+    each_fragment<rt<float, R, C>>([&](int i, int r, int) { dst.d[i] = fmaf(x.d[i], c, -v.d[r]); });
 }
 
 }  // namespace hk
