@@ -286,7 +286,7 @@ def test_gemm_main_loop_meets_the_issue_bounds(arch, capsys):
     <= 0.25 and LDS time <= 0.6 of the MFMA time in the steady-state loop (2026-12-02: 0.21 / 0.56 on gfx942,
     0.20 / 0.28 on gfx950), 2 or more waves per SIMD, the ping-pong's s_setprio, nothing spilled; and the
     prefetch overlaps the MFMAs (2026-12-03, waits by count): every global load of the trip -- gfx942's
-    register-staged global_load_dwordx4, gfx950's LDS-DMA and its column-major B's register load -- has the
+    register-staged buffer_load_dwordx4, gfx950's LDS-DMA and its column-major B's register load -- has the
     step's 32 MFMAs issued between it and the first s_waitcnt that covers it (none waits vmcnt(0) first)."""
     assert main(["analyze", "gemm", "--backend", "hip", "--target", arch, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)

@@ -568,8 +568,9 @@ class HipEmitter(CStyleEmitter):
             name = f"hk_cur{self.pipeline_uid(op)}_{k}"
             start = ", ".join("0" if v is None else str(v) if isinstance(v, int) else self.name(v) for v in ix0)
             tile = self.ctype(st.type, st)
+            fill = self.literal(g2s.attrs["fill"], D.f32)     # a zero fill lets the range check pad ragged rows
             # not const: a split pipeline's cursor holds the staged registers between issue and commit
-            self.line(f"auto {name} = hk::make_cursor<{tile}, {dim}>({self.name(gl)}, {start});")
+            self.line(f"auto {name} = hk::make_cursor<{tile}, {dim}>({self.name(gl)}, {fill}, {start});")
             self._cursors[id(g2s)] = (name, step)
             self._split_tiles.append(tile)
         try:

@@ -128,15 +128,23 @@ HK_DEV void load(st<T, R, C, L> dst, const gl<T, RANK>& g0, float fill, I... idx
 // ============================================================================ pipeline load cursors
 // A pipeline's load of one tile per step, walking one index: step i reads the tile at ix0 with index D
 // advanced by i (the emitter finds such loads: codegen.py, cursor_loads). What does not change with i
-// is computed once before the loop: the steps whose tile is whole and vector-aligned, the element
-// offset of step 0 and of one step, and each lane's global and LDS offsets. A whole step then costs a
-// scalar multiply-add and one address add per chunk; any other step takes the general load.
+// is computed once before the loop: the steps that load by buffer loads, step 0's tile address and one
+// step's stride, and each lane's 32-bit byte offsets (into the tile in global memory; and into LDS). A step
+// then builds a buffer resource from scalars (its tile's origin, the bytes its rows span inside the
+// tensor) and issues one buffer load per chunk at the lane's fixed offset: no VALU for addresses and no
+// per-step bounds math (issue 10, item 2). Rows past the tensor's end read 0 by the resource's range
+// check, so with a zero fill a block whose rows run past the end (gemm's A in the last row block) takes the
+// same path when its walk goes along the columns (or a leading index). Any other step -- the ragged last
+// step of a walk (along the columns: gemm's A; down the rows: gemm's B, attention's K and V), columns past
+// the end, a nonzero fill, a tile spanning 4 GiB or more (32-bit offsets) -- loads element
+// by element (the peeled path; decided once, in make_cursor).
 //
 // A step's load runs in one piece (phase::all) or in two (codegen.py, split_prefetch; pipelines.h):
-// phase::issue starts the global reads -- into the cursor's registers (register staging), or as LDS-DMA
-// loads on gfx950 -- and phase::commit, after the pipeline's compute step, writes the registers to LDS.
-// Between them the loads are in flight while the MFMAs run; the waits are the compiler's (a vmcnt by count
-// before each ds_write of a loaded register) and the pipeline's (vmcnt by count for LDS-DMA).
+// phase::issue starts the global reads -- into the cursor's registers (register staging, gfx942 and
+// column-major tiles), or as LDS-DMA loads on gfx950 -- and phase::commit, after the pipeline's compute
+// step, writes the registers to LDS. Between them the loads are in flight while the MFMAs run; the waits
+// are the compiler's (a vmcnt by count before each ds_write of a loaded register) and the pipeline's
+// (vmcnt by count for LDS-DMA).
 namespace phase {
 struct all {};
 struct issue {};
@@ -155,107 +163,130 @@ template<class S> struct chunk_plan {
   static constexpr bool DMA = false;
 #endif
   static constexpr int WAVE_CHUNKS = S::BYTES / 1024, DJ = DMA ? (WAVE_CHUNKS + NW - 1) / NW : 1;
+  static constexpr int NV = DMA ? DJ : IT;             // buffer loads a lane issues per step
   // LDS-DMA instructions every wave issues for a whole step (the fewest, when the waves' shares differ):
   // what a pipeline's wait by count may leave in flight per younger step
   static constexpr int DMA_MIN = DMA ? WAVE_CHUNKS / NW : 0;
 };
 
 #if HK_GFX950
-// One lane's 16 bytes from global memory into LDS at lds + 16*lane (global_load_lds_dwordx4; lds
-// wave-uniform, the M0 register). On the device this is inline assembly, hidden from the compiler on
-// purpose: for the builtin, LLVM waits vmcnt(0) before every later LDS access and at every workgroup
-// fence while such a load is in flight (it cannot tell which LDS bytes the load writes), so no load
-// would overlap the MFMAs' fragment reads. The pipelines wait for these loads themselves, by count
-// (pipelines.h); the emulator runs the builtin, which tracks them and reports a read before the wait.
-// The address is a wave-uniform base (SGPRs) plus this lane's 32-bit byte offset, the instruction's SADDR
-// form: a cursor computes the offsets once before the loop and advances only the scalar base (issue 10,
-// item 2), so a step's loads take no VALU for addresses.
-HK_DEV void dma16(const void* base, unsigned off, unsigned char* lds) {
+// One lane's 16 bytes at byte offset off of the resource r into LDS at lds + 16*lane (buffer_load_dwordx4
+// ... lds; lds wave-uniform, the M0 register; out of range: 0). On the device this is inline assembly,
+// hidden from the compiler on purpose: for the builtin, LLVM waits vmcnt(0) before every later LDS access
+// and at every workgroup fence while such a load is in flight (it cannot tell which LDS bytes the load
+// writes), so no load would overlap the MFMAs' fragment reads. The pipelines wait for these loads
+// themselves, by count (pipelines.h); the emulator runs the builtin, which tracks them and reports a read
+// before the wait.
+HK_DEV void dma16(__amdgpu_buffer_rsrc_t r, unsigned off, unsigned char* lds) {
 #if defined(HK_EMULATOR)
-  __builtin_amdgcn_global_load_lds((__attribute__((address_space(1))) void*)((const unsigned char*)base + off),
-                                   (__attribute__((address_space(3))) void*)lds, 16, 0, 0);
+  __builtin_amdgcn_raw_ptr_buffer_load_lds(r, (__attribute__((address_space(3))) void*)lds, 16, (int)off, 0, 0, 0);
 #else
   const unsigned m0 = (unsigned)(unsigned long long)(__attribute__((address_space(3))) void*)lds;
   // s_nop: one wait state between the write of M0 and the LDS-DMA that reads it (the hazard recognizer
   // does not look inside inline assembly)
-  asm volatile("s_nop 0\n\tglobal_load_lds_dwordx4 %0, %1" : : "v"(off), "s"(base), "{m0}"(m0) : "memory");
+  asm volatile("s_nop 0\n\tbuffer_load_dwordx4 %0, %1, 0 offen lds" : : "v"(off), "s"(r), "{m0}"(m0) : "memory");
 #endif
 }
 #endif
+
+// v's bits are all zero (the range check's fill)
+template<class T> HK_DEV bool zero_bits(T v) { return __builtin_bit_cast(typename bits_of<T>::type, v) == 0; }
 }  // namespace detail
 
-template<class S, class T, int RANK> struct cursor {
+template<class S, int D, class T, int RANK> struct cursor {
   using P = detail::chunk_plan<S>;
-  long long base0, step;
-  int whole;                         // steps [0, whole) are whole, unit-stride and 16-byte aligned
-  long long goff[P::DMA ? 1 : P::IT];
-  unsigned doff[P::DMA ? P::DJ : 1];   // LDS-DMA: each lane's byte offsets from the step's base (dma16)
+  const T* origin;                   // step 0's tile
+  long long step;                    // elements from one step's tile to the next
+  int whole;                         // steps [0, whole) load by buffer loads
+  unsigned lim;                      // bytes of a step's rows inside the tensor (the same every step)
+  unsigned voff[P::NV];              // each lane's byte offsets from the step's tile origin
   int wave;                          // detail::wave(), read once before the loop
   int loff[P::DMA ? 1 : P::IT][P::LW];
   u32x4 staged[P::DMA ? 1 : P::IT];  // register staging between phase::issue and phase::commit
+
+  // the resource of step i < whole, from scalars: its tile's origin and the bytes of its rows inside the
+  // tensor. (A per-step limit, for a walk down the rows whose last step is ragged, was tried: the select
+  // and the descriptor it rebuilds cost gfx942's causal attention 3 spilled SGPRs; that step is peeled.)
+  HK_DEV __amdgpu_buffer_rsrc_t rsrc(int i) const { return detail::rsrc(origin + (long long)i * step, lim); }
 };
 
+namespace detail {
+// Lane l's byte offsets from a step's tile origin (row stride sr elements): LDS-DMA writes lane l's 16 bytes
+// at the wave's next KiB of the tile's physical layout, so the lane fetches the logical chunk the swizzle
+// puts there (the XOR swizzle is its own inverse); register staging takes chunks in turn, as each_chunk.
+template<class S, class C> HK_DEV void lane_offsets(C& c, long long sr, int w, int l) {
+  using P = chunk_plan<S>;
+  using T = typename S::dtype;
+#pragma unroll
+  for (int j = 0; j < P::NV; ++j) {
+    int r, col;
+    if constexpr (P::DMA) {
+      const int pc = (w + j * NW) * 64 + l;
+      r = pc / S::NCH;
+      int ch = pc % S::NCH;
+      if constexpr (S::SWZ) ch = (ch ^ (r / S::RP)) & (S::NCH - 1);
+      col = ch * P::E;
+    } else {
+      const int ch = w * 64 + l + j * NT;
+      r = ch / P::CPR;
+      col = (ch % P::CPR) * P::E;
+#pragma unroll
+      for (int e = 0; e < P::LW; ++e) c.loff[j][e] = S::offset(r, col + e);
+    }
+    c.voff[j] = (unsigned)(((unsigned long long)r * sr + col) * sizeof(T));
+  }
+}
+}  // namespace detail
+
 template<class S, int D, class T, int RANK, class... I>
-HK_DEV cursor<S, T, RANK> make_cursor(const gl<T, RANK>& g0, I... idx) {
-  using P = detail::chunk_plan<S>;
+HK_DEV cursor<S, D, T, RANK> make_cursor(const gl<T, RANK>& g0, float fill, I... idx) {
   static_assert(detail::chunked<T, S::rows, S::cols, typename S::layout>(), "cursors walk tiles of whole 16-byte chunks");
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};
   const detail::span sp = detail::locate2(g, ix, S::rows, S::cols);
   constexpr int EXT = D == RANK - 1 ? S::cols : (D == RANK - 2 ? S::rows : 1);   // the walked index's extent
   const long long sd = g.stride[D];
-  cursor<S, T, RANK> c;
-  c.base0 = detail::sgpr64(sp.base);           // the walk's scalars live in SGPRs: its branch is uniform
+  cursor<S, D, T, RANK> c;
+  // the walk's scalars live in SGPRs: its branch and its resources are uniform
+  c.origin = (const T*)(unsigned long long)detail::sgpr64((long long)(unsigned long long)(g.ptr + sp.base));
   c.step = detail::sgpr64(EXT * sd);
-  // every other index whole; the walked one from ix[D] on until the tensor's end
+  // 32-bit offsets: the tile must span less than 4 GiB. Rows past the end read 0 by the range check when
+  // 0 is the fill and each row's bytes end before the next row's begin (the limit is whole rows' bytes).
+  const bool fits = sp.sr >= 0 && (unsigned long long)S::rows * (unsigned long long)sp.sr * sizeof(T) < (1ull << 32);
+  const bool ranged = detail::zero_bits(convert<T>(fill)) && sp.sr >= S::cols;
+  // every other index whole (but the rows, when ranged, may run past the end); the walked one from ix[D]
+  // on until the tensor's end
   bool others = ix[D] >= 0;
 #pragma unroll
   for (int d = 0; d < RANK; ++d) {
     if (d == D) continue;
     const long long ext = d == RANK - 1 ? S::cols : (d == RANK - 2 ? S::rows : 1);
     const long long lo = (long long)ix[d] * ext;
-    others = others && lo >= 0 && lo + ext <= g.shape[d];
+    others = others && lo >= 0 && (lo + ext <= g.shape[d] || (d == RANK - 2 && ranged));
   }
   const bool aligned = sp.sc == 1 && ((unsigned long long)(g.ptr + sp.base) & 15) == 0 &&
                        ((unsigned long long)sp.sr * sizeof(T)) % 16 == 0 && ((unsigned long long)c.step * sizeof(T)) % 16 == 0;
-  const long long steps = (long long)g.shape[D] / EXT - ix[D];
-  // LDS-DMA's lane offsets are 32-bit bytes: a tile spanning 4 GiB or more loads element by element
-  const bool fits = !P::DMA || (unsigned long long)S::rows * (unsigned long long)sp.sr * sizeof(T) < (1ull << 32);
-  c.whole = detail::sgpr(others && aligned && fits ?
-                         (int)(steps < 0 ? 0 : (steps > 0x7FFFFFFF ? 0x7FFFFFFF : steps)) : 0);
-  const int w = detail::wave(), l = detail::lane();
-  c.wave = w;
-  if constexpr (P::DMA) {
-#pragma unroll
-    for (int j = 0; j < P::DJ; ++j) {
-      const int pc = (w + j * NW) * 64 + l, r = pc / S::NCH;
-      int ch = pc % S::NCH;
-      if constexpr (S::SWZ) ch = (ch ^ (r / S::RP)) & (S::NCH - 1);
-      c.doff[j] = (unsigned)(((unsigned long long)r * sp.sr + ch * P::E) * sizeof(T));
-    }
-  } else {
-#pragma unroll
-    for (int it = 0; it < P::IT; ++it) {
-      const int ch = w * 64 + l + it * NT;
-      const int r = ch / P::CPR, col = (ch % P::CPR) * P::E;
-      c.goff[it] = (long long)r * sp.sr + col;
-#pragma unroll
-      for (int e = 0; e < P::LW; ++e) c.loff[it][e] = S::offset(r, col + e);
-    }
-  }
+  const long long left = (long long)g.shape[RANK - 2] - (long long)ix[RANK - 2] * S::rows;
+  const long long extent = (long long)g.shape[D] - (long long)ix[D] * EXT;
+  const long long steps = extent / EXT;
+  c.whole = detail::sgpr(others && aligned && fits ? (int)(steps < 0 ? 0 : (steps > 0x7FFFFFFF ? 0x7FFFFFFF : steps)) : 0);
+  const long long rows = left < 0 ? 0 : (left > S::rows ? S::rows : left);   // a walk down the rows: all R
+  c.lim = (unsigned)detail::sgpr((int)(rows * sp.sr * (long long)sizeof(T)));
+  c.wave = detail::wave();
+  detail::lane_offsets<S>(c, sp.sr, c.wave, detail::lane());
   return c;
 }
 
 // Step i of a cursor's walk into dst, or one phase of it (idx...: the same tile's indices, for the
-// general path). A step that is not whole loads element by element, all of it in phase::issue (or all),
-// where the unsplit schedule loaded it (so the commit of a whole step is the only LDS write after the
-// compute step), and then drains the wave's counters: on the device the compiler's wait for those loads
+// general path). A step past c.whole loads element by element, all of it in phase::issue (or all),
+// where the unsplit schedule loaded it (so the commit of a buffer-loaded step is the only LDS write after
+// the compute step), and then drains the wave's counters: on the device the compiler's wait for those loads
 // does so (they are the youngest), and saying it in the source lets the emulator see it too.
-template<class Ph, class S, class T, int RANK, class... I>
-HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
+template<class Ph, class S, int D, class T, int RANK, class... I>
+HK_DEV void load_step(Ph, S dst, cursor<S, D, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
   using P = detail::chunk_plan<S>;
   constexpr bool ISSUE = !same<Ph, phase::commit>::value, COMMIT = !same<Ph, phase::issue>::value;
-  if (i >= c.whole) {                          // a partial (or unaligned) step: element by element
+  if (i >= c.whole) {                          // the peeled steps: element by element
     if constexpr (ISSUE) {
       const auto gu = detail::uniform(g);
       const int ix[RANK] = {detail::uni(idx)...};
@@ -264,16 +295,15 @@ HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>
     }
     return;
   }
-  const T* p = (const T*)(unsigned long long)detail::sgpr64((long long)(unsigned long long)g.ptr) + c.base0 +
-               (long long)i * c.step;
 #if HK_GFX950
   if constexpr (P::DMA) {
     if constexpr (ISSUE) {
+      const auto r = c.rsrc(i);
 #pragma unroll
       for (int j = 0; j < P::DJ; ++j) {
         const int wc = c.wave + j * NW;
         if (P::WAVE_CHUNKS % NW != 0 && wc >= P::WAVE_CHUNKS) break;
-        detail::dma16(p, c.doff[j], dst.p + wc * 1024);
+        detail::dma16(r, c.voff[j], dst.p + wc * 1024);
       }
     }
     return;
@@ -282,10 +312,11 @@ HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>
   if constexpr (!P::DMA) {
     const int t = detail::wave() * 64 + detail::lane();
     if constexpr (ISSUE) {
+      const auto r = c.rsrc(i);
 #pragma unroll
       for (int it = 0; it < P::IT; ++it) {
         if (P::NCH % NT != 0 && t + it * NT >= P::NCH) break;
-        c.staged[it] = detail::gload_global((const u32x4*)(p + c.goff[it]));
+        c.staged[it] = detail::bload16(r, c.voff[it]);
       }
     }
     if constexpr (COMMIT) {

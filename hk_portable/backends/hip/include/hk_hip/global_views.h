@@ -74,15 +74,21 @@ template<class T> HK_DEV bool vec_ok(const T* ptr, const span& sp) {
 HK_DEV int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 template<class T> HK_DEV T gload(const T* p) { return *p; }
-// A load the compiler knows reads global memory (global_load_*, not flat_load_*): a flat load counts on
-// lgkmcnt as well as vmcnt and may return out of order, so every wait for it is lgkmcnt(0) too; a global
-// load's wait is a vmcnt by count (the pipeline loads' register staging, global_shared.h).
-template<class T> HK_DEV T gload_global(const T* p) {
-#if defined(HK_EMULATOR)
-  return *p;
-#else
-  return *(const __attribute__((address_space(1))) T*)p;
-#endif
+// Buffer resources (issue 10, item 2): a raw resource (stride 0) over the `bytes` bytes from `base`. A
+// buffer load at a byte offset of `bytes` or more reads 0, dword by dword: the hardware's range check, which
+// the pipeline cursors use for a tile's rows past the tensor's end (global_shared.h). The check covers the
+// lane's offset (voffset) only, not soffset, so a cursor moves the resource's base from step to step and
+// keeps the range relative to the step's tile. The last word is DATA_FORMAT = 32 (bits 18:15 = 4), the word
+// AMD's own CDNA libraries put there: 0 is the "invalid" data format.
+constexpr int RSRC_WORD3 = 0x00020000;
+HK_DEV __amdgpu_buffer_rsrc_t rsrc(const void* base, unsigned bytes) {
+  return __builtin_amdgcn_make_buffer_rsrc(const_cast<void*>(base), (short)0, (int)bytes, RSRC_WORD3);
+}
+// 16 bytes at byte offset voff (0 where out of range): buffer_load_dwordx4, a vector memory load counted on
+// vmcnt alone (a flat load also counts on lgkmcnt, and every wait for it is lgkmcnt(0)), so the compiler's
+// wait before the first use of the registers is a vmcnt by count (the register-staged pipeline loads)
+HK_DEV u32x4 bload16(__amdgpu_buffer_rsrc_t r, unsigned voff) {
+  return __builtin_amdgcn_raw_buffer_load_b128(r, (int)voff, 0, 0);
 }
 template<class T> HK_DEV void gstore(T* p, T v) { *p = v; }
 
