@@ -115,12 +115,6 @@ class _Packing:
             raise ArgumentError(f"{kernel_name}: grid {grid}: CUDA allows at most {MAX_GRID_YZ} blocks along axes "
                                 "1 and 2")
 
-    def _param_offsets(self) -> list[int]:
-        """Where each kernel parameter starts in the packed buffer: the Program's, the maps and their flag,
-        a persistent kernel's logical grid."""
-        grid = [] if self.grid_at is None else [self.grid_at + 4 * i for i in range(3)]
-        return [p["offset"] for p in self.params] + self.maps.offsets() + grid
-
     def wrong_device(self, name: str, a, kernel_name: str) -> ArgumentError:
         return ArgumentError(f"{kernel_name}: the emulated cuda target takes CPU tensors ('{name}' is on "
                              f"{getattr(a, 'device', type(a).__name__)})")
