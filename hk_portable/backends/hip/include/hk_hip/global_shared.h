@@ -193,7 +193,7 @@ HK_DEV void dma16(__amdgpu_buffer_rsrc_t r, unsigned off, unsigned char* lds) {
 template<class T> HK_DEV bool zero_bits(T v) { return __builtin_bit_cast(typename bits_of<T>::type, v) == 0; }
 }  // namespace detail
 
-template<class S, int D, class T, int RANK> struct cursor {
+template<class S, class T, int RANK> struct cursor {
   using P = detail::chunk_plan<S>;
   const T* origin;                   // step 0's tile
   long long step;                    // elements from one step's tile to the next
@@ -239,14 +239,14 @@ template<class S, class C> HK_DEV void lane_offsets(C& c, long long sr, int w, i
 }  // namespace detail
 
 template<class S, int D, class T, int RANK, class... I>
-HK_DEV cursor<S, D, T, RANK> make_cursor(const gl<T, RANK>& g0, float fill, I... idx) {
+HK_DEV cursor<S, T, RANK> make_cursor(const gl<T, RANK>& g0, float fill, I... idx) {
   static_assert(detail::chunked<T, S::rows, S::cols, typename S::layout>(), "cursors walk tiles of whole 16-byte chunks");
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};
   const detail::span sp = detail::locate2(g, ix, S::rows, S::cols);
   constexpr int EXT = D == RANK - 1 ? S::cols : (D == RANK - 2 ? S::rows : 1);   // the walked index's extent
   const long long sd = g.stride[D];
-  cursor<S, D, T, RANK> c;
+  cursor<S, T, RANK> c;
   // the walk's scalars live in SGPRs: its branch and its resources are uniform
   c.origin = (const T*)(unsigned long long)detail::sgpr64((long long)(unsigned long long)(g.ptr + sp.base));
   c.step = detail::sgpr64(EXT * sd);
@@ -282,8 +282,8 @@ HK_DEV cursor<S, D, T, RANK> make_cursor(const gl<T, RANK>& g0, float fill, I...
 // where the unsplit schedule loaded it (so the commit of a buffer-loaded step is the only LDS write after
 // the compute step), and then drains the wave's counters: on the device the compiler's wait for those loads
 // does so (they are the youngest), and saying it in the source lets the emulator see it too.
-template<class Ph, class S, int D, class T, int RANK, class... I>
-HK_DEV void load_step(Ph, S dst, cursor<S, D, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
+template<class Ph, class S, class T, int RANK, class... I>
+HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>& g, float fill, I... idx) {
   using P = detail::chunk_plan<S>;
   constexpr bool ISSUE = !same<Ph, phase::commit>::value, COMMIT = !same<Ph, phase::issue>::value;
   if (i >= c.whole) {                          // the peeled steps: element by element
