@@ -266,7 +266,7 @@ def test_attention_compute_is_software_pipelined_on_sm90a(masked):
         assert ov.mma.operands[0].type.space == "rt" and ov.tail[-1] is ov.mma           # O += P V, P in registers
         assert sorted((v.type.space, v.type.dtype.name) for v in ov.crossing) == [("rt", "bf16"), ("rv", "f32")]
     art = hk.get_backend("cuda").compile(program, target, {"overlap": True})
-    assert art.source.count("hk::ws_consume_overlap<") == len(overlaps)
+    assert art.source.count("hk::ws_consume_overlap_split<2, false>(") == len(overlaps)   # K and V released apart
     log = compiler.compile_source(art.source, art.kernel_name, "sm_90a").log
     assert "serialized" not in log and "C7514" not in log, log
     r = art.resources
@@ -275,6 +275,49 @@ def test_attention_compute_is_software_pipelined_on_sm90a(masked):
     gemm = gemm_kernel.trace(_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=torch.float32), **gcfg)
     gemm_plan = schedule.plan(gemm, target, overlap=True)
     assert not any(pp.overlap for pp in gemm_plan.pipelines.values())     # one product: nothing to overlap
+
+
+@pytest.mark.parametrize("d, masked", [(128, False), (128, True), (64, False)])
+def test_attention_ring_is_split_by_reader(d, masked):
+    """The split ring (schedule.RingGroup): K is read only by QKᵀ and V only by PV, so each gets its own full and
+    empty barriers per stage; the producer acquires K's stage once QKᵀ of two steps before retired, V's once PV
+    did, and the consumers wait for each just before its product. A GEMM (both operands read by one mma) keeps
+    one barrier pair per stage. CudaOptions(split_ring=False) restores the shared ring."""
+    from hk_portable.backends.cuda import compiler, schedule
+    q = _meta(2, 4, 256, d)
+    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
+    cfg = attention.candidates({"D": d, "MASKED": masked})[0]
+    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    plan = schedule.plan(program, target)
+    pipes = list(plan.pipelines.values())
+    assert plan.ring_groups == 2 and all(len(pp.groups) == 2 for pp in pipes)
+    for pp in pipes:
+        k_group, v_group = pp.groups
+        assert k_group.reader.attrs["trans_b"] and not v_group.reader.attrs["trans_b"]       # QKᵀ, then P V
+        assert k_group.tx_bytes == v_group.tx_bytes == cfg["BN"] * d * 2
+    art = be.compile(program, target)
+    src = art.source
+    n = len(pipes)
+    assert f"hk_full[{2 * cfg['STAGES']}]" in src and src.count("hk::ws_produce_split<") == n
+    assert src.count("hk::ring_acquire<") == 2 * n and src.count("hk::ws_consume_split<") == n
+    assert src.count("hk::ring_wait<") == src.count("hk::ring_release<") == 2 * n
+    r = art.resources
+    assert r["spill_stores"] == 0 or masked           # masked 128x128 D128 spills 24 bytes outside the key loop
+    shared = be.compile(program, target, {"split_ring": False}).source
+    assert "hk::ring_acquire<" not in shared and "hk::ws_produce<" in shared
+    # ping-pong on top of the overlap: the warpgroups take turns issuing QKᵀ_i and PV_{i-1}
+    pp_art = be.compile(program, target, {"overlap": True, "pingpong": True})
+    pp_src = pp_art.source
+    assert pp_src.count(f"hk::ws_consume_overlap_split<{cfg['STAGES']}, true>(") == n
+    assert pp_src.count("hk::turn_wait<") == pp_src.count("hk::turn_pass<") == 3 * n     # first, step, last
+    log = compiler.compile_source(pp_src, pp_art.kernel_name, "sm_90a").log
+    assert "serialized" not in log and "C7514" not in log, log
+    assert not schedule.plan(program, target, pingpong=True).pingpong          # ping-pong needs the overlap
+    gemm = gemm_kernel.trace(_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=torch.float32),
+                             **_gemm_artifact("sm_90a")[1])
+    assert schedule.plan(gemm, target).ring_groups == 1
 
 
 def test_specialised_kernels_run_persistent_when_asked():
@@ -340,6 +383,32 @@ def test_gemm_falls_back_to_the_ring_for_tensors_tma_cannot_read(hopper):
     bt = torch.randn(130, 256, device="cuda", dtype=torch.bfloat16).t()      # column-major B
     gemm(a.contiguous(), bt, out, backend="cuda")
     assert _rel_err(out, a, bt) < 1e-5
+
+
+SCHEDULES = [{"split_ring": False}, {}, {"overlap": True}, {"overlap": True, "pingpong": True}]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("switches", SCHEDULES, ids=["shared-ring", "split-ring", "overlap", "pingpong"])
+@pytest.mark.parametrize("d, causal", [(128, False), (128, True), (64, False), (64, True)])
+def test_attention_schedules_match_float64(hopper, switches, d, causal):
+    """Each ring and schedule the cuda backend can pick for attention, on the GPU against float64: ragged N (a
+    partial last key block), causal edges, GQA, the output poisoned first, the tile the library launches."""
+    torch.manual_seed(d + causal)
+    n = 1000
+    q = torch.randn(2, 8, n, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 4, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((2, 8, n), float("nan"), device="cuda")
+    args = (q, k, v, o, lse, d ** -0.5, 0, n if causal else 0, 0)
+    cfg = attention.candidates({"D": d, "MASKED": causal})[0]
+    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    art = hopper.compile(program, hopper.target("sm_90a"), switches)
+    hopper.launch(art, args, (-(-n // cfg["BM"]), 8, 2))
+    torch.cuda.synchronize()
+    ref, ref_lse = attention.reference(q, k, v, causal=causal)
+    assert float((o.double() - ref).abs().max()) < 2e-2
+    assert float((lse.double() - ref_lse).abs().max()) < 1e-3
 
 
 def test_single_stage_pipelines_keep_the_ring():

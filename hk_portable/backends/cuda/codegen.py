@@ -71,10 +71,9 @@ class CudaEmitter(CStyleEmitter):
     narrow_strips = True
 
     def __init__(self, target: Target, min_blocks: int | None = None, hand_over: bool = True,
-                 fast_exp2: bool = True, overlap: bool = False, persistent: bool = False):
+                 fast_exp2: bool = True, **switches):
         self.target = target
-        self.overlap = overlap                  # software-pipelined compute regions (schedule.Overlap)
-        self.persistent = persistent            # specialised kernels walk their tiles (schedule.Plan.persistent)
+        self.switches = switches                # the schedule pass's switches (CudaOptions.schedule())
         self.fast_exp2 = fast_exp2              # exp2 as one ex2.approx.ftz (hw.cuh HK_FAST_EXP2)
         self.min_blocks = min_blocks
         self.hand_over = hand_over              # setmaxnreg in a specialised block (see _register_hand_over)
@@ -82,10 +81,13 @@ class CudaEmitter(CStyleEmitter):
         self.plan = schedule.Plan()
         self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
         self._in_flight: set[int] = set()                   # mma ops left in flight (an Overlap's step)
+        self._ring_readers: dict[int, int] = {}             # split ring: reader op id -> group (while emitting)
+        self._ring_loads: dict[int, int] = {}               # split ring: TMA load op id -> group (while emitting)
+        self._acquired: set[int] = set()                    # split ring: groups acquired in this load lambda
         self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
 
     def emit(self, program: Program) -> EmittedKernel:
-        self.plan = schedule.plan(program, self.target, self.overlap, self.persistent)
+        self.plan = schedule.plan(program, self.target, **self.switches)
         self._scaled = None                     # found from the layouts the base emitter assigns, at first use
         return super().emit(program)
 
@@ -145,7 +147,41 @@ class CudaEmitter(CStyleEmitter):
         if self._tma_loads is None or id(op) not in self._tma_loads:
             return super().op_global_to_shared(op)
         st, gl, *idx = op.operands
-        self.line(f"hk::tma_load({self.name(st)}, hk_tm{self._tma_loads[id(op)]}, hk_bar, {self.args(idx)});")
+        bar = "hk_bar"
+        if id(op) in self._ring_loads:          # split ring: the group's stage, acquired before its first copy
+            g = self._ring_loads[id(op)]
+            bar = f"hk_bar{g}"
+            if g not in self._acquired:
+                self._acquired.add(g)
+                tx = next(gr.tx_bytes for pp in self.plan.pipelines.values() for gr in pp.groups if id(op) in gr.loads)
+                self.line(f"hk::u64* {bar} = hk::ring_acquire<{self._stages}>({self._ring('full', g)}, "
+                          f"{self._ring('empty', g)}, hk_it, {tx});")
+        self.line(f"hk::tma_load({self.name(st)}, hk_tm{self._tma_loads[id(op)]}, {bar}, {self.args(idx)});")
+
+    # ---- a split ring (schedule.RingGroup): each group of staged buffers waits and releases on its own
+    def _ring(self, which: str, g: int) -> str:
+        return f"hk_{which} + {g * self._stages}"
+
+    def _ring_wait(self, g: int, it: str = "hk_it", cond: str = "") -> None:
+        self.line(f"{cond}hk::ring_wait<{self._stages}>({self._ring('full', g)}, {it});")
+
+    def _ring_release(self, g: int, it: str = "hk_it", cond: str = "") -> None:
+        self.line(f"{cond}hk::ring_release<{self._stages}>({self._ring('empty', g)}, {it});")
+
+    def emit_ops(self, ops, in_pipeline_load: bool = False) -> None:
+        if not self._ring_readers:
+            return super().emit_ops(ops, in_pipeline_load)
+        for op in ops:                          # a group's reader: wait before it, release once it retired
+            g = self._ring_readers.get(id(op))
+            if g is not None:
+                self._ring_wait(g, cond="if (hk_tma_ok != 0) ")
+            super().emit_ops([op], in_pipeline_load)
+            if g is not None:
+                self._ring_release(g, cond="if (hk_tma_ok != 0) ")
+
+    @property
+    def _stages(self) -> int:
+        return next(op.attrs["stages"] for op in self.p.body.walk() if op.opcode == "pipeline")
 
     def op_pipeline(self, op):
         pp = self.plan.pipelines.get(id(op))
@@ -157,6 +193,8 @@ class CudaEmitter(CStyleEmitter):
         uid = self.pipeline_uid(op)
         self.load_lambda(f"hk_load{uid}", lreg)
         stages, async_mma = op.attrs["stages"], "true" if pp.async_mma else "false"
+        if self.plan.producer_warps and pp.groups:
+            return self._split_consumer(op, pp, carry, uid)
         if self.plan.producer_warps:     # the consumers' side; the producer's is in _specialised_body
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
             if pp.overlap:
@@ -173,7 +211,28 @@ class CudaEmitter(CStyleEmitter):
         self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}>({self.name(n)}, hk_tma_ok != 0, "
                   f"hk_load{uid}, hk_load_tma{uid}, hk_compute{uid});")
 
-    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int) -> None:
+    def _split_consumer(self, op, pp, carry: list[str], uid: int) -> None:
+        """The consumers of a pipeline on a split ring: each group's reader waits for its group's stage and
+        releases it once it retired (the cp.async fallback skips the ring); overlapped, the step lambdas do
+        it where the head and the tail are issued and retired (_overlap_step)."""
+        n, stages = self.name(op.operands[0]), op.attrs["stages"]
+        creg = op.regions[1]
+        if pp.overlap:
+            self.compute_lambda(f"hk_compute{uid}", creg, carry)
+            self._overlap_lambdas(creg, pp.overlap, carry, uid, split=True)
+            pingpong = "true" if self.plan.pingpong else "false"
+            self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap_split<{stages}, {pingpong}>({n}, hk_it, "
+                      f"hk_first{uid}, hk_step{uid}, hk_last{uid}); hk::fence_operand({carry[pp.overlap.carry]}); }}")
+        else:
+            self._ring_readers = {id(g.reader): k for k, g in enumerate(pp.groups)}
+            try:
+                self.compute_lambda(f"hk_compute{uid}", creg, carry)
+            finally:
+                self._ring_readers = {}
+            self.line(f"if (hk_tma_ok != 0) hk::ws_consume_split<{stages}>({n}, hk_it, hk_compute{uid});")
+        self.line(f"else hk::pipeline<{stages}>({n}, hk_load{uid}, hk_compute{uid});")
+
+    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int, split: bool = False) -> None:
         """The software-pipelined form of a compute region (schedule.Overlap): `hk_tail<uid>(s)` runs the
         tail on stage s from the snapshots of the crossing values; `hk_step<uid>(i, s)` issues the head, runs
         the previous step's tail (stage prev), waits for the head only, runs the rest of the step while the
@@ -193,12 +252,36 @@ class CudaEmitter(CStyleEmitter):
             self.line(f"{acc} = {self.name(ov.mma.result)};")
             self.indent -= 1
             self.line("};")
-            self._overlap_step(f"hk_first{uid}", creg, ov, carry, snaps, None)
-            self._overlap_step(f"hk_step{uid}", creg, ov, carry, snaps, f"hk_tail{uid}")
+            self._overlap_step(f"hk_first{uid}", creg, ov, carry, snaps, None, split)
+            self._overlap_step(f"hk_step{uid}", creg, ov, carry, snaps, f"hk_tail{uid}", split)
+            if split:
+                self._overlap_last(f"hk_last{uid}", f"hk_tail{uid}", acc)
         finally:
             self._in_flight = set()
 
-    def _overlap_step(self, name: str, creg, ov: schedule.Overlap, carry: list[str], snaps, tail: str | None):
+    def _turn(self, edge: str) -> None:
+        if self.plan.pingpong:
+            self.line(f"hk::turn_{edge}<{self.p.num_warps // 4}>();")
+
+    def _overlap_last(self, name: str, tail: str, acc: str) -> None:
+        """A split ring's last tail: wait for its V (group 1), issue it in turn, retire it, release V."""
+        self.line(f"auto {name} = [&](int hk_s) {{")
+        self.indent += 1
+        self._ring_wait(1)
+        self._turn("wait")
+        self.line(f"{tail}(hk_s);")
+        self._turn("pass")
+        self.line("hk::wgmma_wait<0>();")
+        self.line(f"hk::fence_operand({acc});")
+        self._ring_release(1)
+        self.indent -= 1
+        self.line("};")
+
+    def _overlap_step(self, name: str, creg, ov: schedule.Overlap, carry: list[str], snaps, tail: str | None,
+                      split: bool = False):
+        """Step 0 (tail None) or step i of the software-pipelined compute. On a split ring (group 0 read by
+        the head, group 1 by the tail): wait for K of this step and V of the last before the products are
+        issued (in this warpgroup's turn under ping-pong), release K once the head retired, V once the tail did."""
         ci, cs = (self.name(a) for a in creg.args[:2])
         self.line(f"auto {name} = [&](int {ci}, int {cs}" + (", int hk_prev) {" if tail else ") {"))
         self.indent += 1
@@ -206,11 +289,20 @@ class CudaEmitter(CStyleEmitter):
         in_tail = {id(o) for o in ov.tail}
         step = [o for o in creg.ops if id(o) not in in_tail]
         h = next(k for k, o in enumerate(step) if o is ov.head) + 1
+        if split:
+            self._ring_wait(0)
+            if tail:
+                self._ring_wait(1, "hk_it - 1")
+            self._turn("wait")
         self.emit_ops(step[:h])
         if tail:
             self.line(f"{tail}(hk_prev);")
+        if split:
+            self._turn("pass")
         self.line(f"hk::wgmma_wait<{1 if tail else 0}>();")
         self.line(f"hk::fence_operand({self.name(ov.head.result)});")
+        if split:
+            self._ring_release(0)
         late = {id(o) for o in ov.late}
         late_results = {r.id for o in ov.late for r in o.results}
         self.emit_ops([o for o in step[h:] if id(o) not in late])
@@ -221,6 +313,8 @@ class CudaEmitter(CStyleEmitter):
             inputs = {v.id: v for o in ov.late for v in o.operands if _fenceable(v) and v.id not in late_results}
             for v in inputs.values():
                 self.line(f"hk::fence_operand({self.name(v)});")
+            if split:
+                self._ring_release(1, "hk_it - 1")
         self.emit_ops(ov.late)
         for v, snap in snaps:
             self.line(f"{snap} = {self.name(v)};")
@@ -236,11 +330,15 @@ class CudaEmitter(CStyleEmitter):
             self.line(f"{carry[k]} = hk_tmp{k};")
 
     def _tma_load_lambda(self, op, pp) -> None:
+        """The TMA form of a load region; on a split ring it takes (i, s) and acquires each group's stage."""
         self._tma_loads = pp.tma_loads
+        self._ring_loads = {g2s: k for k, g in enumerate(pp.groups) for g2s in g.loads}
+        self._acquired = set()
         try:
-            self.load_lambda(f"hk_load_tma{self.pipeline_uid(op)}", op.regions[0], ", hk::u64* hk_bar")
+            self.load_lambda(f"hk_load_tma{self.pipeline_uid(op)}", op.regions[0],
+                             "" if pp.groups else ", hk::u64* hk_bar")
         finally:
-            self._tma_loads = None
+            self._tma_loads, self._ring_loads = None, {}
 
     # ---- a warp-specialised kernel (schedule.py _specialisable)
     def region(self, reg, in_pipeline_load: bool = False) -> None:
@@ -253,10 +351,11 @@ class CudaEmitter(CStyleEmitter):
         and each pipeline's TMA loads into the ring, then exits; the consumers run the Program with each
         pipeline waiting on the ring (or, where the launch could not encode the tensor maps, the ring of
         cp.async copies, the producer having left at once)."""
-        stages = next(op.attrs["stages"] for op in body.walk() if op.opcode == "pipeline")
+        stages = self._stages
+        bars = stages * self.plan.ring_groups
         producer, consumer = self._register_hand_over()
-        self.line(f"__shared__ hk::u64 hk_full[{stages}], hk_empty[{stages}];")
-        self.line(f"hk::ws_init<{stages}>(hk_full, hk_empty);")
+        self.line(f"__shared__ hk::u64 hk_full[{bars}], hk_empty[{bars}];")
+        self.line(f"hk::ws_init<{bars}>(hk_full, hk_empty);")
         self.line("int hk_it = 0;                     // steps of the ring so far")
         self.line("if (hk::producer_thread()) {")
         self.indent += 1
@@ -270,6 +369,10 @@ class CudaEmitter(CStyleEmitter):
                 elif op.opcode == "pipeline":
                     pp = self.plan.pipelines[id(op)]
                     self._tma_load_lambda(op, pp)
+                    if pp.groups:
+                        self.line(f"hk::ws_produce_split<{stages}>({self.name(op.operands[0])}, hk_it, "
+                                  f"hk_load_tma{self.pipeline_uid(op)});")
+                        continue
                     self.line(f"hk::ws_produce<{stages}, {pp.tx_bytes}>({self.name(op.operands[0])}, hk_it, "
                               f"hk_full, hk_empty, hk_load_tma{self.pipeline_uid(op)});")
         self.indent -= 1
@@ -350,9 +453,10 @@ def _fenceable(v) -> bool:
 
 
 def emit(program: Program, target: Target, min_blocks: int | None = None, hand_over: bool = True,
-         fast_exp2: bool = True, overlap: bool = False, persistent: bool = False) -> tuple[EmittedKernel, int]:
-    """The generated kernel and the dynamic shared memory it launches with (buffers + scratch)."""
-    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2, overlap, persistent)
+         fast_exp2: bool = True, **switches) -> tuple[EmittedKernel, int]:
+    """The generated kernel and the dynamic shared memory it launches with (buffers + scratch); `switches`
+    are the schedule pass's (schedule.plan)."""
+    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2, **switches)
     out = em.emit(program)
     warps = em.num_threads(program) // em.lanes
     return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps)) + base_slack(target)

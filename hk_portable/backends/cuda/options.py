@@ -30,9 +30,11 @@ class CudaOptions(BackendOptions):
     min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills
     overlap: bool = False              # software-pipelined attention compute (schedule.Overlap): measured slower
     persistent: bool = False           # specialised kernels walk their tiles on one block per SM: measured slower
+    split_ring: bool = True            # a stage's buffers released by reader (attention's K and V apart)
+    pingpong: bool = False             # with overlap: consumer warpgroups take turns issuing wgmma (FA3)
 
     def validate(self) -> None:
-        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent")
+        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong")
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:
@@ -40,7 +42,8 @@ class CudaOptions(BackendOptions):
 
     def schedule(self) -> dict:
         """The schedule pass's switches, as codegen.emit takes them."""
-        return {"overlap": self.overlap, "persistent": self.persistent}
+        return {"overlap": self.overlap, "persistent": self.persistent, "split_ring": self.split_ring,
+                "pingpong": self.pingpong}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

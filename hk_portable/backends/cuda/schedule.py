@@ -25,6 +25,16 @@ tensor cores. The tail reads what step i-1 left (P, α) and step i-1's stage, wh
 Off unless asked for (CudaOptions(overlap=True)): on the H200 it lost (2026-12-03, perf-notes), because K and
 V share a stage, so the stage held one step longer starves the producer; FA3 releases K after QKᵀ.
 
+A warp-specialised kernel's ring is split (`RingGroup`, on by default, CudaOptions(split_ring=False) turns it
+off) when each staged buffer of every pipeline is read by exactly one wgmma of the compute region that retires
+before it returns, and those readers are two or more: each reader's buffers get their own full and empty
+barrier per stage, the consumers wait for them just before the reader and release them right after it, and
+the producer refills them as soon as they are released. Attention's K is then refilled once QKᵀ retired, while
+V is still being read by PV; on the shared ring a stage waited for both. With the overlap on, the waits and
+releases sit where the head and the tail are issued and retired, and `pingpong` (CudaOptions(pingpong=True),
+FA3's inter-warpgroup schedule) makes the consumer warpgroups take turns issuing a step's two products, so one
+warpgroup's softmax runs while the next one's products occupy the tensor cores.
+
 A warp-specialised kernel may run persistent (`Plan.persistent`): the launch
 starts one block per SM (at most), each walking the logical grid's tiles in block_idx order, producer and
 consumers alike; the ring of stages runs on across tiles, so the producer loads tile t+1's first stages
@@ -82,6 +92,16 @@ class Overlap:
     late: list[Op] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RingGroup:
+    """Staged buffers of a pipeline with barriers of their own in a split ring (module docstring): `reader` is
+    the one compute op that reads them (a wgmma), `loads` the global_to_shared op ids filling them, `tx_bytes`
+    what those loads deliver per stage."""
+    reader: Op
+    loads: tuple[int, ...]
+    tx_bytes: int
+
+
 @dataclass
 class PipelinePlan:
     schedule: str                                   # "cp_async" or "tma"
@@ -89,6 +109,7 @@ class PipelinePlan:
     tx_bytes: int = 0                               # bytes one stage's TMA copies deliver
     async_mma: bool = False
     overlap: Overlap | None = None                  # software-pipelined compute (warp-specialised only)
+    groups: list[RingGroup] = field(default_factory=list)      # split ring (Plan.ring_groups > 1) only
 
 
 @dataclass
@@ -99,6 +120,8 @@ class Plan:
     grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
     producer_warps: int = 0             # > 0: warp-specialised, a producer warpgroup issues every pipeline's loads
     persistent: bool = False            # specialised only: one block per SM walks the logical grid's tiles
+    ring_groups: int = 1                # specialised only: > 1, each stage has that many barrier pairs (split ring)
+    pingpong: bool = False              # split and overlapped only: consumer warpgroups take turns issuing wgmma
 
     @property
     def uses_tma(self) -> bool:
@@ -116,22 +139,64 @@ def grouped_blocks(program: Program) -> bool:
     return axes == {0, 1} and pipelined_mma
 
 
-def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False) -> Plan:
+def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
+         split_ring: bool = True, pingpong: bool = False) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
     producers = {r.id: op for op in program.body.walk() for r in op.results}
     params = {v.id: i for i, v in enumerate(program.body.args)}
-    for op in program.body.walk():
-        if op.opcode == "pipeline":
-            out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
-    if _specialisable(program, out, producers):
-        out.producer_warps = PRODUCER_WARPS
-        out.persistent = persistent
-        for op in program.body.walk():
-            if overlap and op.opcode == "pipeline":
-                out.pipelines[id(op)].overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)
+    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
+    for op in pipes:
+        out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
+    if not _specialisable(program, out, producers):
+        return out
+    out.producer_warps = PRODUCER_WARPS
+    out.persistent = persistent
+    if split_ring:
+        _split_ring(pipes, out, producers, program.num_warps)
+    for op in pipes if overlap else ():
+        pp = out.pipelines[id(op)]
+        pp.overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)
+        if pp.overlap and pp.groups and [g.reader for g in pp.groups] != [pp.overlap.head, pp.overlap.mma]:
+            pp.overlap = None           # the split ring's waits sit where the head and the tail read
+    out.pingpong = (pingpong and out.ring_groups > 1 and program.num_warps >= 8
+                    and all(out.pipelines[id(op)].overlap for op in pipes))
     return out
+
+
+def _split_ring(pipes: list[Op], out: Plan, producers: dict, num_warps: int) -> None:
+    """Split the ring when every pipeline's staged buffers fall into the same number (two or more) of
+    groups by their one reader: each group gets its own full/empty barriers per stage, so a stage's K is
+    refilled once QKᵀ retired while its V is still being read (FA3 releases them apart)."""
+    groups = [_ring_groups(op, producers, out, num_warps) for op in pipes]
+    if all(groups) and len({len(g) for g in groups}) == 1 and len(groups[0]) > 1:
+        for op, g in zip(pipes, groups):
+            out.pipelines[id(op)].groups = g
+        out.ring_groups = len(groups[0])
+
+
+def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[RingGroup]:
+    """The pipeline's staged buffers grouped by the one top-level compute op reading each (a staged wgmma,
+    which retires before it returns), in the order those readers run; [] when a buffer has no such reader."""
+    lreg, creg = pipe.regions
+    if any(o.regions for o in creg.ops):
+        return []
+    readers: dict[int, list[Op]] = {}
+    for o in (o for o in creg.ops if o.opcode != "shared_stage"):
+        for b in {_stage_buffer(v, producers) for v in o.operands} - {None}:
+            readers.setdefault(b, []).append(o)
+    by_reader: dict[int, list[Op]] = {}
+    for g2s in (o for o in lreg.walk() if o.opcode == "global_to_shared"):
+        rs = readers.get(_stage_buffer(g2s.operands[0], producers), [])
+        if (len(rs) != 1 or rs[0].opcode != "mma" or out.mma_modes.get(id(rs[0])) != MMA_STAGED
+                or not wgmma_eligible(rs[0], num_warps) or id(g2s) not in out.pipelines[id(pipe)].tma_loads):
+            return []
+        by_reader.setdefault(id(rs[0]), []).append(g2s)
+    order = [o for o in creg.ops if id(o) in by_reader]
+    return [RingGroup(r, tuple(id(g) for g in by_reader[id(r)]),
+                      sum(g.operands[0].type.rows * g.operands[0].type.cols * g.operands[0].type.dtype.itemsize
+                          for g in by_reader[id(r)])) for r in order]
 
 
 # What the producer warpgroup runs of the Program: the scalars and shared addresses its loads need.

@@ -215,6 +215,67 @@ HK_DEV void ws_consume_overlap(int n, int& it, u64* full, u64* empty, F& first, 
     ++it;
 }
 
+// A split ring (schedule.py RingGroup): G groups of S stages, group g's barriers at full/empty + g*S, each
+// filled and released on its own (attention: K once QKᵀ retired, V once PV did). The step counter `it` is the
+// ring index; every group's phase at step it is (it / S) & 1. The producer acquires a group's stage before
+// its copies (waiting for step it - S's release), a consumer waits before the group's reader and releases after.
+template <int S> HK_DEV u64* ring_acquire(u64* full, u64* empty, int it, int tx) {
+    const int s = it % S;
+    if (it >= S) mbar_wait(&empty[s], (it / S - 1) & 1);
+    mbar_expect_tx(&full[s], tx);
+    return &full[s];
+}
+template <int S> HK_DEV void ring_wait(u64* full, int it) { mbar_wait(&full[it % S], (it / S) & 1); }
+template <int S> HK_DEV void ring_release(u64* empty, int it) { release_stage(&empty[it % S]); }
+// The producer's n steps of a split ring: load(i, s) acquires each group itself.
+template <int S, class L> HK_DEV void ws_produce_split(int n, int& it, L& load) {
+    for (int i = 0; i < n; ++i, ++it) load(i, it % S);
+}
+// A consumer warp's n steps of a split ring: compute(i, s) waits and releases each group itself.
+template <int S, class C> HK_DEV void ws_consume_split(int n, int& it, C& compute) {
+    fence_proxy_async();
+    sync();
+    for (int i = 0; i < n; ++i, ++it) compute(i, it % S);
+}
+
+// Ping-pong (FA3): the W consumer warpgroups take turns issuing their step's wgmma, so one warpgroup's
+// softmax runs while the next one's products are on the tensor cores. Named barrier 2 + w is warpgroup w's
+// turn: w waits on it (128 threads) and warpgroup w - 1 arrives on it (128 more) after issuing. Warpgroup W - 1
+// hands the first turn to warpgroup 0 (turns_begin) and warpgroup 0 takes the last hand-over back
+// (turns_end), so every barrier's arrivals balance within one pipeline. Barrier 1 is sync()'s.
+HK_DEV int warpgroup_id() { return threadIdx.x / 128; }
+template <int W> HK_DEV void turn_wait() {
+    if constexpr (W > 1) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + warpgroup_id()) : "memory");
+}
+template <int W> HK_DEV void turn_pass() {
+    if constexpr (W > 1) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + (warpgroup_id() + 1) % W) : "memory");
+}
+template <int W> HK_DEV void turns_begin() {
+    if constexpr (W > 1) if (warpgroup_id() == W - 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+}
+template <int W> HK_DEV void turns_end() {
+    if constexpr (W > 1) if (warpgroup_id() == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
+}
+// A consumer warp's n steps of a software-pipelined compute on a split ring: first, step and last wait,
+// release and take their turns themselves (the emitter's _overlap_step); PINGPONG brackets the pipeline.
+template <int S, bool PINGPONG, class F, class C, class T>
+HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last) {
+    fence_proxy_async();
+    sync();
+    if constexpr (PINGPONG) turns_begin<NUM_WARPS / 4>();
+    if (n > 0) {
+        first(0, it % S);
+        for (int i = 1; i < n; ++i) {
+            const int prev = it % S;
+            ++it;
+            step(i, it % S, prev);
+        }
+        last(it % S);
+        ++it;
+    }
+    if constexpr (PINGPONG) turns_end<NUM_WARPS / 4>();
+}
+
 // Run on TMA when the launch encoded every tensor map (use_tma), else on the cp.async ring.
 template <int S, int TX, bool ASYNC, class L, class LT, class C>
 HK_DEV void pipeline_tma(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {
