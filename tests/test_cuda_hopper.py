@@ -300,13 +300,13 @@ def test_attention_ring_is_split_by_reader(d, masked):
     art = be.compile(program, target)
     src = art.source
     n = len(pipes)
-    assert f"hk_full[{2 * cfg['STAGES']}]" in src and src.count("hk::ws_produce_split<") == n
-    assert src.count("hk::ring_acquire<") == 2 * n and src.count("hk::ws_consume_split<") == n
-    assert src.count("hk::ring_wait<") == src.count("hk::ring_release<") == 2 * n
+    assert f"hk_full[{2 * cfg['STAGES'] + 1}]" in src and src.count("hk::ws_produce_split<") == n
+    assert src.count("hk::ring_acquire<2>(") == 2 * n and src.count("hk::ws_consume_split<") == n
+    assert src.count("hk::ring_wait<2>(") == src.count("hk::ring_release<2>(") == 2 * n
     r = art.resources
     assert r["spill_stores"] == 0 or masked           # masked 128x128 D128 spills 24 bytes outside the key loop
     shared = be.compile(program, target, {"split_ring": False}).source
-    assert "hk::ring_acquire<" not in shared and "hk::ws_produce<" in shared
+    assert "hk::ring_acquire<2>" not in shared and "hk::ws_produce<" in shared
     # ping-pong on top of the overlap: the warpgroups take turns issuing QKᵀ_i and PV_{i-1}
     pp_art = be.compile(program, target, {"overlap": True, "pingpong": True})
     pp_src = pp_art.source
@@ -315,6 +315,16 @@ def test_attention_ring_is_split_by_reader(d, masked):
     log = compiler.compile_source(pp_src, pp_art.kernel_name, "sm_90a").log
     assert "serialized" not in log and "C7514" not in log, log
     assert not schedule.plan(program, target, pingpong=True).pingpong          # ping-pong needs the overlap
+    # Q: loaded by the producer's TMA on a barrier pair of its own; the consumers wait for it (or load it
+    # themselves where the launch has no tensor maps); a persistent block releases it after its last pipeline
+    assert len(plan.prologue) == 1 and plan.prologue_tx == cfg["BM"] * d * 2
+    assert src.count("hk::ring_acquire<1>(") == 1 and src.count("hk::ring_wait<1>(") == 1
+    assert "release_stage(hk_empty + " not in src
+    persistent = be.compile(program, target, {"persistent": True}).source
+    assert persistent.count("hk::release_stage(hk_empty + ") == 1
+    last_pipe = persistent.rindex("hk::ws_consume_split<")
+    assert last_pipe < persistent.index("hk::release_stage(hk_empty + ") < persistent.index("hk::store(", last_pipe)
+    assert not schedule.plan(program, target, producer_prologue=False).prologue
     gemm = gemm_kernel.trace(_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=torch.float32),
                              **_gemm_artifact("sm_90a")[1])
     assert schedule.plan(gemm, target).ring_groups == 1
@@ -385,11 +395,12 @@ def test_gemm_falls_back_to_the_ring_for_tensors_tma_cannot_read(hopper):
     assert _rel_err(out, a, bt) < 1e-5
 
 
-SCHEDULES = [{"split_ring": False}, {}, {"overlap": True}, {"overlap": True, "pingpong": True}]
+SCHEDULES = [{"split_ring": False, "producer_prologue": False}, {}, {"overlap": True},
+             {"overlap": True, "pingpong": True}, {"persistent": True}]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("switches", SCHEDULES, ids=["shared-ring", "split-ring", "overlap", "pingpong"])
+@pytest.mark.parametrize("switches", SCHEDULES, ids=["shared-ring", "split-ring", "overlap", "pingpong", "persistent"])
 @pytest.mark.parametrize("d, causal", [(128, False), (128, True), (64, False), (64, True)])
 def test_attention_schedules_match_float64(hopper, switches, d, causal):
     """Each ring and schedule the cuda backend can pick for attention, on the GPU against float64: ragged N (a

@@ -84,6 +84,7 @@ class CudaEmitter(CStyleEmitter):
         self._ring_readers: dict[int, int] = {}             # split ring: reader op id -> group (while emitting)
         self._ring_loads: dict[int, int] = {}               # split ring: TMA load op id -> group (while emitting)
         self._acquired: set[int] = set()                    # split ring: groups acquired in this load lambda
+        self._emitted_prologue: list = []                   # prologue loads the producer issued so far (this tile)
         self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
 
     def emit(self, program: Program) -> EmittedKernel:
@@ -169,6 +170,13 @@ class CudaEmitter(CStyleEmitter):
         self.line(f"{cond}hk::ring_release<{self._stages}>({self._ring('empty', g)}, {it});")
 
     def emit_ops(self, ops, in_pipeline_load: bool = False) -> None:
+        if self.plan.prologue and any(id(o) in self.plan.prologue for o in ops):
+            for op in ops:                      # only the consumers emit these (the producer: _prologue_load)
+                if id(op) in self.plan.prologue:
+                    self._prologue_wait(op, in_pipeline_load)
+                else:
+                    self.emit_ops([op], in_pipeline_load)
+            return
         if not self._ring_readers:
             return super().emit_ops(ops, in_pipeline_load)
         for op in ops:                          # a group's reader: wait before it, release once it retired
@@ -194,7 +202,8 @@ class CudaEmitter(CStyleEmitter):
         self.load_lambda(f"hk_load{uid}", lreg)
         stages, async_mma = op.attrs["stages"], "true" if pp.async_mma else "false"
         if self.plan.producer_warps and pp.groups:
-            return self._split_consumer(op, pp, carry, uid)
+            self._split_consumer(op, pp, carry, uid)
+            return self._prologue_release(op)
         if self.plan.producer_warps:     # the consumers' side; the producer's is in _specialised_body
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
             if pp.overlap:
@@ -205,7 +214,7 @@ class CudaEmitter(CStyleEmitter):
                 self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, "
                           f"hk_full, hk_empty, hk_compute{uid});")
             self.line(f"else hk::pipeline<{stages}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
-            return
+            return self._prologue_release(op)
         self._tma_load_lambda(op, pp)
         self.compute_lambda(f"hk_compute{uid}", creg, carry)
         self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}>({self.name(n)}, hk_tma_ok != 0, "
@@ -352,7 +361,7 @@ class CudaEmitter(CStyleEmitter):
         pipeline waiting on the ring (or, where the launch could not encode the tensor maps, the ring of
         cp.async copies, the producer having left at once)."""
         stages = self._stages
-        bars = stages * self.plan.ring_groups
+        bars = stages * self.plan.ring_groups + (1 if self.plan.prologue else 0)
         producer, consumer = self._register_hand_over()
         self.line(f"__shared__ hk::u64 hk_full[{bars}], hk_empty[{bars}];")
         self.line(f"hk::ws_init<{bars}>(hk_full, hk_empty);")
@@ -366,6 +375,8 @@ class CudaEmitter(CStyleEmitter):
             for op in body.ops:
                 if op.opcode in schedule.PRODUCER_OPS:
                     self.emit_ops([op])
+                elif id(op) in self.plan.prologue:
+                    self._prologue_load(op)
                 elif op.opcode == "pipeline":
                     pp = self.plan.pipelines[id(op)]
                     self._tma_load_lambda(op, pp)
@@ -386,15 +397,51 @@ class CudaEmitter(CStyleEmitter):
             if self.plan.persistent:
                 self.line("hk::sync();                      // every consumer is done with this tile's buffers")
 
+    # ---- loads before the pipelines, on the producer (schedule.Plan.prologue: attention's Q)
+    @property
+    def _prologue_bar(self) -> int:
+        return self._stages * self.plan.ring_groups
+
+    def _prologue_load(self, op) -> None:
+        """The producer's side: acquire the prologue's barrier pair for this tile (once the consumers released
+        the last tile's), then the TMA copy."""
+        if not any(id(o) in self.plan.prologue for o in self._emitted_prologue):
+            self.line(f"hk::u64* hk_pbar = hk::ring_acquire<1>(hk_full + {self._prologue_bar}, hk_empty + "
+                      f"{self._prologue_bar}, hk_round, {self.plan.prologue_tx});")
+        self._emitted_prologue.append(op)
+        st, gl, *idx = op.operands
+        self.line(f"hk::tma_load({self.name(st)}, hk_tm{self.plan.prologue[id(op)]}, hk_pbar, {self.args(idx)});")
+
+    def _prologue_wait(self, op, in_pipeline_load: bool) -> None:
+        """The consumers' side: wait for the producer's copy; without tensor maps, load it themselves."""
+        self.line(f"if (hk_tma_ok != 0) hk::ring_wait<1>(hk_full + {self._prologue_bar}, hk_round);")
+        self.line("else {")
+        self.indent += 1
+        super().emit_ops([op], in_pipeline_load)
+        self.indent -= 1
+        self.line("}")
+
+    def _prologue_release(self, op) -> None:
+        """After the last pipeline reading the prologue's buffers (persistent blocks only: nobody waits otherwise)."""
+        pipes = [o for o in self.p.body.ops if o.opcode == "pipeline"]
+        if self.plan.prologue and self.plan.persistent and op is pipes[-1]:
+            self.line(f"if (hk_tma_ok != 0) hk::release_stage(hk_empty + {self._prologue_bar});   // the next tile's Q may load")
+
     @contextmanager
     def _tiles(self):
-        """A persistent kernel's loop over its tiles around what is emitted inside (nothing otherwise)."""
+        """A persistent kernel's loop over its tiles around what is emitted inside (nothing otherwise);
+        `hk_round` counts the tiles this block walked (the prologue barrier's phase)."""
+        self._emitted_prologue = []
         if not self.plan.persistent:
+            if self.plan.prologue:
+                self.line("const int hk_round = 0;")
             yield
             return
         self.line("for (long long hk_tile = blockIdx.x; hk_tile < (long long)hk_grid_x * hk_grid_y * hk_grid_z; "
                   "hk_tile += gridDim.x) {")
         self.indent += 1
+        if self.plan.prologue:
+            self.line("const int hk_round = (int)((hk_tile - blockIdx.x) / gridDim.x);")
         yield
         self.indent -= 1
         self.line("}")

@@ -32,9 +32,11 @@ class CudaOptions(BackendOptions):
     persistent: bool = False           # specialised kernels walk their tiles on one block per SM: measured slower
     split_ring: bool = True            # a stage's buffers released by reader (attention's K and V apart)
     pingpong: bool = False             # with overlap: consumer warpgroups take turns issuing wgmma (FA3)
+    producer_prologue: bool = True     # loads before the pipelines (attention's Q) by the producer's TMA
 
     def validate(self) -> None:
-        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong")
+        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
+                          "producer_prologue")
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:
@@ -43,7 +45,7 @@ class CudaOptions(BackendOptions):
     def schedule(self) -> dict:
         """The schedule pass's switches, as codegen.emit takes them."""
         return {"overlap": self.overlap, "persistent": self.persistent, "split_ring": self.split_ring,
-                "pingpong": self.pingpong}
+                "pingpong": self.pingpong, "producer_prologue": self.producer_prologue}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

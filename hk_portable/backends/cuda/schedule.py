@@ -122,6 +122,8 @@ class Plan:
     persistent: bool = False            # specialised only: one block per SM walks the logical grid's tiles
     ring_groups: int = 1                # specialised only: > 1, each stage has that many barrier pairs (split ring)
     pingpong: bool = False              # split and overlapped only: consumer warpgroups take turns issuing wgmma
+    prologue: dict[int, int] = field(default_factory=dict)   # specialised only: load op id -> tensor map, the producer's
+    prologue_tx: int = 0                # bytes those loads deliver per tile
 
     @property
     def uses_tma(self) -> bool:
@@ -140,7 +142,7 @@ def grouped_blocks(program: Program) -> bool:
 
 
 def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
-         split_ring: bool = True, pingpong: bool = False) -> Plan:
+         split_ring: bool = True, pingpong: bool = False, producer_prologue: bool = True) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
@@ -155,6 +157,8 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
     out.persistent = persistent
     if split_ring:
         _split_ring(pipes, out, producers, program.num_warps)
+    if producer_prologue:
+        _producer_prologue(program, pipes, out, producers, params)
     for op in pipes if overlap else ():
         pp = out.pipelines[id(op)]
         pp.overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)
@@ -174,6 +178,28 @@ def _split_ring(pipes: list[Op], out: Plan, producers: dict, num_warps: int) -> 
         for op, g in zip(pipes, groups):
             out.pipelines[id(op)].groups = g
         out.ring_groups = len(groups[0])
+
+
+def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: dict, params: dict) -> None:
+    """Loads before the first pipeline that the producer issues by TMA on a barrier pair of their own (attention's
+    Q): a whole-tile load into a buffer that nothing but the pipelines' wgmma read and nothing else writes. The
+    consumers wait for it instead of loading it; a persistent block releases it after its last pipeline, so the
+    producer loads the next tile's while the consumers run this tile's epilogue."""
+    ops = program.body.ops
+    first = next(k for k, o in enumerate(ops) if o.opcode == "pipeline")
+    inside = {id(o) for op in pipes for r in op.regions for o in r.walk()}
+    for g2s in (o for o in ops[:first] if o.opcode == "global_to_shared"):
+        buf, spec = _buffer(g2s.operands[0], producers), _tma_spec(g2s, producers, params)
+        users = [u for u in program.body.walk() if u is not g2s and u.opcode != "shared_stage"
+                 and any(_buffer(v, producers) == buf for v in u.operands)]
+        if (spec is None or not users
+                or any(u.opcode != "mma" or id(u) not in inside or not wgmma_eligible(u, program.num_warps) for u in users)):
+            continue
+        if spec not in out.tensor_maps:
+            out.tensor_maps.append(spec)
+        out.prologue[id(g2s)] = out.tensor_maps.index(spec)
+        t = g2s.operands[0].type
+        out.prologue_tx += t.rows * t.cols * t.dtype.itemsize
 
 
 def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[RingGroup]:
