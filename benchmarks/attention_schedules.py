@@ -1,0 +1,115 @@
+"""The rings and schedules the cuda backend can give attention on sm_90a, side by side in one process.
+
+Each variant is the same kernel and tile compiled with other schedule switches (CudaOptions: split_ring,
+producer_prologue, overlap, pingpong, persistent); each is checked against float64 on the timed inputs, then
+all are timed in interleaved rounds (A B C ... A B C ...) so that clock and thermal drift fall on every
+variant alike; a variant's time is the median over rounds of hk bench's per-call timing, and both timing
+methods must agree. Ratios are to the first variant (the shared ring) and to SDPA (cuDNN).
+
+    python benchmarks/attention_schedules.py --compile-only      # warm the compile cache (parallel-friendly)
+    python benchmarks/attention_schedules.py --json attention_schedules.json
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+VARIANTS = {
+    "shared": {"split_ring": False, "producer_prologue": False},
+    "split": {"producer_prologue": False},
+    "split+q": {},
+    "overlap": {"overlap": True},
+    "pingpong": {"overlap": True, "pingpong": True},
+    "persistent": {"persistent": True},
+}
+CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
+         (1024, 64, False)]
+H = 16
+
+
+def _inputs(n, d, causal, sets=2, device="cuda"):
+    from hk_portable.kernels import attention
+    b = 16384 // n
+    out = []
+    for _ in range(sets):
+        q, k, v = (torch.randn(b, H, n, d, device=device, dtype=torch.bfloat16) for _ in range(3))
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((b, H, n), float("nan"), device=device)
+        out.append((q, k, v, o, lse, attention.scale_value(None, d), 0, n if causal else 0, 0))
+    return out
+
+
+def _artifacts(be, target, n, d, causal, names):
+    from hk_portable.kernels import attention
+    from hk_portable.runtime import cache
+    sets = _inputs(64, d, causal, sets=1, device="cpu")          # tracing needs dtypes and ranks only
+    cfg = attention.candidates({"D": d, "MASKED": causal})[0]
+    program = attention.attention_fwd_kernel.trace(*sets[0], **cfg)
+    return cfg, {v: cache.compile_cached(be, program, target, VARIANTS[v]) for v in names}
+
+
+def main():
+    import hk_portable as hk
+    from hk_portable.bench import time_fn, to_json
+    from hk_portable.kernels import attention
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    names = args.variants or list(VARIANTS)
+    rows, t0 = [], time.time()
+    for n, d, causal in CASES:
+        cfg, arts = _artifacts(be, target, n, d, causal, names)
+        if args.compile_only:
+            continue
+        sets = _inputs(n, d, causal)
+        grid = (-(-n // cfg["BM"]), H, 16384 // n)
+        row = dict(N=n, D=d, causal=causal, tile=f"{cfg['BM']}x{cfg['BN']}s{cfg['STAGES']}w{cfg['num_warps']}")
+        ref, _ = attention.reference(*(x[:1] for x in sets[0][:3]), causal=causal)     # float64, batch 0
+        for v in names:                              # correctness first, on the timed inputs, output poisoned
+            sets[0][3].fill_(float("nan"))
+            be.launch(arts[v], sets[0], grid)
+            torch.cuda.synchronize()
+            o = sets[0][3]
+            row[f"{v}_err"] = float((o[:1].double() - ref).abs().max() / ref.abs().max()) if not o.isnan().any() else "NaN"
+        del ref
+        fl = 4.0 * (16384 // n) * H * n * n * d / (2 if causal else 1)
+        times = {v: [] for v in [*names, "cudnn"]}
+        agree = {v: True for v in times}
+        for _ in range(args.rounds):
+            for v in names:
+                t = time_fn(lambda i, v=v: be.launch(arts[v], sets[i], grid), 2, "cuda", args.budget)
+                times[v].append(t.ms)
+                agree[v] &= bool(t.agree)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                t = time_fn(lambda i: torch.nn.functional.scaled_dot_product_attention(*sets[i][:3], is_causal=causal),
+                            2, "cuda", args.budget)
+            times["cudnn"].append(t.ms)
+            agree["cudnn"] &= bool(t.agree)
+        ms = {v: statistics.median(ts) for v, ts in times.items()}
+        for v in times:
+            row[f"{v}_tflops"] = round(fl / ms[v] / 1e9, 1)
+            row[f"{v}_vs_cudnn"] = round(ms["cudnn"] / ms[v], 3)
+            row[f"{v}_vs_{names[0]}"] = round(ms[names[0]] / ms[v], 3)
+            row[f"{v}_spread"] = round((max(times[v]) - min(times[v])) / ms[v], 3)
+            row[f"{v}_agree"] = agree[v]
+        rows.append(row)
+        print({k: x for k, x in row.items() if k.endswith(("_vs_cudnn", "_err")) or k in ("N", "D", "causal", "tile")},
+              flush=True)
+    if not args.compile_only:
+        to_json({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),
+                 "seconds": round(time.time() - t0, 1), "rounds": args.rounds, "budget_s": args.budget,
+                 "variants": {v: VARIANTS[v] for v in names}, "rows": rows}, args.json)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="attention_schedules.json")
+    ap.add_argument("--budget", type=float, default=0.1, help="seconds per variant per round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None)
+    ap.add_argument("--compile-only", action="store_true")
+    args = ap.parse_args()
+    main()
