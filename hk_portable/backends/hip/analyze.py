@@ -488,7 +488,8 @@ def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) 
             "parent": blocks[lp.parent].name if lp.parent is not None else None,
             "lines": [blocks[ids[0]].start, max(i.line for x in ids for i in blocks[x].instrs or [Instr(0, "", "")])],
             "all_paths": tally(ids),
-            "one_trip": {**tally(trip), "load_waits": load_waits([i for x in trip for i in blocks[x].instrs])}}
+            "one_trip": {**tally(trip), "load_waits": load_waits([i for x in trip for i in blocks[x].instrs]),
+                         "interleave": interleave([i for x in trip for i in blocks[x].instrs], arch)}}
 
 
 # ------------------------------------------------------------------------------ loads against MFMAs
@@ -541,6 +542,53 @@ def load_waits(instrs: list[Instr]) -> dict:
             "overlaps_mfma": bool(per_load) and all(m is None or m > 0 for m in per_load)}
 
 
+# ------------------------------------------------------------------------------ VALU among the MFMAs
+def interleave(instrs: list[Instr], arch: str) -> dict:
+    """Where a trip's VALU work sits relative to its MFMAs (the clocks above assume the pipes overlap; this
+    says whether the order lets them). `instrs`: one trip in issue order.
+      * longest_mfma_run: the most MFMAs in a row with no VALU or transcendental between them;
+      * one wave issuing in order, alone on its SIMD: an MFMA starts when the matrix core is free and takes one
+        issue pass (4 cycles) of the wave, a VALU its cycles (4, 16 transcendental or quarter rate), an `s_nop N`
+        N+1 cycles, anything else 1 (memory and waits are not modelled). `valu_hidden`: the fraction of VALU
+        clocks issued while an MFMA runs; `trans_under_mfma`: transcendentals issued while one runs;
+        `in_order_cycles` the trip's length in that model and `in_order_bound` its MFMA clocks over it (1.0:
+        the matrix core never waits for this wave's VALU). A trip whose softmax runs between its two MFMA phases
+        hides none of its v_exp; interleaved, it hides most."""
+    t = busy = 0.0
+    run = longest = 0
+    valu = hidden = 0.0
+    trans = under = 0
+    mfma_total = 0
+    for ins in instrs:
+        cls = classify(ins)
+        if cls == "mfma":
+            cyc, _ = mfma_cycles(ins.op, arch)
+            start = max(t, busy)
+            busy, t = start + cyc, start + VALU_CYCLES
+            mfma_total += cyc
+            run += 1
+            longest = max(longest, run)
+        elif cls in ("valu", "trans"):
+            c = QUARTER_RATE_CYCLES if cls == "trans" or QUARTER_RATE.match(ins.op) else VALU_CYCLES
+            h = min(c, max(0.0, busy - t))
+            valu += c
+            hidden += h
+            if cls == "trans":
+                trans += 1
+                under += h > 0
+            t += c
+            run = 0
+        elif cls == "nop":
+            m = re.match(r"\s*(\d+)", ins.operands)
+            t += int(m.group(1)) + 1 if m else 1
+        else:
+            t += 1
+    t = max(t, busy)
+    return {"longest_mfma_run": longest, "trans": trans, "trans_under_mfma": under,
+            "valu_hidden": round(hidden / valu, 3) if valu else None, "in_order_cycles": round(t),
+            "in_order_bound": round(mfma_total / t, 3) if t else None}
+
+
 ASSUMPTIONS = [
     "all_paths: every instruction of the loop once, whatever branches skip (an upper bound on one iteration)",
     "one_trip: the header-to-latch path with the most MFMA, then the most 16-byte global loads, the fewest "
@@ -550,6 +598,8 @@ ASSUMPTIONS = [
     "cyclically; vmcnt in issue order); memory latency itself is not modelled",
     "clocks per wave per iteration on one SIMD; MFMA, VALU and LDS overlap; the slowest bounds",
     "LDS: a SIMD's share is a quarter of the CU's bytes/clock; dword-granular; LDS-DMA counts as LDS writes",
+    "interleave: one wave issuing the trip in order alone on its SIMD (MFMA: waits for the matrix core, one "
+    "4-cycle issue pass; VALU its cycles; s_nop N: N+1; other: 1); how much VALU issues under an MFMA",
     "no dependency stalls, memory latency or SALU issue modelled; no AMD hardware measured these figures",
 ]
 

@@ -103,6 +103,8 @@ class HipBackend(Backend):
             rep = compiler.report(asm, k.kernel_name)
             if opts.prefetch == "auto" and any(s.get("prefetch") == "split" for s in plan.schedules):
                 plan, k, asm, rep = self._split_or_whole(program, target, opts, plan, k, asm, rep)
+            if opts.interleave == "auto" and any(s.get("interleave") == "mfma_exp" for s in plan.schedules):
+                plan, k, asm, rep = self._interleave_or_not(program, target, opts, plan, k, asm, rep)
             resources.update(rep)
             resources["compiler"] = compiler.version()
         else:
@@ -142,6 +144,45 @@ class HipBackend(Backend):
         for s in plan.schedules:
             if s.get("prefetch") == "split":
                 s["prefetch_why"] += f" (whole build no better: {split_build}; {whole_build})"
+        return plan, k, asm, rep
+
+    @staticmethod
+    def _interleave_or_not(program, target, opts, plan, k, asm, rep):
+        """The MFMA/exp interleave (codegen.interleaved_pv) reorders the compute step and lets LLVM place its
+        VALU among the MFMAs; LLVM may then select differently (on gfx950 it unpacks the packed adds it puts in
+        an MFMA's shadow: more VALU instructions). When the interleaved build spills, runs fewer waves per SIMD
+        than its LDS allows, or its main loop's VALU time exceeds its MFMA time (issue 10's attention bound), the
+        plain build is compiled too and kept if it does none of these; the figures of both go into the plan."""
+        def cost(a: str, r: dict) -> tuple[int, int, int, float]:
+            an = isa.analyze(a, target.arch, k.kernel_name, r)
+            main = next((lp for lp in an["loops"] if lp["main"]), None)
+            ratio = main["one_trip"]["clocks"]["valu_to_mfma"] if main else 0.0
+            spilled = r.get("vgpr_spill", 0) + r.get("sgpr_spill", 0) + r.get("scratch_bytes", 0)
+            occ = an["occupancy"]
+            return spilled, occ["waves_per_simd"], occ["waves_per_simd_by_lds"], ratio or 0.0
+
+        def key(c) -> tuple[int, int, bool]:
+            return c[0], -c[1], c[3] > 1.0
+
+        def says(c) -> str:
+            return f"{c[0]} bytes spilled, {c[1]} waves/SIMD, main loop VALU/MFMA {c[3]}"
+        mine = cost(asm, rep)
+        if not (mine[0] or mine[1] < mine[2] or mine[3] > 1.0):
+            for s in plan.schedules:
+                if s.get("interleave") == "mfma_exp":
+                    s["interleave_why"] += f" ({says(mine)})"
+            return plan, k, asm, rep
+        plain = codegen.uninterleaved(plan, "")
+        k2 = codegen.emit(program, plain)
+        asm2 = compiler.compile_asm(k2.source, target.arch, k2.kernel_name, opts.device_flags())
+        rep2 = compiler.report(asm2, k2.kernel_name)
+        theirs = cost(asm2, rep2)
+        if key(theirs) < key(mine):
+            return (codegen.uninterleaved(plan, f"measured: interleaved {says(mine)}; not interleaved {says(theirs)}"),
+                    k2, asm2, rep2)
+        for s in plan.schedules:
+            if s.get("interleave") == "mfma_exp":
+                s["interleave_why"] += f" ({says(mine)}; not interleaved no better: {says(theirs)})"
         return plan, k, asm, rep
 
     def restore(self, artifact: Artifact, program: Program) -> Artifact:

@@ -234,6 +234,14 @@ def split_prefetch(pipe: Op) -> tuple[bool, str]:
                   "waits by count after it")
 
 
+def uninterleaved(plan: "Plan", why: str) -> "Plan":
+    """The plan with no interleaved mma (the backend's fallback when interleaving costs registers or makes the
+    loop VALU-bound: backend.py, HipBackend.compile)."""
+    scheds = [{**s, "interleave": "none", "interleave_why": why} if s.get("interleave") == "mfma_exp" else s
+              for s in plan.schedules]
+    return Plan(**{**asdict(plan), "schedules": scheds})
+
+
 def unsplit(plan: "Plan", why: str) -> "Plan":
     """The plan with every pipeline's loads whole (the backend's fallback when splitting them costs
     registers: backend.py, HipBackend.compile)."""
@@ -319,6 +327,7 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
     requested = options.schedule
     scheds = []
     lay = layouts(program, waves, target.arch)
+    interleaved = interleaved_pv(program, lay)
     for op in program.body.walk():
         if op.opcode == "pipeline":
             s, why = pipeline_schedule(op, waves, requested, lay)
@@ -327,9 +336,19 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
                 raise UnsupportedError(f"prefetch 'split' cannot run this pipeline: {split_why}")
             if options.prefetch == "whole" and split:
                 split, split_why = False, "requested"
-            scheds.append({"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
-                           "schedule": s, "why": why, "prefetch": "split" if split else "whole",
-                           "prefetch_why": split_why})
+            entry = {"pipeline": op.results[0].id if op.results else None, "stages": op.attrs["stages"],
+                     "schedule": s, "why": why, "prefetch": "split" if split else "whole", "prefetch_why": split_why}
+            il = [m for m in interleaved if m in op.regions[1].ops]
+            if il:
+                on = options.interleave != "off"
+                entry["interleave"] = "mfma_exp" if on else "none"
+                entry["interleave_why"] = (
+                    "requested" if not on else
+                    f"{len(il)} mma with its A (P) in registers: P's exp2, conversion (branch-free) and row sum "
+                    "issued between the MFMAs by LLVM's MFMA/exp interleave (iglp_opt(2))"
+                    + ("; the lazy rescale's branch hoisted before them"
+                                                           if any(interleaved[m]["order"] for m in il) else ""))
+            scheds.append(entry)
     scratch = scratch_bytes(program, waves)
     _, arena_total = arena(program, lay)
     pre = preloads(program, lay)
@@ -438,6 +457,81 @@ def folded_scales(program: Program, lay: dict) -> dict[Op, tuple]:
     return patterns.folded_scales(program, lambda v: isinstance(lay.get(v), TFragment))
 
 
+# ------------------------------------------------------------------------------------ interleaved mma
+def interleaved_pv(program: Program, lay: dict) -> dict[Op, dict]:
+    """The mmas of pipeline compute steps whose MFMAs hk_hip interleaves with the VALU work in front of them
+    (mma.h, mma_tfrag_regs<IL = true>): an mma at the top level of a compute step into a transposed-fragment
+    accumulator whose A is a 16-bit transposed-fragment register tile (attention's PV product, A = P). P's
+    exp2, its bf16 conversion and its row sum are then in the mma's basic block, and sched_group_barriers
+    issue them under the MFMAs of the k-steps before the columns they feed (HipKittens' MFMA/exp
+    interleaving). Steps that apply masks (attention's edge tiles) are left as they are. The conversion of
+    P is emitted branch-free (hk::cast_select). A lazy rescale of the accumulator (lazy_rescales) is a branch; it is hoisted, with the ops
+    it needs, to just after the last op those need (`order`: the compute step's ops in emission order), so
+    the branch comes before the work the MFMAs are interleaved with rather than between the two.
+    {mma op: {"order": [ops] or None (program order), "rescale": the lazy mul op or None}}."""
+    out: dict[Op, dict] = {}
+    lazy = lazy_rescales(program, lay)
+    producers = {r: o for o in program.body.walk() for r in o.results}
+    for pipe in program.body.walk():
+        if pipe.opcode != "pipeline":
+            continue
+        creg = pipe.regions[1]
+        if any(o.opcode in MASK_LEAVES for o in creg.walk()):
+            continue                   # an edge step (masks): rare trips, and its selects cost SGPRs
+        for op in creg.ops:
+            if op.opcode != "mma" or op.attrs["trans_a"] or not isinstance(lay.get(op.result), TFragment):
+                continue
+            a = op.operands[0]
+            if (a.type.space != "rt" or a.type.dtype.itemsize != 2 or not isinstance(lay.get(a), TFragment)
+                    or op.operands[1].type.space == "rt"):
+                continue
+            mul = producers.get(op.operands[2])
+            rescale = mul if mul in lazy and mul in creg.ops else None
+            out[op] = {"order": _hoisted(creg, mul) if rescale is not None else None, "rescale": rescale}
+    return out
+
+
+def _hoisted(creg: Region, mul: Op) -> list[Op] | None:
+    """The compute step's ops in an order where the lazy rescale `mul` and the ops of the step it reads
+    (transitively: attention's alpha = exp2(m_old - m_new) and the new max) are emitted as soon as their
+    operands exist, every other op in program order (a topological order: each op after the ops it reads).
+    None when nothing moves, or when an op of the step has effects (its place then matters)."""
+    ops = list(creg.ops)
+    for o in ops:
+        fx = opcodes.TABLE[o.opcode].effects if o.opcode in opcodes.TABLE else None
+        if o.regions or fx is None or fx.writes or fx.of_regions:
+            return None
+    made = {r: o for o in ops for r in o.results}
+    deps = {o: {made[v] for v in o.operands if v in made} for o in ops}
+    sl: set[Op] = set()
+    stack = [mul]
+    while stack:
+        o = stack.pop()
+        if o not in sl:
+            sl.add(o)
+            stack.extend(deps[o])
+    order: list[Op] = []
+    done: set[Op] = set()
+
+    def emit(o: Op) -> None:
+        order.append(o)
+        done.add(o)
+
+    def flush() -> None:
+        moved = True
+        while moved:
+            moved = False
+            for o in ops:
+                if o in sl and o not in done and deps[o] <= done:
+                    emit(o)
+                    moved = True
+    for o in ops:
+        flush()
+        if o not in done:
+            emit(o)
+    return None if order == ops else order
+
+
 # ------------------------------------------------------------------------------------------- checks
 def check(program: Program, target: Target, plan: Plan) -> None:
     """UnsupportedError naming what does not fit this target."""
@@ -493,6 +587,14 @@ class HipEmitter(CStyleEmitter):
         # the row vectors of lazy rescales, made by exp2: 1 exactly where its argument is 0 (hk::exp2_lazy)
         self._lazy_rows = {v for _, v in self._lazy.values()
                            if isinstance(lay.get(v), TFragment)}
+        # interleaved_pv, where the plan turned it on for the mma's pipeline: mma -> {"order", "rescale"}
+        on = {id(p) for p, s in zip(pipes, plan.schedules) if s.get("interleave") == "mfma_exp"}
+        self._interleaved = {m: d for m, d in interleaved_pv(program, lay).items()
+                             if any(id(p) in on and m in p.regions[1].ops for p in pipes)}
+        self._orders = {id(next(r for p in pipes for r in [p.regions[1]] if m in r.ops)): d["order"]
+                        for m, d in self._interleaved.items() if d["order"]}
+        self._split_rescales = {d["rescale"] for d in self._interleaved.values() if d["rescale"] is not None}
+        self._select_casts = {m.operands[0] for m in self._interleaved}
 
     # ---- masks evaluated inside the select that uses them (fused_masks)
     def _mask_expr(self, v: Value) -> str:
@@ -594,7 +696,21 @@ class HipEmitter(CStyleEmitter):
             return                               # loaded inside its one elementwise use (op_binary)
         super().op_global_to_register(op)
 
+    def region(self, reg: Region, in_pipeline_load: bool = False) -> None:
+        order = self._orders.get(id(reg))          # interleaved_pv: the lazy rescale hoisted
+        self.emit_ops(order if order is not None else reg.ops, in_pipeline_load)
+
+    def op_cast(self, op: Op) -> None:
+        if op.result in self._select_casts:      # interleaved_pv: P's conversion in the MFMAs' basic block
+            self._result(op, f"hk::cast_select({{dst}}, {self.name(op.operands[0])});")
+            return
+        super().op_cast(op)
+
     def op_binary(self, op: Op) -> None:
+        if op in self._split_rescales:           # interleaved_pv: the lazy rescale apart from its mma
+            x, v = self._lazy[op]
+            self._result(op, f"hk::rescale_lazy({{dst}}, {self.name(x)}, {self.name(v)});")
+            return
         if op in self._fused or op in self._lazy:
             return                               # evaluated inside its where / its mma (fused_masks, lazy_rescales)
         if op in self._scaled:                   # folded_scales: the mul is skipped, the sub is one fma
@@ -617,6 +733,10 @@ class HipEmitter(CStyleEmitter):
         buf = _buffer_of(a, self._producers)
         a_name = f"hk_pre{buf.id}" if buf is not None and buf in self._preloads else self.name(a)
         quartered = id(op) in self._quartered_mmas          # gfx942 fp8: the carry stays in the quartered domain
+        if op in self._interleaved:                          # interleaved_pv: rescaled (if lazy) by op_binary
+            self._result(op, f"hk::mma<{self.mma_template_args(op)}, true>({{dst}}, {a_name}, {self.name(bb)}, "
+                             f"{self.name(c)});")
+            return
         scale = None if quartered else self._lazy.get(self._producers.get(c))
         if scale is not None:             # acc * rows[:, None] feeds only this mma: the rescale is skippable
             x, v = scale

@@ -11,6 +11,7 @@ from ...codegen.options import BackendOptions, OptionError
 MAX_WAVES = 16
 SCHEDULES = ("auto", "double_buffer", "pingpong")
 PREFETCH = ("auto", "split", "whole")
+INTERLEAVE = ("auto", "off")
 FP_CONTRACT = ("off", "on", "fast")
 
 
@@ -21,6 +22,7 @@ class HipOptions(BackendOptions):
     schedule: str = "auto"             # pipeline schedule: auto | double_buffer | pingpong
     prefetch: str = "auto"             # pipeline loads split around the compute step: auto | split | whole
     block_remap: bool = True           # XCD-aware block order (hk::detail::xcd_remap)
+    interleave: str = "auto"           # MFMA/exp interleaving of attention's PV mma (codegen.interleaved_pv): auto | off
     fp_contract: str = "off"           # clang -ffp-contract
 
     def validate(self) -> None:
@@ -31,6 +33,7 @@ class HipOptions(BackendOptions):
         if self.schedule not in SCHEDULES:
             raise OptionError(f"hip backend: unknown pipeline schedule {self.schedule!r}; expected one of {SCHEDULES}")
         self._expect_choice("prefetch", PREFETCH)
+        self._expect_choice("interleave", INTERLEAVE)
         self._expect_bool("block_remap")
         self._expect_choice("fp_contract", FP_CONTRACT)
 

@@ -139,7 +139,12 @@ template<class D, class X> HK_DEV void cast(D& dst, const X& x) {
 // f32 -> bf16 of a tfrag tile on gfx942 (no conversion instruction), two elements at a time with the portable
 // core's bits (hk_core/conversions.h soft::bf16_bits_from_float, RNE, a NaN quieted with its sign and top
 // payload): per element the rounding add and a NaN select, then one v_perm_b32 keeps both high halves.
-template<int R, int C> HK_DEV void cast(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+// SELECT (cast_select): both results first, then the select -- written `f != f ? a : rounding` the rounding arm
+// (3 instructions) is past SimplifyCFG's speculation limit and the select stays a branch, an EXEC-masked
+// diamond per element that splits the basic block. cast_select is what an interleaved mma's A takes (mma.h
+// mma_tfrag_regs<IL = true>: its VALU must share the MFMAs' block); elsewhere the branch form is kept (the
+// select form's compares cost gfx942's causal attention a spilled SGPR).
+template<bool SELECT, int R, int C> HK_DEV void cast_bf16(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
   using D = rt<bf16, R, C, tfrag>;
 #pragma unroll
   for (int e = 0; e < D::NE; e += 2) {
@@ -148,12 +153,28 @@ template<int R, int C> HK_DEV void cast(rt<bf16, R, C, tfrag>& dst, const rt<flo
     for (int h = 0; h < 2; ++h) {
       const float f = x.data[e + h];
       const unsigned u = __builtin_bit_cast(unsigned, f);
-      r[h] = f != f ? (u | 0x400000u) : u + 0x7FFFu + ((u >> 16) & 1u);
+      if constexpr (SELECT) {
+        const unsigned quiet = u | 0x400000u, rounded = u + 0x7FFFu + ((u >> 16) & 1u);
+        r[h] = f != f ? quiet : rounded;
+      } else {
+        r[h] = f != f ? (u | 0x400000u) : u + 0x7FFFu + ((u >> 16) & 1u);
+      }
     }
     const unsigned both = __builtin_amdgcn_perm(r[1], r[0], 0x07060302u);   // r0 >> 16 | (r1 & 0xFFFF0000)
     dst.data[e].bits = (unsigned short)both;
     dst.data[e + 1].bits = (unsigned short)(both >> 16);
   }
+}
+template<int R, int C> HK_DEV void cast(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  cast_bf16<false>(dst, x);
+}
+template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  if constexpr (same<T, bf16>::value) cast_bf16<true>(dst, x);
+  else cast(dst, x);                          // f16: v_cvt_f16_f32, no branch
+}
+#else
+template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  cast(dst, x);                               // v_cvt_pk_bf16_f32 / v_cvt_f16_f32, no branch
 }
 #endif
 

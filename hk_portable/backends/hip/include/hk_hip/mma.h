@@ -289,6 +289,52 @@ template<bool TB, int KV, class B> HK_DEV auto b_frag_split(const B& b, int n0, 
     return f;
   }
 }
+
+// The issue order mma_tfrag_regs<IL = true> asks for.
+HK_DEV void interleave_groups() {
+  // LLVM's MFMA/exp interleave strategy (AMDGPUIGroupLP, MFMAExpInterleave): from the block's dependence graph
+  // it builds the sched groups -- the transcendentals, their conversions and the VALU that feed each MFMA
+  // chain -- and issues them between the MFMAs. A hand-written sched_group_barrier pipeline (per MFMA: one
+  // MFMA, one transcendental, two VALU, every other MFMA one LDS read) was built first and measured worse on
+  // gfx942 (docs/perf-notes.md, 2026-12-03: 18-24 MFMAs in a row, 12-13 % of the VALU under MFMAs, against
+  // 9 and 37 % here): LLVM's greedy group solver fills fixed kinds in program order, and P's exp2 come in the
+  // tile's element order, not the k-steps'.
+  __builtin_amdgcn_iglp_opt(2);
+}
+
+// The k-steps of a tfrag mma whose A is a tfrag register tile (attention's P): op(B)'s fragments from LDS, A's
+// read in place.
+//   IL = false: each k-step behind a sched_barrier(0) (hoisting every k-step's LDS reads to the top spills).
+//   IL = true (interleave, codegen.py interleaved_pv): no fence; the basic block -- P's exp2, its conversion and
+//     row sum in front of the k-steps (the emitter hoists the lazy rescale's branch before them) -- is ordered
+//     by LLVM's MFMA/exp interleave (interleave_groups): the v_exp and VALU that feed later k-steps, and those
+//     that feed nothing here (the row sum), issue between the MFMAs of the k-steps before them, while the
+//     matrix core runs.
+template<bool TB, bool IL, class T, int M, int K, class B, int N>
+HK_DEV void mma_tfrag_regs(rt<float, M, N, tfrag>& dst, const rt<T, M, K, tfrag>& a, const B& b) {
+  using D = rt<float, M, N, tfrag>;
+  using X = rt<T, M, K, tfrag>;
+  using Op = mfma_for<T, T, K>;
+  constexpr int KV = Op::KV, KS = 4 * KV;
+  for (int kbase = 0; kbase < K; kbase += KS) {
+    if constexpr (!IL) __builtin_amdgcn_sched_barrier(0);   // LDS reads of one k-step at a time
+#pragma unroll
+    for (int nb = 0; nb < D::CB; ++nb) {
+      const auto bf = b_frag_split<TB, KV>(b, 16 * nb, kbase);
+#pragma unroll
+      for (int s = 0; s < D::RBW; ++s) {
+        frag<KV> af;
+#pragma unroll
+        for (int e = 0; e < KV; ++e) af.v[e] = bits16(a.data[(s * X::CB + kbase / 16 + e / 4) * 4 + e % 4]);
+        float* d = &dst.data[(s * D::CB + nb) * 4];
+        f32x4 c = {d[0], d[1], d[2], d[3]};
+        c = Op::run(bf, af, c);
+        d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
+      }
+    }
+  }
+  if constexpr (IL) interleave_groups();
+}
 }  // namespace detail
 
 // this wave's row blocks of `a` as the A fragments of the tfrag mmas that read it (K = its columns)
@@ -305,8 +351,10 @@ template<class T, int R, int C, class L> HK_DEV auto preload(const st<T, R, C, L
 }
 
 // dst = acc + op(a) @ op(b) into a tfrag accumulator; a: st, preloaded registers (hk::preload) or a tfrag rt
-// (16-bit, not transposed); b: st
-template<bool TA, bool TB, class A, class B, int M, int N>
+// (16-bit, not transposed); b: st. IL (an A in registers only): the k-steps are not fenced by sched_barriers
+// but laid out by sched_group_barriers that interleave the VALU work in front of the mma (attention's exp2 of
+// P, its conversion and row sum) with the MFMAs (detail::mma_tfrag_regs; codegen.py interleaved_pv).
+template<bool TA, bool TB, bool IL = false, class A, class B, int M, int N>
 HK_DEV void mma(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<float, M, N, tfrag>& acc) {
   using D = rt<float, M, N, tfrag>;
   using T = typename A::dtype;
@@ -319,25 +367,8 @@ HK_DEV void mma(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<fl
   constexpr int KV = Op::KV, KS = 4 * KV;
   dst = acc;
   if constexpr (A_RT) {
-    using X = rt<T, M, K, tfrag>;
-    static_assert(same<A, X>::value && !TA, "a register A of a tfrag mma is a tfrag tile, not transposed");
-    for (int kbase = 0; kbase < K; kbase += KS) {
-      __builtin_amdgcn_sched_barrier(0);   // LDS reads of one k-step at a time: hoisted, all of K would spill
-#pragma unroll
-      for (int nb = 0; nb < D::CB; ++nb) {
-        const auto bf = detail::b_frag_split<TB, KV>(b, 16 * nb, kbase);
-#pragma unroll
-        for (int s = 0; s < D::RBW; ++s) {
-          detail::frag<KV> af;
-#pragma unroll
-          for (int e = 0; e < KV; ++e) af.v[e] = detail::bits16(a.data[(s * X::CB + kbase / 16 + e / 4) * 4 + e % 4]);
-          float* d = &dst.data[(s * D::CB + nb) * 4];
-          f32x4 c = {d[0], d[1], d[2], d[3]};
-          c = Op::run(bf, af, c);
-          d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
-        }
-      }
-    }
+    static_assert(same<A, rt<T, M, K, tfrag>>::value && !TA, "a register A of a tfrag mma is a tfrag tile, not transposed");
+    detail::mma_tfrag_regs<TB, IL>(dst, a, b);
   } else {
     constexpr int RB = D::RB;
     const detail::st_src<TB, KV, B> bsrc{b};
@@ -371,26 +402,39 @@ HK_DEV void mma(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<fl
 // factor this wave holds is 1 (a wave-uniform ballot) -- x * 1 is x bit for bit, the tile holding results of
 // arithmetic, never a signalling NaN. The multiply runs on the MFMA's 4-register accumulator groups, so LLVM
 // keeps the scaled and the unscaled tile in the same registers (no copies on the path that skips it).
-template<bool TA, bool TB, class A, class B, int M, int N>
-HK_DEV void mma_rescaled(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<float, M, N, tfrag>& acc,
-                         const rv<float, M, ROW, tfrag>& rows) {
+// dst = x * rows[:, None], skipped when every factor this wave holds is 1 (a wave-uniform ballot): the lazy
+// rescale of codegen.py lazy_rescales -- x * 1 is x bit for bit, the tile holding results of arithmetic, never a
+// signalling NaN. The multiply runs on the MFMA's 4-register accumulator groups, so LLVM keeps the scaled and the
+// unscaled tile in the same registers (no copies on the path that skips it).
+template<int M, int N>
+HK_DEV void rescale_lazy(rt<float, M, N, tfrag>& dst, const rt<float, M, N, tfrag>& x, const rv<float, M, ROW, tfrag>& rows) {
   using D = rt<float, M, N, tfrag>;
   bool ones = true;
 #pragma unroll
   for (int s = 0; s < D::RBW; ++s) ones = ones && rows.data[s] == 1.0f;
-  D scaled = acc;
+  dst = x;
   if (__builtin_amdgcn_ballot_w64(!ones) != 0) {
 #pragma unroll
     for (int e = 0; e < D::NE; e += 4) {
       const float f = rows.data[e / (D::CB * 4)];
-      f32x4 q = {scaled.data[e], scaled.data[e + 1], scaled.data[e + 2], scaled.data[e + 3]};
+      f32x4 q = {dst.data[e], dst.data[e + 1], dst.data[e + 2], dst.data[e + 3]};
       q = q * f32x4{f, f, f, f};
-      scaled.data[e] = q[0];
-      scaled.data[e + 1] = q[1];
-      scaled.data[e + 2] = q[2];
-      scaled.data[e + 3] = q[3];
+      dst.data[e] = q[0];
+      dst.data[e + 1] = q[1];
+      dst.data[e + 2] = q[2];
+      dst.data[e + 3] = q[3];
     }
   }
+}
+
+// dst = acc * rows[:, None] + op(a) @ op(b) (codegen.py lazy_rescales), the rescale lazy (above). The emitter
+// calls rescale_lazy and the mma apart when it interleaves the mma (codegen.py interleaved_pv): the rescale's
+// branch then comes before the work the MFMAs are interleaved with, which must share their basic block.
+template<bool TA, bool TB, class A, class B, int M, int N>
+HK_DEV void mma_rescaled(rt<float, M, N, tfrag>& dst, const A& a, const B& b, const rt<float, M, N, tfrag>& acc,
+                         const rv<float, M, ROW, tfrag>& rows) {
+  rt<float, M, N, tfrag> scaled;
+  rescale_lazy(scaled, acc, rows);
   mma<TA, TB>(dst, a, b, scaled);
 }
 
