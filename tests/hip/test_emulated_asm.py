@@ -5,6 +5,8 @@ emulated kernel runs too. A gemm whose gfx950 build takes the asm path matches t
 the asm's binding, which the emulator did not see while it substituted the builtin, are caught."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from test_schedules import _emulated
@@ -46,3 +48,35 @@ def test_bugs_planted_in_the_asm_binding_are_caught(name):
     art.source = art.source.replace(old, new)
     with pytest.raises(getattr(emulator, err), match=what):
         be.launch(art, [a, b, c], (2, 2, 1))
+
+
+@pytest.mark.parametrize("case_id", ["kernel/attention_fwd/bf16/B2_Hq4_Hkv2_N130_D128_full",
+                                     "kernel/gemm/bf16-f32/256x256x256"])
+def test_library_kernels_on_gfx950_run_the_asm_and_a_wrong_m0_fails_them(case_id, monkeypatch):
+    """The conformance case passes as generated, through the asm (its source holds the binding once and the
+    launch runs it); with M0 one chunk high the same case fails in the emulator."""
+    from hk_portable.backends.hip import backend as hip_backend, emulator
+    from hk_portable.conformance.cases import all_cases
+    from hk_portable.conformance.runner import PASSED, Session
+    ok, why = emulator.available()
+    if not ok:
+        pytest.skip(why)
+    case = next(c for c in all_cases() if c.id == case_id)
+    launch, launched = hip_backend.HipBackend.launch, []
+
+    def plant(wrong_m0):
+        def patched(self, art, *a, **k):
+            launched.append(art.source.count(BINDING))
+            if wrong_m0:     # on a copy: the artifact may be cached for later tests of this process
+                art = copy.copy(art)
+                art.source = art.source.replace(BINDING, '"v"(off), "s"(r), "{m0}"(m0 + 16)')
+            return launch(self, art, *a, **k)
+        monkeypatch.setattr(hip_backend.HipBackend, "launch", patched)
+
+    plant(False)
+    r = Session("hip", "gfx950", emulate=True, seed=11).run_case(case)
+    assert r.status == PASSED, r.reason
+    assert launched and all(n == 1 for n in launched)
+    plant(True)
+    r = Session("hip", "gfx950", emulate=True, seed=11).run_case(case)
+    assert r.status != PASSED and "LDS race" in r.reason, r.reason
