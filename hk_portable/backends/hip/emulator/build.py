@@ -15,7 +15,7 @@ from pathlib import Path
 from . import elf
 from .errors import CompileError, EmulatorError
 from .runtime_abi import ABI, PAGE
-from .source import find_kernels, rewrite_source, strip_amdgpu_attrs
+from .source import find_kernels, rewrite_inline_asm, rewrite_source, strip_amdgpu_attrs
 from .toolchain import require_compiler
 
 HERE = Path(__file__).resolve().parent
@@ -188,7 +188,7 @@ def build_module(tmp: Path, source: str, name: str, arch: str, cxx: str, flags: 
     defs = ["-DHK_EMULATOR=1", f"-D__{arch}__=1"]
     run([cxx, "-E", "-std=c++17", "-x", "c++", *defs, "-I", str(write_headers(tmp)), "-include", "hk_emu.h",
          name, "-o", str(ii)], tmp, f"preprocessing {name} for the emulator")
-    text = ii.read_text()
+    text = rewrite_inline_asm(ii.read_text(), arch)
     kernels = find_kernels(text)
     if not kernels:
         raise CompileError(f"{name}: no kernel definitions found (kernels are functions declared "

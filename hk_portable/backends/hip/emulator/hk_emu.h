@@ -522,6 +522,42 @@ static inline void __builtin_amdgcn_raw_ptr_buffer_load_lds(__amdgpu_buffer_rsrc
   hk_emu::load_to_lds(data, (const void*)lds, size, offset, HK_EMU_AT);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Inline assembly. load() recognises the device library's asm statements in the preprocessed source
+// (source.py, rewrite_inline_asm: exact templates, operand constraints and clobbers; anything else is a
+// build error naming the asm) and replaces each with calls of these functions on the asm's operands, so
+// the emulator executes the instruction from the values the real asm binds: the VGPR offset, the
+// resource, the soffset, and M0.
+// ---------------------------------------------------------------------------------------------
+namespace hk_emu {
+namespace inline_asm {
+// an operand bound to one 32-bit register ("v", "s", "{m0}"): the device compiler gives a wider type a
+// register tuple, which the instruction's operand would not accept
+template <class T> static inline uint32_t reg32(const T& v) {
+  static_assert(sizeof(T) == 4 && std::is_trivially_copyable<T>::value,
+                "inline asm: a 32-bit register operand (\"v\", \"s\", \"{m0}\") must bind a 32-bit value");
+  uint32_t u; memcpy(&u, &v, 4); return u;
+}
+template <class T> static inline const __amdgpu_buffer_rsrc_t& srsrc(const T& r) {
+  static_assert(std::is_same<T, __amdgpu_buffer_rsrc_t>::value,
+                "inline asm: a buffer instruction's srsrc operand must bind an __amdgpu_buffer_rsrc_t");
+  return r;
+}
+// buffer_load_<size> vaddr, srsrc, soffset offen [offset:N] lds (MUBUF, LDS = 1, raw buffer): lane l reads
+// `size` bytes at base + soffset + vaddr + offset, range-checked like the buffer builtins (voffset + offset
+// against num_records, dword by dword: out of range reads 0), and the wave writes them to LDS at
+// M0 + offset + l * (size <= 4 ? 4 : 16). Asynchronous: counted on vmcnt like every LDS-DMA.
+static inline void buffer_load_lds(unsigned size, uint32_t vaddr, const __amdgpu_buffer_rsrc_t& r, uint32_t soffset,
+                                   int offset, uint32_t m0, const char* f, int l) {
+  unsigned char in[40] = {0};
+  memcpy(in, &m0, 4);
+  buffer_io(r, (int)(vaddr + (uint32_t)offset), (int)soffset, in + 8, size, false, f, l);
+  int32_t imm[8] = {(int)size, offset, 1};
+  hk_emu_xlane(HK_EMU_OP_LOAD_LDS, in, 8 + 16, nullptr, 0, imm, f, l);
+}
+}  // namespace inline_asm
+}  // namespace hk_emu
+
 #if defined(__gfx950__)
 // ds_read_b64_tr_b16: per block of 16 lanes, lane j reads 4 x 16-bit values R[j][0..3] at its
 // address; lane i receives R[4e + i/4][i%4] for e = 0..3 (a 4x16 tile read row-wise comes back

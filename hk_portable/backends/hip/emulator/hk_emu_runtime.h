@@ -322,6 +322,22 @@ size_t lds_index(const Worker* w, const char* p, uint32_t n) {
   return NO_SHADOW;
 }
 
+// The LDS byte an inline-asm LDS-DMA's M0 (+ instruction offset) addresses. The device's M0 holds an LDS
+// byte address (the 32-bit value of an address_space(3) pointer); in the emulator an LDS pointer is a host
+// address and its 32-bit value the low half of it, which names one byte of the workgroup's static or dynamic
+// LDS (each spans far less than 4 GiB). A value that names none is an error: the load would write LDS the
+// kernel does not own, or M0 was not computed from an LDS pointer.
+const char* lds_from_m0(Worker* w, uint32_t m0, int inst_off, const Lane* f) {
+  const uint32_t a = m0 + (uint32_t)inst_off;
+  const uint32_t ds = a - (uint32_t)(uintptr_t)w->s_lo, dd = a - (uint32_t)(uintptr_t)w->d_lo;
+  if (w->s_size && ds < w->s_size) return w->s_lo + ds;
+  if (w->d_size && dd < w->d_size) return w->d_lo + dd;
+  failf(w, "inline asm LDS-DMA at %s:%d (wave %d): M0 = %#x + offset %d = %#x is not an LDS address of this "
+           "workgroup (static LDS: %u bytes at %#x, dynamic LDS: %u bytes at %#x, as 32-bit LDS pointer values)",
+        f->file, f->line, (int)f->info.wave, m0, inst_off, a, w->s_size, (uint32_t)(uintptr_t)w->s_lo,
+        w->d_size, (uint32_t)(uintptr_t)w->d_lo);
+}
+
 // A byte a direct-to-LDS load is still writing (no s_waitcnt covering the load has run in its wave).
 __attribute__((noreturn)) void missing_wait(Worker* w, const Lane* l, const char* p, bool wr, const Shadow& sh,
                                             const char* file, int line) {
@@ -746,12 +762,17 @@ void resolve(Worker* w, Wave& wv, Lane** lanes, int op) {
       break;
     case HK_EMU_OP_LOAD_LDS: {
       int size = f->imm[0], off = f->imm[1];
+      const bool by_m0 = f->imm[2] != 0;   // inline asm: the 32-bit M0 value, not a pointer
       uint64_t base = rdw(f, 0, 8);
       for (int i = 0; i < 64; ++i)
         if (lanes[i] && rdw(lanes[i], 0, 8) != base)
-          failf(w, "direct-to-LDS load at %s:%d: the LDS base pointer must be wave-uniform (lane %d: %#lx, "
-                   "lane %d: %#lx)", f->file, f->line, (int)f->info.lane, (unsigned long)base, i,
-                (unsigned long)rdw(lanes[i], 0, 8));
+          failf(w, "direct-to-LDS load at %s:%d: the LDS base %s must be wave-uniform (lane %d: %#lx, "
+                   "lane %d: %#lx)", f->file, f->line, by_m0 ? "(M0)" : "pointer", (int)f->info.lane,
+                (unsigned long)base, i, (unsigned long)rdw(lanes[i], 0, 8));
+      if (by_m0) {   // the LDS address M0 + inst_offset, 32-bit as the hardware adds it; the lane's slot follows
+        base = (uint64_t)(uintptr_t)lds_from_m0(w, (uint32_t)base, off, f);
+        off = 0;
+      }
       int stride = size <= 4 ? 4 : 16;
       const int wave = (int)f->info.wave;
       const uint32_t seq = issue_dma(w, w->waves[wave]);

@@ -9,6 +9,7 @@ from .build import (KERNEL_LIST, atomic_build_dir, build_module, cache_root, hea
 from .errors import EmulatorError
 from .module import Module
 from .runtime_abi import ABI, ARCHS
+from .source import REWRITE_VERSION
 from .toolchain import module_flags, require_compiler
 
 _modules: dict[str, Module] = {}
@@ -27,7 +28,7 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
     cxx, ver = require_compiler()
     flags = module_flags(opt_level, fp_contract, extra_flags)
     key = hashlib.sha256("\0".join([source, arch, name, header_digest(), ver, " ".join(flags),
-                                    str(ABI)]).encode()).hexdigest()[:24]
+                                    str(ABI), str(REWRITE_VERSION)]).encode()).hexdigest()[:24]
     with lock:
         if key in _modules:
             return _modules[key]

@@ -175,17 +175,14 @@ template<class S> struct chunk_plan {
 // hidden from the compiler on purpose: for the builtin, LLVM waits vmcnt(0) before every later LDS access
 // and at every workgroup fence while such a load is in flight (it cannot tell which LDS bytes the load
 // writes), so no load would overlap the MFMAs' fragment reads. The pipelines wait for these loads
-// themselves, by count (pipelines.h); the emulator runs the builtin, which tracks them and reports a read
-// before the wait.
+// themselves, by count (pipelines.h). The emulator executes this asm from its operands (emulator
+// README, "Inline assembly": M0 as the LDS address, the offset, the range check, completion on vmcnt) and
+// reports a read before the wait.
 HK_DEV void dma16(__amdgpu_buffer_rsrc_t r, unsigned off, unsigned char* lds) {
-#if defined(HK_EMULATOR)
-  __builtin_amdgcn_raw_ptr_buffer_load_lds(r, (__attribute__((address_space(3))) void*)lds, 16, (int)off, 0, 0, 0);
-#else
   const unsigned m0 = (unsigned)(unsigned long long)(__attribute__((address_space(3))) void*)lds;
   // s_nop: one wait state between the write of M0 and the LDS-DMA that reads it (the hazard recognizer
   // does not look inside inline assembly)
   asm volatile("s_nop 0\n\tbuffer_load_dwordx4 %0, %1, 0 offen lds" : : "v"(off), "s"(r), "{m0}"(m0) : "memory");
-#endif
 }
 #endif
 
