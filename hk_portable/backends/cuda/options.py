@@ -30,9 +30,9 @@ class CudaOptions(BackendOptions):
     min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills
     overlap: bool = False              # software-pipelined attention compute (schedule.Overlap): measured slower
     persistent: bool = False           # specialised kernels walk their tiles on one block per SM: measured slower
-    split_ring: bool = True            # a stage's buffers released by reader (attention's K and V apart)
-    pingpong: bool = False             # with overlap: consumer warpgroups take turns issuing wgmma (FA3)
-    producer_prologue: bool = True     # loads before the pipelines (attention's Q) by the producer's TMA
+    split_ring: bool = False           # a stage's buffers released by reader (K and V apart): measured, no gain
+    pingpong: bool = False             # with split_ring + overlap: warpgroups take turns issuing wgmma (FA3)
+    producer_prologue: bool = False    # loads before the pipelines (attention's Q) by the producer: no gain
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",

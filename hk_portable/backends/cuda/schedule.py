@@ -25,8 +25,8 @@ tensor cores. The tail reads what step i-1 left (P, α) and step i-1's stage, wh
 Off unless asked for (CudaOptions(overlap=True)): on the H200 it lost (2026-12-03, perf-notes), because K and
 V share a stage, so the stage held one step longer starves the producer; FA3 releases K after QKᵀ.
 
-A warp-specialised kernel's ring is split (`RingGroup`, on by default, CudaOptions(split_ring=False) turns it
-off) when each staged buffer of every pipeline is read by exactly one wgmma of the compute region that retires
+A warp-specialised kernel's ring is split (`RingGroup`; CudaOptions(split_ring=True), off by default: on the H200
+it measured no faster, and the device's NVRTC spilled the split D64 192-row block, perf-notes 2026-12-03) when each staged buffer of every pipeline is read by exactly one wgmma of the compute region that retires
 before it returns, and those readers are two or more: each reader's buffers get their own full and empty
 barrier per stage, the consumers wait for them just before the reader and release them right after it, and
 the producer refills them as soon as they are released. Attention's K is then refilled once QKᵀ retired, while
@@ -142,7 +142,7 @@ def grouped_blocks(program: Program) -> bool:
 
 
 def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
-         split_ring: bool = True, pingpong: bool = False, producer_prologue: bool = True) -> Plan:
+         split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
