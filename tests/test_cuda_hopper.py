@@ -223,7 +223,11 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
         assert len(cands) == 4                     # ..., 128x64, hip's 256x64 on 8 waves, the baseline
         hip_cfg = attention.attention_fwd_kernel.choose_config(cands, *args, backend="hip:gfx942")
         assert (hip_cfg["BM"], hip_cfg["BN"], hip_cfg["num_warps"]) == (256, 64, 8) and hip_cfg != cfg
-        assert "setmaxnreg.inc" in attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg).asm
+        built = attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg)
+        # the register hand-over where ptxas gave the block what it asked for; the H200's NVRTC 13.0 does not for
+        # the masked block (a few more registers), and the backend then builds it without (backend.compile)
+        assert ("setmaxnreg.inc" in built.asm) == bool(built.launch.get("hand_over_registers"))
+        assert masked or "setmaxnreg.inc" in built.asm
     assert attention.attention_fwd_kernel.choose_config(cands, *args, backend="cuda:sm_80") == cands[-1]
     art = attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg)
     assert art.asm.count("wgmma.mma_async") >= 2 and "mma.sync" not in art.asm

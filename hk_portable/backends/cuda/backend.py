@@ -183,6 +183,8 @@ class CudaBackend(Backend):
             info["tma"] = emitted.extras["tma"]       # tensor maps + flag after the params (tma.py)
         if emitted.extras.get("persistent"):
             info["persistent"] = True                 # the logical grid follows; one block per SM walks it
+        if emitted.extras.get("hand_over_registers"):
+            info["hand_over_registers"] = emitted.extras["hand_over_registers"]   # setmaxnreg in the build
         return info
 
     def restore(self, artifact: Artifact, program) -> Artifact | None:
