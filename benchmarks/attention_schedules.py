@@ -18,7 +18,7 @@ import time
 import torch
 
 VARIANTS = {
-    "shared": {},
+    "shared": {"auto_schedule": False},
     "split": {"split_ring": True},
     "split+q": {"split_ring": True, "producer_prologue": True},
     "overlap": {"split_ring": True, "producer_prologue": True, "overlap": True},

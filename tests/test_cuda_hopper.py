@@ -309,7 +309,7 @@ def test_attention_ring_is_split_by_reader(d, masked):
     assert f"hk_full[{2 * cfg['STAGES'] + 1}]" in src and src.count("hk::ws_produce_split<") == n
     assert src.count("hk::ring_acquire<2>(") == 2 * n and src.count("hk::ws_consume_split<") == n
     assert src.count("hk::ring_wait<2>(") == src.count("hk::ring_release<2>(") == 2 * n
-    shared = be.compile(program, target).source
+    shared = be.compile(program, target, {"auto_schedule": False}).source
     assert "hk::ring_acquire<2>" not in shared and "hk::ws_produce<" in shared
     # ping-pong on top of the overlap: the warpgroups take turns issuing QKᵀ_i and PV_{i-1}
     pp_art = be.compile(program, target, {**on, "overlap": True, "pingpong": True})
@@ -399,11 +399,35 @@ def test_gemm_falls_back_to_the_ring_for_tensors_tma_cannot_read(hopper):
 
 
 _ON = {"split_ring": True, "producer_prologue": True}
-SCHEDULES = [{}, _ON, {**_ON, "overlap": True}, {**_ON, "overlap": True, "pingpong": True}, {**_ON, "persistent": True}]
+SCHEDULES = [{"auto_schedule": False}, {}, _ON, {**_ON, "overlap": True, "pingpong": True}, {**_ON, "persistent": True}]
+
+
+@pytest.mark.parametrize("d, masked, fa3", [(128, False, True), (128, True, False), (64, False, False)])
+def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
+    """schedule.fa3_switches: unmasked attention on two consumer warpgroups gets FA3's schedule (split ring, Q on
+    the producer, overlap, ping-pong; +3-18 % on the H200), kept only when the build neither spills nor loses the
+    register hand-over; the causal mask and three warpgroups (D64's 192-row block) measured slower and keep the
+    shared ring. Switches the caller sets, or auto_schedule=False, are taken as given."""
+    q = _meta(2, 4, 256, d)
+    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
+    cfg = attention.candidates({"D": d, "MASKED": masked})[0]
+    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    art = be.compile(program, target)
+    chosen = art.options["schedule"]
+    assert chosen.get("pingpong", False) is fa3 and ("why" in chosen) is fa3
+    assert ("hk::turn_wait<2>();" in art.source) is fa3
+    if fa3:
+        assert art.resources["spill_stores"] == 0 and art.launch["hand_over_registers"]
+        plain = be.compile(program, target, {"auto_schedule": False})
+        assert "hk::turn_wait<" not in plain.source and not plain.options["schedule"]["pingpong"]
+        given = be.compile(program, target, {"overlap": True})
+        assert given.options["schedule"]["overlap"] and not given.options["schedule"]["pingpong"]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("switches", SCHEDULES, ids=["shared-ring", "split-ring", "overlap", "pingpong", "persistent"])
+@pytest.mark.parametrize("switches", SCHEDULES, ids=["shared-ring", "auto", "split-ring", "pingpong", "persistent"])
 @pytest.mark.parametrize("d, causal", [(128, False), (128, True), (64, False), (64, True)])
 def test_attention_schedules_match_float64(hopper, switches, d, causal):
     """Each ring and schedule the cuda backend can pick for attention, on the GPU against float64: ragged N (a

@@ -127,14 +127,25 @@ class CudaBackend(Backend):
         codegen.check(program, target)
         if target.emulated:
             return self._compile_emulated(program, target, opts)
-        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **opts.schedule())
+        fa3 = schedule.fa3_switches(program, target, opts.schedule()) if opts.auto_schedule else None
+        if fa3 is not None:
+            art = self._build(program, target, opts, fa3)
+            r = art.resources
+            if not (r["spill_stores"] or r["stack_bytes"]) and art.launch.get("hand_over_registers"):
+                art.options["schedule"] = {**fa3, "why": schedule.FA3_WHY}
+                return art
+        return self._build(program, target, opts, opts.schedule())
+
+    def _build(self, program, target: Target, opts: CudaOptions, switches: dict) -> Artifact:
+        """NVRTC + ptxas with the fallbacks a spill or a lost register hand-over call for."""
+        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **switches)
         flags = opts.nvrtc_flags()
         compiled = compiler.compile_source(emitted.source, emitted.kernel_name, target.arch, flags)
         resources = compiler.parse_ptxas(compiled.log)
         min_blocks = opts.min_blocks
         if min_blocks is None and (resources["spill_stores"] or resources["stack_bytes"]):
             # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
-            again, _ = codegen.emit(program, target, min_blocks=1, **opts.schedule())
+            again, _ = codegen.emit(program, target, min_blocks=1, **switches)
             retry = compiler.compile_source(again.source, again.kernel_name, target.arch, flags)
             r2 = compiler.parse_ptxas(retry.log)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
@@ -142,7 +153,7 @@ class CudaBackend(Backend):
         fast_exp2 = True
         if resources["spill_stores"] or resources["stack_bytes"]:
             # many flushing exps in flight can cost registers the unflushed form does not: try that
-            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False, **opts.schedule())
+            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False, **switches)
             retry = compiler.compile_source(again.source, again.kernel_name, target.arch, flags)
             r2 = compiler.parse_ptxas(retry.log)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
@@ -151,7 +162,7 @@ class CudaBackend(Backend):
         if wanted and resources["registers"] != wanted:
             # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over
             emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False,
-                                           fast_exp2=fast_exp2, **opts.schedule())
+                                           fast_exp2=fast_exp2, **switches)
             compiled = compiler.compile_source(emitted.source, emitted.kernel_name, target.arch, flags)
             resources = compiler.parse_ptxas(compiled.log)
         resources["shared_bytes"] = shared
@@ -160,7 +171,7 @@ class CudaBackend(Backend):
             source=emitted.source, binary=compiled.cubin, asm=compiled.ptx,
             launch=self._launch_info(emitted, shared), resources=resources,
             options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "flags": list(compiled.options),
-                     "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2,
+                     "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2, "schedule": switches,
                      "library": codegen.library_hash()},
             payload=None)
 

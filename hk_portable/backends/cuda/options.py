@@ -33,10 +33,11 @@ class CudaOptions(BackendOptions):
     split_ring: bool = False           # a stage's buffers released by reader (K and V apart): measured, no gain
     pingpong: bool = False             # with split_ring + overlap: warpgroups take turns issuing wgmma (FA3)
     producer_prologue: bool = False    # loads before the pipelines (attention's Q) by the producer: no gain
+    auto_schedule: bool = True         # the backend may take FA3's schedule where measured to pay (schedule.fa3_switches)
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
-                          "producer_prologue")
+                          "producer_prologue", "auto_schedule")
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:
