@@ -33,7 +33,8 @@ the producer refills them as soon as they are released. Attention's K is then re
 V is still being read by PV; on the shared ring a stage waited for both. With the overlap on, the waits and
 releases sit where the head and the tail are issued and retired, and `pingpong` (CudaOptions(pingpong=True),
 FA3's inter-warpgroup schedule) makes the consumer warpgroups take turns issuing a step's two products, so one
-warpgroup's softmax runs while the next one's products occupy the tensor cores.
+warpgroup's softmax runs while the next one's products occupy the tensor cores. `fa3_switches` turns all of them on
+(FA3's schedule) for the programs where the H200 measured a gain: unmasked attention on two consumer warpgroups.
 
 A warp-specialised kernel may run persistent (`Plan.persistent`): the launch
 starts one block per SM (at most), each walking the logical grid's tiles in block_idx order, producer and
