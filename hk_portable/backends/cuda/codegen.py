@@ -82,7 +82,7 @@ class CudaEmitter(CStyleEmitter):
         self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
         self._in_flight: set[int] = set()                   # mma ops left in flight (an Overlap's step)
         self._ring_readers: dict[int, int] = {}             # split ring: reader op id -> group (while emitting)
-        self._ring_loads: dict[int, int] = {}               # split ring: TMA load op id -> group (while emitting)
+        self._ring_loads: dict[int, tuple] = {}             # split ring: TMA load op id -> (group, its bytes)
         self._acquired: set[int] = set()                    # split ring: groups acquired in this load lambda
         self._emitted_prologue: list = []                   # prologue loads the producer issued so far (this tile)
         self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
@@ -150,11 +150,10 @@ class CudaEmitter(CStyleEmitter):
         st, gl, *idx = op.operands
         bar = "hk_bar"
         if id(op) in self._ring_loads:          # split ring: the group's stage, acquired before its first copy
-            g = self._ring_loads[id(op)]
+            g, tx = self._ring_loads[id(op)]
             bar = f"hk_bar{g}"
             if g not in self._acquired:
                 self._acquired.add(g)
-                tx = next(gr.tx_bytes for pp in self.plan.pipelines.values() for gr in pp.groups if id(op) in gr.loads)
                 self.line(f"hk::u64* {bar} = hk::ring_acquire<{self._stages}>({self._ring('full', g)}, "
                           f"{self._ring('empty', g)}, hk_it, {tx});")
         self.line(f"hk::tma_load({self.name(st)}, hk_tm{self._tma_loads[id(op)]}, {bar}, {self.args(idx)});")
@@ -341,7 +340,7 @@ class CudaEmitter(CStyleEmitter):
     def _tma_load_lambda(self, op, pp) -> None:
         """The TMA form of a load region; on a split ring it takes (i, s) and acquires each group's stage."""
         self._tma_loads = pp.tma_loads
-        self._ring_loads = {g2s: k for k, g in enumerate(pp.groups) for g2s in g.loads}
+        self._ring_loads = {g2s: (k, g.tx_bytes) for k, g in enumerate(pp.groups) for g2s in g.loads}
         self._acquired = set()
         try:
             self.load_lambda(f"hk_load_tma{self.pipeline_uid(op)}", op.regions[0],
@@ -405,7 +404,7 @@ class CudaEmitter(CStyleEmitter):
     def _prologue_load(self, op) -> None:
         """The producer's side: acquire the prologue's barrier pair for this tile (once the consumers released
         the last tile's), then the TMA copy."""
-        if not any(id(o) in self.plan.prologue for o in self._emitted_prologue):
+        if not self._emitted_prologue:          # the tile's first prologue load acquires the pair
             self.line(f"hk::u64* hk_pbar = hk::ring_acquire<1>(hk_full + {self._prologue_bar}, hk_empty + "
                       f"{self._prologue_bar}, hk_round, {self.plan.prologue_tx});")
         self._emitted_prologue.append(op)
