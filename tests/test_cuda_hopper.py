@@ -27,6 +27,18 @@ def _meta(*shape, dtype=torch.bfloat16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
+def _attention_args(d: int) -> tuple:
+    """attention_fwd_kernel's arguments on the meta device: B2 H4 N256, head dim d, no mask."""
+    q = _meta(2, 4, 256, d)
+    return (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
+
+
+def _attention_program(d: int, masked: bool, candidate: int = 0):
+    """(config, Program) of the attention candidate the library lists at `candidate` for this head dim and mask."""
+    cfg = attention.candidates({"D": d, "MASKED": masked})[candidate]
+    return cfg, attention.attention_fwd_kernel.trace(*_attention_args(d), **cfg)
+
+
 def _gemm_artifact(arch: str, **cfg):
     cfg = cfg or gemm_kernel.choose_config(CANDIDATES, _meta(256, 256), _meta(256, 256), _meta(256, 256),
                                            backend=f"cuda:{arch}")
@@ -255,11 +267,8 @@ def test_attention_compute_is_software_pipelined_on_sm90a(masked):
     serialise all of them (it says so in its log), which the first version of this pass did. Off by default
     (measured slower on the H200, perf-notes 2026-12-03): CudaOptions(overlap=True) asks for it."""
     from hk_portable.backends.cuda import compiler, schedule
-    q = _meta(2, 4, 256, 128)
-    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
     # masked: the 128x64 candidate (128x128 with the mask and the overlap's carried P spills 336 bytes)
-    cfg = attention.candidates({"D": 128, "MASKED": masked})[1 if masked else 0]
-    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    cfg, program = _attention_program(128, masked, 1 if masked else 0)
     target = hk.get_backend("cuda").target("sm_90a")
     assert not any(pp.overlap for pp in schedule.plan(program, target).pipelines.values())
     plan = schedule.plan(program, target, overlap=True)
@@ -288,10 +297,7 @@ def test_attention_ring_is_split_by_reader(d, masked):
     the producer acquires K's stage once QKᵀ of two steps before retired, V's once PV did, and the consumers
     wait for each just before its product. A GEMM (both operands read by one mma) keeps one barrier pair."""
     from hk_portable.backends.cuda import compiler, schedule
-    q = _meta(2, 4, 256, d)
-    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
-    cfg = attention.candidates({"D": d, "MASKED": masked})[0]
-    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    cfg, program = _attention_program(d, masked)
     be = hk.get_backend("cuda")
     target = be.target("sm_90a")
     on = {"split_ring": True, "producer_prologue": True}
@@ -338,10 +344,8 @@ def test_specialised_kernels_run_persistent_when_asked():
     per SM (the ring runs on across tiles, so the producer loads the next tile during this one's epilogue); the
     launch gets the logical grid as three ints after the tensor maps. Off by default (measured slower on the
     H200, perf-notes 2026-12-03): one tile per block."""
-    q = _meta(2, 4, 256, 128)
-    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
-    cfg = attention.candidates({"D": 128, "MASKED": True})[0]
-    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    args = _attention_args(128)
+    cfg, program = _attention_program(128, True)
     be = hk.get_backend("cuda")
     art = be.compile(program, be.target("sm_90a"), {"persistent": True})
     assert art.launch.get("persistent") is True
@@ -408,10 +412,7 @@ def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
     the producer, overlap, ping-pong; +3-18 % on the H200), kept only when the build neither spills nor loses the
     register hand-over; the causal mask and three warpgroups (D64's 192-row block) measured slower and keep the
     shared ring. Switches the caller sets, or auto_schedule=False, are taken as given."""
-    q = _meta(2, 4, 256, d)
-    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
-    cfg = attention.candidates({"D": d, "MASKED": masked})[0]
-    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    cfg, program = _attention_program(d, masked)
     be = hk.get_backend("cuda")
     target = be.target("sm_90a")
     art = be.compile(program, target)
