@@ -24,6 +24,8 @@ VARIANTS = {
     "overlap": {"split_ring": True, "producer_prologue": True, "overlap": True},
     "pingpong": {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True},
     "persistent": {"split_ring": True, "producer_prologue": True, "persistent": True},
+    "fa3+persistent": {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True,
+                       "persistent": True},
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]
@@ -60,7 +62,7 @@ def main():
     target = be.target("sm_90a")
     names = args.variants or list(VARIANTS)
     rows, t0 = [], time.time()
-    for n, d, causal in CASES:
+    for n, d, causal in args.cases or CASES:
         cfg, arts = _artifacts(be, target, n, d, causal, names)
         if args.compile_only:
             continue
@@ -107,6 +109,11 @@ def main():
                  "variants": {v: VARIANTS[v] for v in names}, "rows": rows}, args.json)
 
 
+def _case(text: str) -> tuple[int, int, bool]:
+    n, d, *causal = text.split(",")
+    return int(n), int(d), bool(causal) and causal[0] in ("1", "c", "causal", "True", "true")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="attention_schedules.json")
@@ -114,5 +121,6 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--cases", nargs="+", type=_case, default=None, help="N,D[,causal] each (default: CASES)")
     args = ap.parse_args()
     main()

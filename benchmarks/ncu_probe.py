@@ -6,11 +6,13 @@ h200_cuda_check.sh's `ncu` step:
         python3 benchmarks/ncu_probe.py
 
 `--cublas` also launches torch.matmul on the same operands (profile it with a kernel regex such as
-'gemm|xmma|cutlass').
+'gemm|xmma|cutlass'). `--attention N,D[,causal] ...` replaces the attention case by these (B*N = 16384 tokens,
+16 heads), `--no-gemm` leaves the GEMM out: with `--launch-skip 2 --launch-count 1` per kernel name ncu then
+profiles the third launch of each case (each case is launched three times in a row).
 """
 from __future__ import annotations
 
-import sys
+import argparse
 
 import torch
 
@@ -19,16 +21,25 @@ from hk_portable.kernels.gemm import gemm
 
 
 def main() -> None:
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        gemm(a, b)
-    if "--cublas" in sys.argv:            # the baseline's kernel too (its tile, cluster and stall profile)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cublas", action="store_true")
+    ap.add_argument("--no-gemm", action="store_true")
+    ap.add_argument("--attention", nargs="+", default=["4096,128"])
+    args = ap.parse_args()
+    if not args.no_gemm:
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
         for _ in range(3):
-            torch.matmul(a, b)
-    q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    for _ in range(3):
-        attention_fwd(q, k, v)
+            gemm(a, b)
+        if args.cublas:            # the baseline's kernel too (its tile, cluster and stall profile)
+            for _ in range(3):
+                torch.matmul(a, b)
+    for case in args.attention:
+        n, d, *causal = case.split(",")
+        n, d = int(n), int(d)
+        q, k, v = (torch.randn(16384 // n, 16, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        for _ in range(3):
+            attention_fwd(q, k, v, causal=bool(causal))
     torch.cuda.synchronize()
 
 

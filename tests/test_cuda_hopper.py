@@ -342,8 +342,8 @@ def test_attention_ring_is_split_by_reader(d, masked):
 def test_specialised_kernels_run_persistent_when_asked():
     """CudaOptions(persistent=True): a warp-specialised kernel walks the logical grid's tiles on at most one block
     per SM (the ring runs on across tiles, so the producer loads the next tile during this one's epilogue); the
-    launch gets the logical grid as three ints after the tensor maps. Off by default (measured slower on the
-    H200, perf-notes 2026-12-03): one tile per block."""
+    launch gets the logical grid as three ints after the tensor maps. Alone it is off (measured slower on the
+    H200, perf-notes 2026-12-03); FA3's schedule takes it (test_backend_takes_fa3_schedule_where_measured)."""
     args = _attention_args(128)
     cfg, program = _attention_program(128, True)
     be = hk.get_backend("cuda")
@@ -351,7 +351,7 @@ def test_specialised_kernels_run_persistent_when_asked():
     assert art.launch.get("persistent") is True
     assert "hk::tile_idx<0>(hk_tile, hk_grid_x, hk_grid_y)" in art.source and "int hk_grid_z)" in art.source
     assert art.source.count("for (long long hk_tile = blockIdx.x;") == 2          # the producer's and the consumers'
-    flat = be.compile(program, be.target("sm_90a"))
+    flat = be.compile(program, be.target("sm_90a"), {"auto_schedule": False})
     assert "persistent" not in flat.launch and "hk_tile" not in flat.source
     small = attention.attention_fwd_kernel.trace(*args, **attention.candidates({"D": 128, "MASKED": True})[-1])
     assert "persistent" not in be.compile(small, be.target("sm_90a"), {"persistent": True}).launch   # not specialised
@@ -406,19 +406,20 @@ _ON = {"split_ring": True, "producer_prologue": True}
 SCHEDULES = [{"auto_schedule": False}, {}, _ON, {**_ON, "overlap": True, "pingpong": True}, {**_ON, "persistent": True}]
 
 
-@pytest.mark.parametrize("d, masked, fa3", [(128, False, True), (128, True, False), (64, False, False)])
+@pytest.mark.parametrize("d, masked, fa3", [(128, False, True), (128, True, True), (64, False, False)])
 def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
-    """schedule.fa3_switches: unmasked attention on two consumer warpgroups gets FA3's schedule (split ring, Q on
-    the producer, overlap, ping-pong; +3-18 % on the H200), kept only when the build neither spills nor loses the
-    register hand-over; the causal mask and three warpgroups (D64's 192-row block) measured slower and keep the
-    shared ring. Switches the caller sets, or auto_schedule=False, are taken as given."""
+    """schedule.fa3_switches: attention on two consumer warpgroups, causal or not, gets FA3's schedule (split ring,
+    Q on the producer, overlap, ping-pong, persistent grid; +20 % causal on the H200), kept only when the build
+    neither spills nor loses the register hand-over; three warpgroups (D64's 192-row block) measured slower and
+    keep the shared ring. Switches the caller sets, or auto_schedule=False, are taken as given."""
     cfg, program = _attention_program(d, masked)
     be = hk.get_backend("cuda")
     target = be.target("sm_90a")
     art = be.compile(program, target)
     chosen = art.options["schedule"]
-    assert chosen.get("pingpong", False) is fa3 and ("why" in chosen) is fa3
+    assert chosen.get("pingpong", False) is fa3 and chosen.get("persistent", False) is fa3 and ("why" in chosen) is fa3
     assert ("hk::turn_wait<2>();" in art.source) is fa3
+    assert bool(art.launch.get("persistent")) is fa3
     if fa3:
         assert art.resources["spill_stores"] == 0 and art.launch["hand_over_registers"]
         plain = be.compile(program, target, {"auto_schedule": False})

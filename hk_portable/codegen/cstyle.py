@@ -21,6 +21,7 @@ from ..interface import dtypes as D
 from ..interface import opcodes
 from ..interface.errors import UnsupportedError
 from ..interface.ir import GlobalType, Op, Program, Region, ScalarType, SharedBufType, TileType, Value
+from . import patterns
 from .layouts import COL, FRAGMENT, ROW, assign_layouts, assign_shared_storage, assign_vector_axes  # noqa: F401 - re-exported
 from .resources import SMEM_ALIGN, arena_layout  # noqa: F401 - SMEM_ALIGN: re-exported for emitters
 
@@ -68,6 +69,11 @@ class CStyleEmitter:
     col_major_shared = False        # ... and column-major shared tiles (layouts.assign_shared_storage)
     tfrag_layouts = False           # ... and layouts.TFragment (transposed-fragment mma accumulators)
 
+    def fuses_masks(self, v: Value) -> bool:
+        """Whether the library's hk::where_at / causal_at / bounds_at evaluate masks at the positions of v's
+        layout (patterns.fused_masks: a select then evaluates its mask tree where it writes)."""
+        return False
+
     def kernel_qualifiers(self, num_threads: int) -> str:
         return "extern \"C\" __global__"
 
@@ -111,6 +117,8 @@ class CStyleEmitter:
                                       self.narrow_strips)
         if self.col_major_shared:
             self.layouts.update(self.shared_storage(program))
+        self._producer = {r: o for o in program.body.walk() for r in o.results}
+        self.fused = patterns.fused_masks(program, self.fuses_masks)    # mask-tree op -> its select
         self.lines: list[str] = []
         self.indent = 1
         buffers = [op.result for op in program.shared_buffers()]
@@ -281,16 +289,38 @@ class CStyleEmitter:
                          f"{self.name(c)});")
 
     def op_unary(self, op):
+        if op in self.fused:                     # evaluated inside its select (fused_masks)
+            return
         self._result(op, f"hk::unary<{UNARY_FN[op.attrs['op']]}>({{dst}}, {self.name(op.operands[0])});")
 
     def op_binary(self, op):
+        if op in self.fused:
+            return
         a, b = op.operands
         self._result(op, f"hk::binary<{BINARY_FN[op.attrs['op']]}>({{dst}}, {self.name(a)}, {self.name(b)});")
 
     op_compare = op_binary
 
     def op_where(self, op):
-        self._result(op, f"hk::where({{dst}}, {self.args(op.operands)});")
+        m, a, b = op.operands
+        if self.producer_of(m) not in self.fused:
+            return self._result(op, f"hk::where({{dst}}, {self.args(op.operands)});")
+        self.line(f"{self.decl(op.result)};")
+        self.line(f"hk::where_at({self.name(op.result)}, [&](int r, int c) {{ return {self._mask_expr(m)}; }}, "
+                  f"{self.name(a)}, {self.name(b)});")
+
+    def _mask_expr(self, v: Value) -> str:
+        """A fused mask tree as a C++ expression of the position (r, c); its leaves are causal_at/bounds_at."""
+        o = self.producer_of(v)
+        if o.opcode in patterns.MASK_LEAVES:
+            return f"{self.name(v)}.at(r, c)"
+        if o.opcode == "unary":
+            return f"!{self._mask_expr(o.operands[0])}"
+        join = " && " if o.attrs["op"] == "and" else " || "
+        return f"({self._mask_expr(o.operands[0])}{join}{self._mask_expr(o.operands[1])})"
+
+    def producer_of(self, v: Value) -> Op | None:
+        return self._producer.get(v)
 
     def op_cast(self, op):
         self._result(op, f"hk::cast({{dst}}, {self.name(op.operands[0])});")
@@ -301,9 +331,13 @@ class CStyleEmitter:
         self._result(op, f"hk::reduce<{k}, hk::{ax}>({{dst}}, {self.name(op.operands[0])});")
 
     def op_causal_mask(self, op):
+        if op in self.fused:                     # a predicate the select evaluates (fused_masks)
+            return self.line(f"const auto {self.name(op.result)} = hk::causal_at({self.args(op.operands)});")
         self._result(op, f"hk::causal_mask({{dst}}, {self.args(op.operands)});")
 
     def op_bounds_mask(self, op):
+        if op in self.fused:
+            return self.line(f"const auto {self.name(op.result)} = hk::bounds_at({self.args(op.operands)});")
         self._result(op, f"hk::bounds_mask({{dst}}, {self.args(op.operands)});")
 
     def op_dropout_mask(self, op):

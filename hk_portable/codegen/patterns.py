@@ -57,3 +57,44 @@ def folded_scales(program: Program, accepts: Callable[[Value], bool]) -> dict[Op
         out[red[0]] = (x, c)
         out[sub[0]] = (x, c, b.operands[0])
     return out
+
+
+MASK_LEAVES = ("causal_mask", "bounds_mask")
+
+
+def fused_masks(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, Op]:
+    """{mask op: the where op it is evaluated in} for selects whose mask is a tree of causal/bounds masks
+    joined by and/or/not, each node used once, every node and the select in a layout the backend's library
+    evaluates positions of (`accepts`): the select evaluates the tree at each element it writes (hk::where_at),
+    so no mask tile is ever held or packed (attention's edge blocks: on the H200 the packed 128x128 masks
+    and their 64-bit comparisons cost three unmasked key blocks, perf-notes 2026-12-03 fifth session)."""
+    uses: dict[Value, int] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+        for r in op.regions:
+            for y in r.yields:
+                uses[y] = uses.get(y, 0) + 2          # a carried value is never fused
+    producers = {r: o for o in program.body.walk() for r in o.results}
+
+    def tree(v: Value) -> list[Op] | None:
+        o = producers.get(v)
+        if o is None or uses.get(v, 0) != 1 or not accepts(v):
+            return None
+        if o.opcode in MASK_LEAVES:
+            return [o]
+        if o.opcode == "unary" and o.attrs["op"] == "not":
+            sub = tree(o.operands[0])
+            return None if sub is None else sub + [o]
+        if o.opcode == "binary" and o.attrs["op"] in ("and", "or"):
+            a, b = tree(o.operands[0]), tree(o.operands[1])
+            return None if a is None or b is None else a + b + [o]
+        return None
+    out: dict[Op, Op] = {}
+    for op in program.body.walk():
+        if op.opcode == "where" and accepts(op.result):
+            t = tree(op.operands[0])
+            if t is not None:
+                out.update({m: op for m in t})
+    return out
+

@@ -97,6 +97,9 @@ class CudaEmitter(CStyleEmitter):
             self._scaled = patterns.folded_scales(self.p, lambda v: not isinstance(self.layouts.get(v), Strip))
         return self._scaled
 
+    def fuses_masks(self, v) -> bool:
+        return True            # hk::where_at and the mask predicates take any register-tile layout (masks.cuh)
+
     # ---- a softmax's scale folded into its row max and its exp2 argument (patterns.folded_scales)
     def op_reduce(self, op):
         if op not in self._folds():

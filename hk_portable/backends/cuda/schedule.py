@@ -33,17 +33,17 @@ the producer refills them as soon as they are released. Attention's K is then re
 V is still being read by PV; on the shared ring a stage waited for both. With the overlap on, the waits and
 releases sit where the head and the tail are issued and retired, and `pingpong` (CudaOptions(pingpong=True),
 FA3's inter-warpgroup schedule) makes the consumer warpgroups take turns issuing a step's two products, so one
-warpgroup's softmax runs while the next one's products occupy the tensor cores. `fa3_switches` turns all of them on
-(FA3's schedule) for the programs where the H200 measured a gain: unmasked attention on two consumer warpgroups.
+warpgroup's softmax runs while the next one's products occupy the tensor cores. `fa3_switches` turns all of them on,
+with the persistent grid (FA3's schedule), for the programs where the H200 measured a gain: attention on two
+consumer warpgroups, causal or not.
 
 A warp-specialised kernel may run persistent (`Plan.persistent`): the launch
 starts one block per SM (at most), each walking the logical grid's tiles in block_idx order, producer and
 consumers alike; the ring of stages runs on across tiles, so the producer loads tile t+1's first stages
 while the consumers finish tile t (its last steps, its epilogue): a block no longer pays the pipeline's
-fill and its epilogue alone. Off unless asked for (CudaOptions(persistent=True)): on the H200 (2026-12-03,
-perf-notes) it lost 5-7 % on attention and tied on GEMMs, since the tiles are dealt statically (the
-hardware's dynamic block dispatch is lost) and attention's Q is still loaded by the consumers after the
-epilogue, so nothing of a tile's prologue is hidden; a dynamic tile counter and Q on the producer are next.
+fill and its epilogue alone. Alone (CudaOptions(persistent=True)) it tied on GEMMs and lost on attention while Q
+was loaded by the consumers after each epilogue (H200, 2026-12-03); with Q on the producer and the ping-pong it is
+part of FA3's schedule (`fa3_switches`). The tiles are dealt statically (no dynamic tile counter yet).
 
 `plan(program, target)` returns the decisions; `describe(plan)` prints them (`hk compile --emit lowered`).
 """
@@ -170,19 +170,20 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
     return out
 
 
-FA3 = {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True}
-FA3_WHY = ("FA3's schedule (split ring, Q on the producer, overlap, ping-pong): two consumer warpgroups, no causal "
-           "mask, built without spills and with the register hand-over; +3-18 % on the H200 (perf-notes 2026-12-03)")
+FA3 = {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True, "persistent": True}
+FA3_WHY = ("FA3's schedule (split ring, Q on the producer, overlap, ping-pong, persistent grid): attention on two "
+           "consumer warpgroups, built without spills and with the register hand-over; on the H200 +20 % causal "
+           "and +3-30 % unmasked against the shared ring (perf-notes 2026-12-03, fifth session)")
 
 
 def fa3_switches(program: Program, target: Target, switches: dict) -> dict | None:
-    """The switches of FA3's schedule for this program when the measurements say it pays (perf-notes 2026-12-03,
-    fourth session: +16-18 % at N1024 and +3-5 % at N4096 for unmasked D128 attention on two consumer warpgroups;
-    losses with the causal mask and on three warpgroups), else None. Only where the caller asked for none of its
-    switches itself; the backend keeps it only if the build neither spills nor loses the register hand-over."""
-    if any(switches.get(k) for k in (*FA3, "persistent")) or program.num_warps != 2 * PRODUCER_WARPS:
-        return None
-    if any(o.opcode == "causal_mask" for op in program.body.walk() if op.opcode == "pipeline" for o in op.regions[1].walk()):
+    """The switches of FA3's schedule for this program when the measurements say it pays, else None: attention on
+    two consumer warpgroups, masked or not (perf-notes 2026-12-03, fifth session: with the persistent grid and the
+    fused masks, 471 against the shared ring's 393 TFLOP/s causal at N4096 D128, 452 against 355 unmasked at N1024;
+    without the persistent grid the causal kernel lost 20 %; three warpgroups, D64's 192-row block, measured slower in
+    the fourth session). Only where the caller asked for none of its switches itself; the backend keeps it only if
+    the build neither spills nor loses the register hand-over."""
+    if any(switches.get(k) for k in FA3) or program.num_warps != 2 * PRODUCER_WARPS:
         return None
     p = plan(program, target, **{**switches, **FA3})
     return {**switches, **FA3} if p.pingpong and p.prologue else None

@@ -390,43 +390,14 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
 
 
 # ------------------------------------------------------------------------------------------ fused masks
-MASK_LEAVES = ("causal_mask", "bounds_mask")
+MASK_LEAVES = patterns.MASK_LEAVES
 
 
 def fused_masks(program: Program, lay: dict) -> dict[Op, Op]:
-    """{mask op: the where op it is evaluated in} for selects into transposed-fragment tiles whose mask is a
-    tree of causal/bounds masks joined by and/or/not, each used once: the where evaluates the tree at each
-    element it writes (hk::where_at), so no mask tile is ever held (attention's edge tiles: three 256x64
-    masks would be 96 VGPRs a lane, or as lane masks more SGPRs than there are)."""
-    uses: dict[Value, int] = {}
-    for op in program.body.walk():
-        for v in op.operands:
-            uses[v] = uses.get(v, 0) + 1
-        for r in op.regions:
-            for y in r.yields:
-                uses[y] = uses.get(y, 0) + 2          # a carried value is never fused
-    producers = {r: o for o in program.body.walk() for r in o.results}
-
-    def tree(v: Value) -> list[Op] | None:
-        o = producers.get(v)
-        if o is None or uses.get(v, 0) != 1 or not isinstance(lay.get(v), TFragment):
-            return None
-        if o.opcode in MASK_LEAVES:
-            return [o]
-        if o.opcode == "unary" and o.attrs["op"] == "not":
-            sub = tree(o.operands[0])
-            return None if sub is None else sub + [o]
-        if o.opcode == "binary" and o.attrs["op"] in ("and", "or"):
-            a, b = tree(o.operands[0]), tree(o.operands[1])
-            return None if a is None or b is None else a + b + [o]
-        return None
-    out: dict[Op, Op] = {}
-    for op in program.body.walk():
-        if op.opcode == "where" and isinstance(lay.get(op.result), TFragment):
-            t = tree(op.operands[0])
-            if t is not None:
-                out.update({m: op for m in t})
-    return out
+    """patterns.fused_masks for selects into transposed-fragment tiles, the layout hk::where_at takes here
+    (attention's edge tiles: three 256x64 masks would be 96 VGPRs a lane, or as lane masks more SGPRs than
+    there are)."""
+    return patterns.fused_masks(program, lambda v: isinstance(lay.get(v), TFragment))
 
 
 def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
@@ -581,7 +552,7 @@ class HipEmitter(CStyleEmitter):
         self._offsets = arena(program, lay)[0]
         self._preloads = preloads(program, lay)               # buffer -> the pipeline it is preloaded before
         self._producers = {r: o for o in program.body.walk() for r in o.results}
-        self._fused = fused_masks(program, lay)               # mask op -> the where that evaluates it
+        self._lay = lay                                      # fuses_masks: the where_at layouts
         self._lazy = lazy_rescales(program, lay)              # rescale op -> (tile, row vector), in its mma
         self._scaled = folded_scales(program, lay)            # scale folded into the max and the exp2 argument
         # the row vectors of lazy rescales, made by exp2: 1 exactly where its argument is 0 (hk::exp2_lazy)
@@ -596,45 +567,18 @@ class HipEmitter(CStyleEmitter):
         self._split_rescales = {d["rescale"] for d in self._interleaved.values() if d["rescale"] is not None}
         self._select_casts = {m.operands[0] for m in self._interleaved}
 
-    # ---- masks evaluated inside the select that uses them (fused_masks)
-    def _mask_expr(self, v: Value) -> str:
-        o = self._producers[v]
-        if o.opcode in MASK_LEAVES:
-            return f"{self.name(v)}.at(r, c)"
-        if o.opcode == "unary":
-            return f"!{self._mask_expr(o.operands[0])}"
-        join = " && " if o.attrs["op"] == "and" else " || "
-        return f"({self._mask_expr(o.operands[0])}{join}{self._mask_expr(o.operands[1])})"
-
-    def op_causal_mask(self, op: Op) -> None:
-        if op not in self._fused:
-            return super().op_causal_mask(op)
-        self.line(f"const auto {self.name(op.result)} = hk::causal_at({self.args(op.operands)});")
-
-    def op_bounds_mask(self, op: Op) -> None:
-        if op not in self._fused:
-            return super().op_bounds_mask(op)
-        self.line(f"const auto {self.name(op.result)} = hk::bounds_at({self.args(op.operands)});")
+    def fuses_masks(self, v: Value) -> bool:
+        return isinstance(self._lay.get(v), TFragment)          # hk::where_at is written for tfrag tiles
 
     def op_unary(self, op: Op) -> None:
-        if op in self._fused:
-            return
         if op.opcode == "unary" and op.attrs["op"] == "exp2" and op.result in self._lazy_rows:
             self._result(op, f"hk::exp2_lazy({{dst}}, {self.name(op.operands[0])});")   # lazy_rescales
             return
         super().op_unary(op)
 
     def op_compare(self, op: Op) -> None:
-        if op not in self._fused and op not in self._lazy:
+        if op not in self._lazy:
             super().op_compare(op)
-
-    def op_where(self, op: Op) -> None:
-        m, a, b = op.operands
-        if self._producers.get(m) not in self._fused:
-            return super().op_where(op)
-        self.line(f"{self.decl(op.result)};")
-        self.line(f"hk::where_at({self.name(op.result)}, [&](int r, int c) {{ return {self._mask_expr(m)}; }}, "
-                  f"{self.name(a)}, {self.name(b)});")
 
     def op_reduce(self, op: Op) -> None:
         if op not in self._scaled:
@@ -711,7 +655,7 @@ class HipEmitter(CStyleEmitter):
             x, v = self._lazy[op]
             self._result(op, f"hk::rescale_lazy({{dst}}, {self.name(x)}, {self.name(v)});")
             return
-        if op in self._fused or op in self._lazy:
+        if op in self.fused or op in self._lazy:
             return                               # evaluated inside its where / its mma (fused_masks, lazy_rescales)
         if op in self._scaled:                   # folded_scales: the mul is skipped, the sub is one fma
             if op.attrs["op"] == "sub":

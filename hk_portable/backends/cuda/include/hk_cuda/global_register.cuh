@@ -86,10 +86,37 @@ HK_DEV void load(rv<T, N, AX, L>& dst, const gl<U, RANK>& g, float fill, I... id
 }
 
 // ---- registers / ST -> GL (converting to the tensor dtype; out-of-bounds elements dropped)
+// Whether a whole R x C tile lies inside the tensor with every row's first element aligned for pair stores:
+// the epilogue then stores without a check per row or pair (one test per tile, not per element).
+template <class U, int R, int C, class O, class G>
+HK_DEV bool whole_aligned(const G& g, const O& o) {
+    return o.lead_ok && o.row0 >= 0 && o.row0 + R <= o.nrows && o.col0 >= 0 && o.col0 + C <= o.ncols
+           && o.rstride % 2 == 0 && aligned(o.at(g, 0, 0), 2 * (int)sizeof(U));
+}
+
 template <bool UNIT, class U, class T, int R, int C, class O, class G>
 HK_DEV void store_rows(const G& g, const O& o, const rt<T, R, C>& src) {
     typedef rt<T, R, C> RT_;
     const lane_cols<U, 0> lc(o);
+    // 2-byte outputs only: with f32 pairs (64-bit stores straight from the accumulator) ptxas serialises the
+    // GEMM's wgmma chain (C7514, test_no_wgmma_serialisation_in_the_async_chain)
+    if constexpr (UNIT && pair_io<U>::VEC && sizeof(U) == 2) {
+        if (whole_aligned<U, R, C>(g, o)) {
+#pragma unroll
+            for (int k = 0; k < RT_::SLOTS; ++k) {
+                if (!RT_::L::valid(k)) continue;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    U* rp = o.at(g, RT_::L::row(k, h), lc.lane_c);
+#pragma unroll
+                    for (int j = 0; j < RT_::CB; ++j)
+                        pair_io<U>::store(rp + j * 8, convert<U>(src.d[RT_::idx(k, j, 2 * h)]),
+                                          convert<U>(src.d[RT_::idx(k, j, 2 * h + 1)]));
+                }
+            }
+            return;
+        }
+    }
 #pragma unroll
     for (int k = 0; k < RT_::SLOTS; ++k) {
         if (!RT_::L::valid(k)) continue;
