@@ -19,6 +19,7 @@ import torch
 
 VARIANTS = {
     "shared": {"auto_schedule": False},
+    "auto": {},                                   # the backend's own choice (schedule.fa3_switches)
     "split": {"split_ring": True},
     "split+q": {"split_ring": True, "producer_prologue": True},
     "overlap": {"split_ring": True, "producer_prologue": True, "overlap": True},
