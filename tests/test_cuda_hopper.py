@@ -350,7 +350,7 @@ def test_specialised_kernels_run_persistent_when_asked():
     art = be.compile(program, be.target("sm_90a"), {"persistent": True})
     assert art.launch.get("persistent") is True
     assert "hk::tile_idx<0>(hk_tile, hk_grid_x, hk_grid_y)" in art.source and "int hk_grid_z)" in art.source
-    assert art.source.count("for (long long hk_tile = blockIdx.x;") == 2          # the producer's and the consumers'
+    assert art.source.count("hk_tile = hk::dealt_tile(hk_k, blockIdx.x, gridDim.x);") == 2   # producer's, consumers'
     flat = be.compile(program, be.target("sm_90a"), {"auto_schedule": False})
     assert "persistent" not in flat.launch and "hk_tile" not in flat.source
     small = attention.attention_fwd_kernel.trace(*args, **attention.candidates({"D": 128, "MASKED": True})[-1])
@@ -417,7 +417,11 @@ def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
     target = be.target("sm_90a")
     art = be.compile(program, target)
     chosen = art.options["schedule"]
-    assert chosen.get("pingpong", False) is fa3 and chosen.get("persistent", False) is fa3 and ("why" in chosen) is fa3
+    why = f"{chosen}; built with {art.resources}, launch {art.launch.get('hand_over_registers')}"
+    if fa3 and not chosen.get("pingpong"):
+        tried = be.compile(program, target, schedule.FA3)
+        why += f"; FA3 alone: {tried.resources}, hand-over {tried.launch.get('hand_over_registers')}"
+    assert chosen.get("pingpong", False) is fa3 and chosen.get("persistent", False) is fa3 and ("why" in chosen) is fa3, why
     assert ("hk::turn_wait<2>();" in art.source) is fa3
     assert bool(art.launch.get("persistent")) is fa3
     if fa3:

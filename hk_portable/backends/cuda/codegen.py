@@ -432,18 +432,19 @@ class CudaEmitter(CStyleEmitter):
     @contextmanager
     def _tiles(self):
         """A persistent kernel's loop over its tiles around what is emitted inside (nothing otherwise);
-        `hk_round` counts the tiles this block walked (the prologue barrier's phase)."""
+        `hk_round` counts the tiles this block walked (the prologue barrier's phase); hk::dealt_tile deals them."""
         self._emitted_prologue = []
         if not self.plan.persistent:
             if self.plan.prologue:
                 self.line("const int hk_round = 0;")
             yield
             return
-        self.line("for (long long hk_tile = blockIdx.x; hk_tile < (long long)hk_grid_x * hk_grid_y * hk_grid_z; "
-                  "hk_tile += gridDim.x) {")
+        self.line("for (long long hk_k = 0;; ++hk_k) {")
         self.indent += 1
+        self.line("const long long hk_tile = hk::dealt_tile(hk_k, blockIdx.x, gridDim.x);")
+        self.line("if (hk_tile >= (long long)hk_grid_x * hk_grid_y * hk_grid_z) break;")
         if self.plan.prologue:
-            self.line("const int hk_round = (int)((hk_tile - blockIdx.x) / gridDim.x);")
+            self.line("const int hk_round = (int)hk_k;")
         yield
         self.indent -= 1
         self.line("}")

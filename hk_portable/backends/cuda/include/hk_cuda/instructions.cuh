@@ -34,6 +34,11 @@ template <int A> HK_DEV int block_idx() {
     }
     return A == 0 ? blockIdx.x : (A == 1 ? blockIdx.y : blockIdx.z);
 }
+// The k-th tile a persistent block b of g walks: rounds of g consecutive tiles dealt forwards and backwards in
+// turn (b, then g-1-b), so a block's tiles add up to about the same work where work grows along the tile order
+// (causal attention's query blocks). Dealt forwards only, the stride g beat against a head's block count: at
+// N16384 one SM got 3x another's keys (H200, 2026-12-03). Every tile is dealt once; a block's tiles increase.
+HK_DEV long long dealt_tile(long long k, int b, int g) { return k * g + ((k & 1) ? g - 1 - b : b); }
 // A persistent kernel's block indices: tile t of a logical gx x gy x gz grid, in the order block_idx walks
 // the blocks of that grid (64-bit: the grid may hold more tiles than an int counts).
 template <int A> HK_DEV int tile_idx(long long t, int gx, int gy) {
