@@ -29,7 +29,7 @@ class CudaOptions(BackendOptions):
     prec_sqrt: bool = True             # IEEE round-to-nearest square root
     min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills
     overlap: bool = False              # software-pipelined attention compute (schedule.Overlap): measured slower
-    persistent: bool = False           # specialised kernels walk their tiles on one block per SM: measured slower
+    persistent: bool = False           # specialised kernels walk their tiles on one block per SM (alone: no gain; in FA3)
     split_ring: bool = False           # a stage's buffers released by reader (K and V apart): measured, no gain
     pingpong: bool = False             # with split_ring + overlap: warpgroups take turns issuing wgmma (FA3)
     producer_prologue: bool = False    # loads before the pipelines (attention's Q) by the producer: no gain
