@@ -108,7 +108,7 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     first that runs on TMA + wgmma) unless the autotuner has timed them on this device (HK_AUTOTUNE=1).
     Offered here, what won on the H200 (benchmarks/attention_configs.py, 2026-12-03, warp-specialised
     blocks, masks on edge blocks only): at D=128 128x128 tiles, with a mask too (415 TFLOP/s causal against
-    128x64's 379: its 24-byte spill sits outside the loop); at D=64 without a mask FA3's 192-row block on
+    128x64's 379; its 24-byte spill went with the mask tiles, patterns.fused_masks); at D=64 without a mask FA3's 192-row block on
     three consumer warpgroups (0.92 of cuDNN against the baseline's 0.79), with one the baseline (128x128
     ties it at N=4096 and loses at N=1024). After them, for the hip backend at D=128, HipKittens' attention
     shape: 256 query rows on 8 waves (32 per wave), K/V blocks of 64 (cuda's choice never reaches it: a
