@@ -59,6 +59,18 @@ def folded_scales(program: Program, accepts: Callable[[Value], bool]) -> dict[Op
     return out
 
 
+def use_counts(program: Program, carried: int = 1) -> dict[Value, int]:
+    """How many times each value is read; a region's yield counts `carried` times (2: never 'used once')."""
+    uses: dict[Value, int] = {}
+    for op in program.body.walk():
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+        for r in op.regions:
+            for y in r.yields:
+                uses[y] = uses.get(y, 0) + carried
+    return uses
+
+
 MASK_LEAVES = ("causal_mask", "bounds_mask")
 
 
@@ -68,13 +80,7 @@ def fused_masks(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, 
     evaluates positions of (`accepts`): the select evaluates the tree at each element it writes (hk::where_at),
     so no mask tile is ever held or packed (attention's edge blocks: on the H200 the packed 128x128 masks
     and their 64-bit comparisons cost three unmasked key blocks, perf-notes 2026-12-03 fifth session)."""
-    uses: dict[Value, int] = {}
-    for op in program.body.walk():
-        for v in op.operands:
-            uses[v] = uses.get(v, 0) + 1
-        for r in op.regions:
-            for y in r.yields:
-                uses[y] = uses.get(y, 0) + 2          # a carried value is never fused
+    uses = use_counts(program, carried=2)            # a carried value is never fused
     producers = {r: o for o in program.body.walk() for r in o.results}
 
     def tree(v: Value) -> list[Op] | None:

@@ -787,13 +787,7 @@ def fused_grid_loads(program: Program) -> dict[int, tuple[Op, int]]:
     in the same region (nothing in between): hk_hip's load_binary loads and combines element by element
     inside the load's mode branches (used for wave-grid tiles, where a second whole tile next to the
     accumulator spills: gemm_fp8's scale tiles). {id(binary op): (the load, the operand it was)}."""
-    uses: dict[Value, int] = {}
-    for o in program.body.walk():
-        for v in o.operands:
-            uses[v] = uses.get(v, 0) + 1
-        for r in o.regions:
-            for y in r.yields:
-                uses[y] = uses.get(y, 0) + 1
+    uses = patterns.use_counts(program)
     out = {}
     for o in program.body.walk():
         for reg in o.regions:
