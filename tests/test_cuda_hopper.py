@@ -420,7 +420,8 @@ def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
     why = f"{chosen}; built with {art.resources}, launch {art.launch.get('hand_over_registers')}"
     if fa3 and not chosen.get("pingpong"):
         tried = be.compile(program, target, schedule.FA3)
-        why += f"; FA3 alone: {tried.resources}, hand-over {tried.launch.get('hand_over_registers')}"
+        why += (f"; FA3 alone: {tried.resources}, hand-over {tried.launch.get('hand_over_registers')}, NVRTC "
+                f"{tried.options['nvrtc']} from {tried.options.get('nvrtc_library')}")
     assert chosen.get("pingpong", False) is fa3 and chosen.get("persistent", False) is fa3 and ("why" in chosen) is fa3, why
     assert ("hk::turn_wait<2>();" in art.source) is fa3
     assert bool(art.launch.get("persistent")) is fa3

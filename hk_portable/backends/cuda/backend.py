@@ -170,7 +170,8 @@ class CudaBackend(Backend):
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
             source=emitted.source, binary=compiled.cubin, asm=compiled.ptx,
             launch=self._launch_info(emitted, shared), resources=resources,
-            options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "flags": list(compiled.options),
+            options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "nvrtc_library": compiler.loaded_nvrtc(),
+                     "flags": list(compiled.options),
                      "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2, "schedule": switches,
                      "library": codegen.library_hash()},
             payload=None)

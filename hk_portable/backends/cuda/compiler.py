@@ -72,6 +72,17 @@ class Compiled:
     options: list[str]
 
 
+def loaded_nvrtc() -> list[str]:
+    """The libnvrtc files mapped into this process (Linux; [] elsewhere): which NVRTC built a kernel, when a
+    process may hold another than the wheel's that `nvrtc_identity` names (torch's, a toolkit's)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({line.split(None, 5)[5].strip() for line in f
+                           if "libnvrtc" in line and len(line.split(None, 5)) == 6})
+    except OSError:
+        return []
+
+
 def compile_source(source: str, name: str, arch: str, flags: tuple[str, ...] = FLAGS) -> Compiled:
     """NVRTC: source -> (PTX, cubin for `arch`, log). CompileError carries the log and the options."""
     nvrtc = _nvrtc()
