@@ -1,7 +1,8 @@
 """Masks evaluated inside their select (codegen/patterns.fused_masks): a where whose mask is a tree of causal and
 bounds masks is compiled into one per-element predicate on cuda (hk::where_at, thresholds clamped once per call).
 Checked here bit for bit against int64 math at offsets up to the int32 limits, where a 32-bit comparison done
-naively would overflow, on the reference backend and on cuda's emulated target (the same device library)."""
+naively would overflow, on the reference backend, cuda's emulated target (the same device library) and hip's
+wave64 emulator (whose masks still compare in 64 bits per element)."""
 from __future__ import annotations
 
 import pytest
@@ -37,7 +38,7 @@ CASES = [(0, 0, -5, 0, 0, 0, R, C), (5, -3, 2, 10, 3, -4, 20, 17),
          (I32_MAX - 10, I32_MAX - 20, 0, 12, -16, -16, 8, 8), (2**30, 2**30 + 9, 2**30 + 3, 2**30, 0, 5, R, C)]
 
 
-@pytest.mark.parametrize("backend", ["reference", "cuda:sm_80:emulated"])
+@pytest.mark.parametrize("backend", ["reference", "cuda:sm_80:emulated", "hip:gfx942:emulated"])
 @pytest.mark.parametrize("case", CASES)
 def test_masks_in_a_select_match_int64_math(backend, case):
     x = torch.randn(R, C, generator=torch.Generator().manual_seed(sum(case) % 1000))
