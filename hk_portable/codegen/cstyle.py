@@ -117,7 +117,7 @@ class CStyleEmitter:
                                       self.narrow_strips)
         if self.col_major_shared:
             self.layouts.update(self.shared_storage(program))
-        self._producer = {r: o for o in program.body.walk() for r in o.results}
+        self.producers = {r: o for o in program.body.walk() for r in o.results}    # value -> the op making it
         self.fused = patterns.fused_masks(program, self.fuses_masks)    # mask-tree op -> its select
         self.lines: list[str] = []
         self.indent = 1
@@ -320,7 +320,7 @@ class CStyleEmitter:
         return f"({self._mask_expr(o.operands[0])}{join}{self._mask_expr(o.operands[1])})"
 
     def producer_of(self, v: Value) -> Op | None:
-        return self._producer.get(v)
+        return self.producers.get(v)
 
     def op_cast(self, op):
         self._result(op, f"hk::cast({{dst}}, {self.name(op.operands[0])});")

@@ -551,7 +551,6 @@ class HipEmitter(CStyleEmitter):
         lay = layouts(program, plan.waves, plan.arch)
         self._offsets = arena(program, lay)[0]
         self._preloads = preloads(program, lay)               # buffer -> the pipeline it is preloaded before
-        self._producers = {r: o for o in program.body.walk() for r in o.results}
         self._lay = lay                                      # fuses_masks: the where_at layouts
         self._lazy = lazy_rescales(program, lay)              # rescale op -> (tile, row vector), in its mma
         self._scaled = folded_scales(program, lay)            # scale folded into the max and the exp2 argument
@@ -674,14 +673,14 @@ class HipEmitter(CStyleEmitter):
 
     def op_mma(self, op: Op) -> None:
         a, bb, c = op.operands
-        buf = _buffer_of(a, self._producers)
+        buf = _buffer_of(a, self.producers)
         a_name = f"hk_pre{buf.id}" if buf is not None and buf in self._preloads else self.name(a)
         quartered = id(op) in self._quartered_mmas          # gfx942 fp8: the carry stays in the quartered domain
         if op in self._interleaved:                          # interleaved_pv: rescaled (if lazy) by op_binary
             self._result(op, f"hk::mma<{self.mma_template_args(op)}, true>({{dst}}, {a_name}, {self.name(bb)}, "
                              f"{self.name(c)});")
             return
-        scale = None if quartered else self._lazy.get(self._producers.get(c))
+        scale = None if quartered else self._lazy.get(self.producer_of(c))
         if scale is not None:             # acc * rows[:, None] feeds only this mma: the rescale is skippable
             x, v = scale
             self._result(op, f"hk::mma_rescaled<{self.mma_template_args(op)}>({{dst}}, {a_name}, {self.name(bb)}, "
