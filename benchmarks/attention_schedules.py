@@ -28,6 +28,7 @@ VARIANTS = {
     "pingpong": {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True},
     "persistent": {"split_ring": True, "producer_prologue": True, "persistent": True},
     "fa3+persistent": dict(FA3),                  # FA3's schedule forced (what "auto" takes where it builds)
+    "fa3-in-order": {**FA3, "longest_first": False},   # its tiles dealt in block order, not longest first
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]

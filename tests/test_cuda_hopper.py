@@ -349,10 +349,13 @@ def test_specialised_kernels_run_persistent_when_asked():
     be = hk.get_backend("cuda")
     art = be.compile(program, be.target("sm_90a"), {"persistent": True})
     assert art.launch.get("persistent") is True
-    assert "hk::tile_idx<0>(hk_tile, hk_grid_x, hk_grid_y)" in art.source and "int hk_grid_z)" in art.source
+    assert "hk::tile_idx<0>(hk_tile, hk_grid_x, hk_grid_y, hk_grid_z)" in art.source and "int hk_grid_z)" in art.source
+    assert "#define HK_WORK_AXIS 0" in art.source            # causal: query blocks differ in work, longest first
+    _, unmasked = _attention_program(128, False)
+    assert "#define HK_WORK_AXIS -1" in be.compile(unmasked, be.target("sm_90a"), {"persistent": True}).source
     assert art.source.count("hk_tile = hk::dealt_tile(hk_k, blockIdx.x, gridDim.x);") == 2   # producer's, consumers'
     flat = be.compile(program, be.target("sm_90a"), {"auto_schedule": False})
-    assert "persistent" not in flat.launch and "hk_tile" not in flat.source
+    assert "persistent" not in flat.launch and "hk_tile" not in flat.source and "#define HK_WORK_AXIS -1" in flat.source
     small = attention.attention_fwd_kernel.trace(*args, **attention.candidates({"D": 128, "MASKED": True})[-1])
     assert "persistent" not in be.compile(small, be.target("sm_90a"), {"persistent": True}).launch   # not specialised
 
@@ -505,9 +508,10 @@ def test_autotuning_gemm_on_the_gpu_takes_under_a_minute_and_is_reused(hopper, t
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("causal,n,d", [(True, 333, 128), (False, 1024, 128), (False, 200, 64)])
+@pytest.mark.parametrize("causal,n,d", [(True, 333, 128), (True, 2100, 128), (False, 1024, 128), (False, 200, 64)])
 def test_persistent_attention_matches_float64(hopper, causal, n, d):
-    """CudaOptions(persistent=True) on the GPU: more tiles than SMs (B8 H24), ragged and causal edges; the
+    """CudaOptions(persistent=True) on the GPU: more tiles than SMs (B8 H24), ragged and causal edges, causal
+    tiles in block order (3 query blocks) and longest first (17: tile_order.cuh's LONGEST_FIRST_MIN); the
     output is poisoned first, so a tile no block walked shows as NaN."""
     torch.manual_seed(n)
     q, k, v = (torch.randn(8, 24, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))

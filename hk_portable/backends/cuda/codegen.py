@@ -135,7 +135,7 @@ class CudaEmitter(CStyleEmitter):
     def op_block_idx(self, op):
         if not self.plan.persistent:
             return super().op_block_idx(op)
-        self.line(f"const int {self.name(op.result)} = hk::tile_idx<{op.attrs['axis']}>(hk_tile, hk_grid_x, hk_grid_y);")
+        self.line(f"const int {self.name(op.result)} = hk::tile_idx<{op.attrs['axis']}>(hk_tile, hk_grid_x, hk_grid_y, hk_grid_z);")
 
     def op_num_blocks(self, op):
         if not self.plan.persistent:
@@ -489,6 +489,7 @@ class CudaEmitter(CStyleEmitter):
             f"#define HK_SCRATCH_BYTES {scratch}",
             f"#define HK_TARGET_{arch.upper()} 1",
             f"#define HK_BLOCK_GROUPED {1 if self.plan.grouped_blocks else 0}",
+            f"#define HK_WORK_AXIS {-1 if self.plan.work_axis is None else self.plan.work_axis}",
             f"#define HK_FAST_EXP2 {1 if self.fast_exp2 else 0}",
             "#define HK_SMEM_ARENA(name, bytes) unsigned char* name = hk::smem_base()",
             header_text(),

@@ -36,6 +36,7 @@
 #include "../../../codegen/include/hk_core/conversions.h"
 #include "../../../codegen/include/hk_core/scalar.h"
 #include "../../../codegen/include/hk_core/philox.h"
+#include "hk_cuda/tile_order.cuh"
 
 #ifdef HK_DEVICE_COMPILE
 #include "../../../codegen/include/hk_core/functors.h"

@@ -12,20 +12,7 @@ constexpr int NUM_THREADS = HK_NUM_WARPS * 32;
 HK_DEV int lane_id() { return threadIdx.x & 31; }
 HK_DEV int warp_id() { return threadIdx.x >> 5; }
 
-// The block's tile indices. HK_BLOCK_GROUPED (the schedule pass, for GEMM-like grids): the x-y plane is
-// walked in runs of GROUP x-rows that sweep y, so blocks running together share operand tiles in L2
-// (a bijection of the grid; hardware order otherwise).
-#ifndef HK_BLOCK_GROUPED
-#define HK_BLOCK_GROUPED 0
-#endif
-constexpr unsigned BLOCK_GROUP = 8;
-template <class U> HK_DEV void grouped_xy(U l, U gx, U gy, U& x, U& y) {
-    const U in_group = BLOCK_GROUP * gy, first = (l / in_group) * BLOCK_GROUP;
-    const U size = gx - first < BLOCK_GROUP ? gx - first : BLOCK_GROUP;
-    const U r = l % in_group;
-    x = first + r % size;
-    y = r / size;
-}
+// The block's tile indices: the grid's order is tile_order.cuh's (HK_BLOCK_GROUPED).
 template <int A> HK_DEV int block_idx() {
     if constexpr (HK_BLOCK_GROUPED && A < 2) {
         unsigned x, y;
@@ -33,21 +20,6 @@ template <int A> HK_DEV int block_idx() {
         return (int)(A == 0 ? x : y);
     }
     return A == 0 ? blockIdx.x : (A == 1 ? blockIdx.y : blockIdx.z);
-}
-// The k-th tile a persistent block b of g walks: rounds of g consecutive tiles dealt forwards and backwards in
-// turn (b, then g-1-b), so a block's tiles add up to about the same work where work grows along the tile order
-// (causal attention's query blocks). Dealt forwards only, the stride g beat against a head's block count: at
-// N16384 one SM got 3x another's keys (H200, 2026-12-03). Every tile is dealt once; a block's tiles increase.
-HK_DEV long long dealt_tile(long long k, int b, int g) { return k * g + ((k & 1) ? g - 1 - b : b); }
-// A persistent kernel's block indices: tile t of a logical gx x gy x gz grid, in the order block_idx walks
-// the blocks of that grid (64-bit: the grid may hold more tiles than an int counts).
-template <int A> HK_DEV int tile_idx(long long t, int gx, int gy) {
-    typedef unsigned long long U;
-    const U plane = (U)gx * (U)gy, r = (U)t % plane;
-    if constexpr (A == 2) return (int)((U)t / plane);
-    U x = r % (U)gx, y = r / (U)gx;
-    if constexpr (HK_BLOCK_GROUPED) grouped_xy<U>(r, (U)gx, (U)gy, x, y);
-    return (int)(A == 0 ? x : y);
 }
 template <int A> HK_DEV int num_blocks() { return A == 0 ? gridDim.x : (A == 1 ? gridDim.y : gridDim.z); }
 
