@@ -44,7 +44,8 @@ def main() -> int:
         check(f"gemm {m}x{n}x{k} {dt}", rel_err(c, a.double() @ b.double()), 1e-5)
 
     for (B, hq, hkv, N, D, causal) in ((1, 2, 1, 128, 64, False), (1, 2, 2, 77, 64, True),
-                                       (1, 2, 1, 130, 128, True), (2, 1, 1, 33, 128, False)):
+                                       (1, 2, 1, 130, 128, True), (2, 1, 1, 33, 128, False),
+                                       (2, 8, 2, 2100, 128, True)):   # more tiles than SMs, longest first
         q = torch.randn(B, hq, N, D, device=dev, dtype=torch.bfloat16)
         kk = torch.randn(B, hkv, N, D, device=dev, dtype=torch.bfloat16)
         v = torch.randn(B, hkv, N, D, device=dev, dtype=torch.bfloat16)

@@ -320,8 +320,14 @@ def test_attention_ring_is_split_by_reader(d, masked):
     # ping-pong on top of the overlap: the warpgroups take turns issuing QKᵀ_i and PV_{i-1}
     pp_art = be.compile(program, target, {**on, "overlap": True, "pingpong": True})
     pp_src = pp_art.source
-    assert pp_src.count(f"hk::ws_consume_overlap_split<{cfg['STAGES']}, true>(") == n
+    assert pp_src.count(f"hk::ws_consume_overlap_split<{cfg['STAGES']}, false, false>(") == n
     assert pp_src.count("hk::turn_wait<") == pp_src.count("hk::turn_pass<") == 3 * n     # first, step, last
+    # the turns run on across pipelines (every buffer came by TMA: nothing to publish, so no meeting); with
+    # free_turns off each pipeline brackets its own turns and its warpgroups meet before it
+    groups = program.num_warps // 4
+    assert pp_src.count(f"hk::turns_begin<{groups}>();") == pp_src.count(f"hk::turns_end<{groups}>();") == 1
+    met = be.compile(program, target, {**on, "overlap": True, "pingpong": True, "free_turns": False}).source
+    assert met.count(f"hk::ws_consume_overlap_split<{cfg['STAGES']}, true>(") == n and "hk::turns_begin<" not in met
     log = compiler.compile_source(pp_src, pp_art.kernel_name, "sm_90a").log
     assert "serialized" not in log and "C7514" not in log, log
     assert not schedule.plan(program, target, split_ring=True, pingpong=True).pingpong   # it needs the overlap
@@ -424,7 +430,8 @@ def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
     if fa3 and not chosen.get("pingpong"):
         tried = be.compile(program, target, schedule.FA3)
         why += (f"; FA3 alone: {tried.resources}, hand-over {tried.launch.get('hand_over_registers')}, NVRTC "
-                f"{tried.options['nvrtc']} from {tried.options.get('nvrtc_library')}")
+                f"{tried.options['nvrtc']} from {tried.options.get('nvrtc_library')}; ptxas log without a report: "
+                f"{tried.options.get('ptxas_log', '(had one)')!r}")
     assert chosen.get("pingpong", False) is fa3 and chosen.get("persistent", False) is fa3 and ("why" in chosen) is fa3, why
     assert ("hk::turn_wait<2>();" in art.source) is fa3
     assert bool(art.launch.get("persistent")) is fa3

@@ -231,8 +231,10 @@ class CudaEmitter(CStyleEmitter):
         if pp.overlap:
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
             self._overlap_lambdas(creg, pp.overlap, carry, uid, split=True)
-            pingpong = "true" if self.plan.pingpong else "false"
-            self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap_split<{stages}, {pingpong}>({n}, hk_it, "
+            free = self._free_turns()
+            bracket = "true" if self.plan.pingpong and not free else "false"
+            publish = ", false" if free else ""
+            self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap_split<{stages}, {bracket}{publish}>({n}, hk_it, "
                       f"hk_first{uid}, hk_step{uid}, hk_last{uid}); hk::fence_operand({carry[pp.overlap.carry]}); }}")
         else:
             self._ring_readers = {id(g.reader): k for k, g in enumerate(pp.groups)}
@@ -394,10 +396,36 @@ class CudaEmitter(CStyleEmitter):
         self.indent -= 1
         self.line("}")
         self.line(f"hk::setmaxnreg_inc<{consumer}>();")
+        if self._free_turns():
+            self._turns("begin", "the ping-pong's turns run on across pipelines and tiles")
         with self._tiles():
             super().region(body)
-            if self.plan.persistent:
+            if self.plan.persistent and self._tma_fed():
+                self.line("if (hk_tma_ok == 0) hk::sync();  // the consumers loaded this tile's buffers themselves")
+            elif self.plan.persistent:
                 self.line("hk::sync();                      // every consumer is done with this tile's buffers")
+        if self._free_turns():
+            self._turns("end", "warpgroup 0 takes the last hand-over back: every turn barrier balances")
+
+    def _turns(self, edge: str, why: str) -> None:
+        self.line(f"hk::turns_{edge}<{self.p.num_warps // 4}>();   // {why}")
+
+    def _free_turns(self) -> bool:
+        """Ping-pong whose turns run on from one pipeline to the next and across a persistent block's tiles
+        (Plan.free_turns) where no pipeline must publish the consumers' own shared writes (_tma_fed): the
+        warpgroups then never meet, one finishing a tile (its epilogue) while the other still multiplies."""
+        return self.plan.pingpong and self.plan.free_turns and self._tma_fed()
+
+    def _tma_fed(self) -> bool:
+        """Whether, with tensor maps, the consumers write no shared memory in a tile: every shared buffer is filled
+        by the producer's TMA copies (its ring, the prologue), nothing is stored to shared, no scratch. Then a
+        persistent block's consumer warpgroups need not meet between tiles (the barriers order each buffer):
+        one finishes its epilogue while the other still multiplies, and the ping-pong runs on across tiles."""
+        ops = list(self.p.body.walk())
+        if scratch_bytes(self.p, num_warps(self.p, self.target)) or any(o.opcode == "register_to_shared" for o in ops):
+            return False
+        by_tma = {i for pp in self.plan.pipelines.values() for i in pp.tma_loads} | set(self.plan.prologue)
+        return all(id(o) in by_tma for o in ops if o.opcode == "global_to_shared")
 
     # ---- loads before the pipelines, on the producer (schedule.Plan.prologue: attention's Q)
     @property

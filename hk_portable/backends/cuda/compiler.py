@@ -111,6 +111,11 @@ _PTXAS = {
 }
 
 
+def ptxas_report(log: str) -> bool:
+    """Whether NVRTC's log holds ptxas' resource report (-v): every kernel uses registers."""
+    return _PTXAS["registers"].search(log) is not None
+
+
 def parse_ptxas(log: str) -> dict:
     """Registers, spills, stack frame, barriers (and static shared memory) from ptxas -v output."""
     out = {}

@@ -34,11 +34,12 @@ class CudaOptions(BackendOptions):
     pingpong: bool = False             # with split_ring + overlap: warpgroups take turns issuing wgmma (FA3)
     producer_prologue: bool = False    # loads before the pipelines (attention's Q) by the producer: no gain
     longest_first: bool = True         # persistent: tiles whose work grows along an axis walked longest first
+    free_turns: bool = True            # ping-pong turns run on across pipelines and tiles where nothing is published
     auto_schedule: bool = True         # the backend may take FA3's schedule where measured to pay (schedule.fa3_switches)
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
-                          "producer_prologue", "longest_first", "auto_schedule")
+                          "producer_prologue", "longest_first", "free_turns", "auto_schedule")
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:
@@ -48,7 +49,7 @@ class CudaOptions(BackendOptions):
         """The schedule pass's switches, as codegen.emit takes them."""
         return {"overlap": self.overlap, "persistent": self.persistent, "split_ring": self.split_ring,
                 "pingpong": self.pingpong, "producer_prologue": self.producer_prologue,
-                "longest_first": self.longest_first}
+                "longest_first": self.longest_first, "free_turns": self.free_turns}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

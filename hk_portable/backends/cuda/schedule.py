@@ -126,6 +126,7 @@ class Plan:
                                         # slowest and from its last index (longest tiles first: `work_axis`)
     ring_groups: int = 1                # specialised only: > 1, each stage has that many barrier pairs (split ring)
     pingpong: bool = False              # split and overlapped only: consumer warpgroups take turns issuing wgmma
+    free_turns: bool = False            # pingpong only: turns run on across pipelines and tiles (no meeting)
     prologue: dict[int, int] = field(default_factory=dict)   # specialised only: load op id -> tensor map, the producer's
     prologue_tx: int = 0                # bytes those loads deliver per tile
 
@@ -147,7 +148,7 @@ def grouped_blocks(program: Program) -> bool:
 
 def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
          split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False,
-         longest_first: bool = True) -> Plan:
+         longest_first: bool = True, free_turns: bool = True) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
@@ -172,6 +173,7 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
             pp.overlap = None           # the split ring's waits sit where the head and the tail read
     out.pingpong = (pingpong and out.ring_groups > 1 and program.num_warps >= 8
                     and all(out.pipelines[id(op)].overlap for op in pipes))
+    out.free_turns = out.pingpong and free_turns
     return out
 
 

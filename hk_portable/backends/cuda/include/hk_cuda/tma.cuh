@@ -257,11 +257,16 @@ template <int W> HK_DEV void turns_end() {
     if constexpr (W > 1) if (warpgroup_id() == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
 }
 // A consumer warp's n steps of a software-pipelined compute on a split ring: first, step and last wait,
-// release and take their turns themselves (the emitter's _overlap_step); PINGPONG brackets the pipeline.
-template <int S, bool PINGPONG, class F, class C, class T>
+// release and take their turns themselves (the emitter's _overlap_step); PINGPONG brackets the pipeline with
+// the turns (false: no ping-pong, or turns that run on across pipelines and tiles, bracketed by the emitter
+// around the consumers' whole code). PUBLISH: the consumers' own shared-memory writes before the pipeline
+// are fenced and published first (false: every buffer it reads came by TMA, so the warpgroups need not meet).
+template <int S, bool PINGPONG, bool PUBLISH = true, class F, class C, class T>
 HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last) {
-    fence_proxy_async();
-    sync();
+    if constexpr (PUBLISH) {
+        fence_proxy_async();
+        sync();
+    }
     if constexpr (PINGPONG) turns_begin<NUM_WARPS / 4>();
     if (n > 0) {
         first(0, it % S);
