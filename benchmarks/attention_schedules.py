@@ -28,7 +28,8 @@ VARIANTS = {
     "pingpong": {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True},
     "persistent": {"split_ring": True, "producer_prologue": True, "persistent": True},
     "fa3+persistent": dict(FA3),                  # FA3's schedule forced (what "auto" takes where it builds)
-    "fa3-in-order": {**FA3, "longest_first": False},   # its tiles dealt in block order, not longest first
+    "fa3-in-order": {**FA3, "longest_first": 0},       # its tiles dealt in block order, not longest first
+    "fa3-longest-16": {**FA3, "longest_first": 16},    # longest first from 16 query blocks a head (call 2's rule)
     "fa3-met-turns": {**FA3, "free_turns": False},     # its warpgroups meet at each pipeline (turns bracketed)
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),

@@ -45,7 +45,7 @@ def main() -> int:
 
     for (B, hq, hkv, N, D, causal) in ((1, 2, 1, 128, 64, False), (1, 2, 2, 77, 64, True),
                                        (1, 2, 1, 130, 128, True), (2, 1, 1, 33, 128, False),
-                                       (2, 8, 2, 2100, 128, True)):   # more tiles than SMs, longest first
+                                       (2, 8, 2, 2100, 128, True)):   # more tiles than SMs
         q = torch.randn(B, hq, N, D, device=dev, dtype=torch.bfloat16)
         kk = torch.randn(B, hkv, N, D, device=dev, dtype=torch.bfloat16)
         v = torch.randn(B, hkv, N, D, device=dev, dtype=torch.bfloat16)

@@ -518,7 +518,7 @@ def test_autotuning_gemm_on_the_gpu_takes_under_a_minute_and_is_reused(hopper, t
 @pytest.mark.parametrize("causal,n,d", [(True, 333, 128), (True, 2100, 128), (False, 1024, 128), (False, 200, 64)])
 def test_persistent_attention_matches_float64(hopper, causal, n, d):
     """CudaOptions(persistent=True) on the GPU: more tiles than SMs (B8 H24), ragged and causal edges, causal
-    tiles in block order (3 query blocks) and longest first (17: tile_order.cuh's LONGEST_FIRST_MIN); the
+    tiles in block order (3 query blocks) and longest first (17, built with longest_first=16); the
     output is poisoned first, so a tile no block walked shows as NaN."""
     torch.manual_seed(n)
     q, k, v = (torch.randn(8, 24, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -527,8 +527,8 @@ def test_persistent_attention_matches_float64(hopper, causal, n, d):
     args = (q, k, v, o, lse, d ** -0.5, 0, n if causal else 0, 0)
     cfg = attention.candidates({"D": d, "MASKED": causal})[0]
     program = attention.attention_fwd_kernel.trace(*args, **cfg)
-    art = hopper.compile(program, hopper.target("sm_90a"), {"persistent": True})
-    assert art.launch.get("persistent") is True
+    art = hopper.compile(program, hopper.target("sm_90a"), {"persistent": True, "longest_first": 16})
+    assert art.launch.get("persistent") is True and "#define HK_LONGEST_FIRST_MIN 16" in art.source
     hopper.launch(art, args, (-(-n // cfg["BM"]), 24, 8))
     torch.cuda.synchronize()
     ref, ref_lse = attention.reference(q, k, v, causal=causal)

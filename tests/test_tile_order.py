@@ -13,6 +13,7 @@ from hk_portable.backends.cuda import schedule
 
 HEADER = Path(__file__).parents[1] / "hk_portable" / "backends" / "cuda" / "include" / "hk_cuda.cuh"
 CXX = shutil.which("g++") or shutil.which("clang++")
+LONGEST = 16                 # HK_LONGEST_FIRST_MIN for these builds: some grids below it on each axis, some above
 
 # each grid as gx gy gz; per grid the program prints, for the persistent walk over `sms` blocks, how often each
 # tile was reached (must be once), the first tile's three indices, and whether every index was in range
@@ -51,6 +52,7 @@ def _walk(tmp_path, work_axis: int, grouped: int) -> list[list[int]]:
     src, exe = tmp_path / f"walk{work_axis}{grouped}.cpp", tmp_path / f"walk{work_axis}{grouped}"
     src.write_text(WALK % HEADER)
     subprocess.run([CXX, "-std=c++17", "-O1", f"-DHK_WORK_AXIS={work_axis}", f"-DHK_BLOCK_GROUPED={grouped}",
+                    f"-DHK_LONGEST_FIRST_MIN={LONGEST}",
                     str(src), "-o", str(exe)], check=True, capture_output=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     return [list(map(int, line.split())) for line in out.splitlines()]
@@ -63,7 +65,7 @@ def test_every_order_reaches_each_tile_once(tmp_path, work_axis, grouped):
     for sms, gx, gy, gz, once, in_range, *first in rows:
         assert in_range and once, (sms, gx, gy, gz, work_axis, grouped)
         n = (gx, gy, gz)
-        if work_axis >= 0 and n[work_axis] >= 16:            # LONGEST_FIRST_MIN: longest tiles first
+        if work_axis >= 0 and n[work_axis] >= LONGEST:       # longest tiles first
             assert first[work_axis] == n[work_axis] - 1, (n, first)
         else:                                                 # block order: tile 0 is block (0, 0, 0)
             assert first == [0, 0, 0], (n, first)
@@ -81,5 +83,5 @@ def test_the_schedule_names_the_work_axis_of_a_causal_band_only():
         args, consts = attention.example_args(D=128, causal=causal)
         program = attention.attention_fwd_kernel.trace(*args, **attention.candidates({**consts})[0])
         plan = schedule.plan(program, target, **schedule.FA3)
-        assert plan.persistent and plan.work_axis == axis
-        assert schedule.plan(program, target, **{**schedule.FA3, "longest_first": False}).work_axis is None
+        assert plan.persistent and plan.work_axis == axis and plan.longest_first == schedule.LONGEST_FIRST_MIN
+        assert schedule.plan(program, target, **{**schedule.FA3, "longest_first": 0}).work_axis is None

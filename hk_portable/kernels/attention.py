@@ -109,9 +109,10 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     Offered here, what won on the H200 (benchmarks/attention_configs.py, 2026-12-03, warp-specialised
     blocks, masks on edge blocks only): at D=128 128x128 tiles, with a mask too (415 TFLOP/s causal against
     128x64's 379; its 24-byte spill went with the mask tiles, patterns.fused_masks); at D=64 without a mask FA3's 192-row block on
-    three consumer warpgroups (0.92 of cuDNN against the baseline's 0.79); with one, from LONG_BAND queries on, the
-    128x128 block on FA3's schedule, longest tiles first (0.83 / 0.92 of cuDNN at N=4096 / 16384 against the
-    baseline's 0.74 / 0.78), below it the baseline (0.69 against 0.61 at N=1024). After them, for the hip backend at D=128, HipKittens' attention
+    three consumer warpgroups from LONG_BAND queries on (0.95 / 1.00 of cuDNN at N=4096 / 16384), below it the
+    128x128 block on two (0.78 against 0.73 at N=1024); with one, from LONG_BAND queries on, the 128x128 block on
+    FA3's schedule, longest tiles first (0.83 / 0.92 of cuDNN at N=4096 / 16384 against the baseline's 0.74 /
+    0.78), below it the baseline (0.70 against 0.69 at N=1024). After them, for the hip backend at D=128, HipKittens' attention
     shape: 256 query rows on 8 waves (32 per wave), K/V blocks of 64 (cuda's choice never reaches it: a
     wide candidate before it runs on sm_90a, and elsewhere cuda takes the baseline)."""
     d, masked = consts["D"], consts.get("MASKED", False)
@@ -121,17 +122,19 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
                 dict(BM=256, BN=64, STAGES=2, num_warps=8)]      # the last: HipKittens' AMD shape
     elif masked:            # the 128x128 block on two consumer warpgroups pays once query blocks are many
         wide = [dict(BM=128, BN=128, STAGES=2, num_warps=8)] if _long_band(args) else []
-    else:
-        wide = [dict(BM=192, BN=128, STAGES=2, num_warps=12)]
+    else:                   # FA3's 192-row block on three warpgroups for long sequences, 128x128 on two for short
+        wide = [dict(BM=192, BN=128, STAGES=2, num_warps=12) if _long_band(args) else
+                dict(BM=128, BN=128, STAGES=2, num_warps=8)]
     return [{**base, **c} for c in wide] + [base]
 
 
-LONG_BAND = 2048            # query rows from which D=64 causal takes the 128x128 block (H200, 2026-12-03)
+LONG_BAND = 2048            # query rows from which D=64 takes its long-sequence blocks (H200, 2026-12-03)
 
 
 def _long_band(args: tuple) -> bool:
-    """A call whose queries number LONG_BAND or more (args: the kernel's, q first; none: an example call)."""
-    return bool(args) and isinstance(args[0], torch.Tensor) and args[0].shape[2] >= LONG_BAND
+    """A call whose queries number LONG_BAND or more (args: the kernel's, q first); without arguments, the
+    long-sequence candidates (where a choice matters most)."""
+    return not args or not isinstance(args[0], torch.Tensor) or args[0].shape[2] >= LONG_BAND
 
 
 def check_qkv(fn: str, named: dict, ndim: int, what: str, unit_last_stride: bool = False) -> None:

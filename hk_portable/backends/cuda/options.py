@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...codegen.options import BackendOptions
+from .schedule import LONGEST_FIRST_MIN
 
 # what every NVRTC compile passes besides the numerics flags and the arch
 BASE_FLAGS = ("-std=c++17",)
@@ -33,13 +34,15 @@ class CudaOptions(BackendOptions):
     split_ring: bool = False           # a stage's buffers released by reader (K and V apart): measured, no gain
     pingpong: bool = False             # with split_ring + overlap: warpgroups take turns issuing wgmma (FA3)
     producer_prologue: bool = False    # loads before the pipelines (attention's Q) by the producer: no gain
-    longest_first: bool = True         # persistent: tiles whose work grows along an axis walked longest first
+    longest_first: int = LONGEST_FIRST_MIN   # persistent: tiles whose work grows along an axis walked longest
+                                             # first once it has this many blocks (0: never)
     free_turns: bool = True            # ping-pong turns run on across pipelines and tiles where nothing is published
     auto_schedule: bool = True         # the backend may take FA3's schedule where measured to pay (schedule.fa3_switches)
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
-                          "producer_prologue", "longest_first", "free_turns", "auto_schedule")
+                          "producer_prologue", "free_turns", "auto_schedule")
+        self._expect_int("longest_first", 0, 1 << 30)
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:

@@ -25,20 +25,21 @@ template <class U> HK_HD void grouped_xy(U l, U gx, U gy, U& x, U& y) {
 HK_HD long long dealt_tile(long long k, int b, int g) { return k * g + ((k & 1) ? g - 1 - b : b); }
 // A persistent kernel's block indices: tile t of a logical gx x gy x gz grid (64-bit: the grid may hold more
 // tiles than an int counts). HK_WORK_AXIS >= 0 (schedule.work_axis: tiles differ in work along that axis) and
-// that axis LONGEST_FIRST_MIN blocks or longer: that axis slowest and from its last index, longest tiles first.
-// Otherwise the order block_idx walks: a short ramp (N1024 causal: 8 query blocks a head) dealt forwards and
-// backwards is balanced already, and mixing long and short tiles ran 13 % faster there than longest first;
-// long ramps beat against the SM count (N16384: 0.66 of cuDNN in order, 0.97 longest first; N4096 0.86, 0.89).
+// that axis HK_LONGEST_FIRST_MIN blocks or longer (schedule.LONGEST_FIRST_MIN, why that many): that axis slowest
+// and from its last index, longest tiles first. Otherwise the order block_idx walks: a short ramp dealt forwards
+// and backwards is balanced already and keeps a head's keys in L2; a long one beats against the SM count.
 #ifndef HK_WORK_AXIS
 #define HK_WORK_AXIS -1
 #endif
-constexpr int LONGEST_FIRST_MIN = 16;
+#ifndef HK_LONGEST_FIRST_MIN
+#define HK_LONGEST_FIRST_MIN 64
+#endif
 template <int A> HK_HD int tile_idx(long long t, int gx, int gy, int gz) {
     typedef unsigned long long U;
     if constexpr (HK_WORK_AXIS >= 0) {
         constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0, Q = W == 2 ? 1 : 2;   // P faster than Q
         const U n[3] = {(U)gx, (U)gy, (U)gz}, rest = n[P] * n[Q], r = (U)t % rest;
-        if (n[W] >= (U)LONGEST_FIRST_MIN) {
+        if (n[W] >= (U)HK_LONGEST_FIRST_MIN) {
             if constexpr (A == W) return (int)(n[W] - 1 - (U)t / rest);
             return (int)(A == P ? r % n[P] : r / n[P]);
         }
