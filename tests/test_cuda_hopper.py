@@ -366,6 +366,22 @@ def test_specialised_kernels_run_persistent_when_asked():
     assert "persistent" not in be.compile(small, be.target("sm_90a"), {"persistent": True}).launch   # not specialised
 
 
+def test_fa3_survives_an_nvrtc_log_without_the_ptxas_report(monkeypatch):
+    """On the H200 some pytest processes got an empty NVRTC log for the FA3 build (cause unknown): the register
+    count the hand-over is checked against then comes from the cubin (compiler.cubin_resources), so FA3's schedule
+    is still taken, and the Artifact keeps the log it got."""
+    from dataclasses import replace
+
+    from hk_portable.backends.cuda import compiler
+    real = compiler.compile_source
+    monkeypatch.setattr(compiler, "compile_source", lambda *a, **k: replace(real(*a, **k), log=""))
+    cfg, program = _attention_program(128, True)
+    be = hk.get_backend("cuda")
+    art = be.compile(program, be.target("sm_90a"))
+    assert art.options["schedule"].get("pingpong") and art.launch.get("hand_over_registers")
+    assert art.options["ptxas_log"] == "" and art.resources["registers"] == art.launch["hand_over_registers"]
+
+
 # ----------------------------------------------------------------------------------------- GPU
 @pytest.fixture(scope="module")
 def hopper():

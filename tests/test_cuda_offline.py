@@ -166,3 +166,34 @@ def test_hk_compile_cli_emits_without_gpu(arch, emit, tmp_path):
         assert f".target {arch}" in res.stdout and "mma.sync.aligned.m16n8k16" in res.stdout
     else:
         assert "extern \"C\" __global__" in res.stdout and "namespace hk" in res.stdout
+
+
+_FRAME_KERNEL = r"""
+extern "C" __global__ void framed(float* o, int i) {
+    float a[1024];                               // too large for registers: a local array in the stack frame
+    for (int j = 0; j < 1024; ++j) a[j] = o[j] * (float)j;
+    a[i & 1023] = o[1024];
+    o[0] = a[(i * 7) & 1023];
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_cubin_records_what_the_ptxas_report_says(arch):
+    """compiler.cubin_resources, the fallback for an NVRTC log without ptxas' report (seen on the H200): the
+    registers and stack frame it reads from the cubin equal the report's, for a library kernel and for a kernel
+    with a stack frame; a kernel the cubin does not hold gives None."""
+    from hk_portable.backends.cuda import codegen, compiler
+    from hk_portable.backends.cuda.options import DEFAULT
+    from hk_portable.kernels import attention
+    args, consts = attention.example_args(D=128, causal=True)
+    program = attention.attention_fwd_kernel.trace(*args, **consts)
+    emitted, _ = codegen.emit(program, hk.get_backend("cuda").target(arch))
+    for source, name in ((emitted.source, emitted.kernel_name), (_FRAME_KERNEL, "framed")):
+        built = compiler.compile_source(source, name, arch, DEFAULT.nvrtc_flags())
+        report, cubin = compiler.parse_ptxas(built.log), compiler.cubin_resources(built.cubin, name)
+        assert compiler.ptxas_report(built.log) and cubin is not None
+        assert (cubin["registers"], cubin["stack_bytes"]) == (report["registers"], report["stack_bytes"])
+    assert report["stack_bytes"] > 0 and cubin["spill_stores"] == report["stack_bytes"]
+    assert compiler.cubin_resources(built.cubin, "no_such_kernel") is None
+    assert compiler.cubin_resources(b"not an elf", name) is None

@@ -292,11 +292,13 @@ class _Plans(dict):
 
 
 def _nvrtc(emitted, arch: str, flags) -> tuple:
-    """NVRTC + ptxas on an emitted kernel: (Compiled, ptxas resources). A log without ptxas' report is compiled
-    once more: on the H200 one pytest process got such logs for the FA3 attention build, in two sessions, while
-    fresh processes never did; the resources then read as zeros and the register hand-over looked lost. Where
-    it stays missing, the Artifact carries the log's tail (options["ptxas_log"]) for whoever looks next."""
+    """NVRTC + ptxas on an emitted kernel: (Compiled, resources). On the H200, NVRTC returned an empty log for the
+    FA3 attention build in some pytest processes (three sessions; fresh processes never; the cause is unknown), and
+    a second compile was empty again: the resources then read as zeros and the register hand-over looked lost. So
+    a log without ptxas' report takes registers and stack frame from the cubin itself (compiler.cubin_resources);
+    the Artifact keeps the log's tail (options["ptxas_log"]) for whoever looks next."""
     compiled = compiler.compile_source(emitted.source, emitted.kernel_name, arch, flags)
-    if not compiler.ptxas_report(compiled.log):
-        compiled = compiler.compile_source(emitted.source, emitted.kernel_name, arch, flags)
-    return compiled, compiler.parse_ptxas(compiled.log)
+    if compiler.ptxas_report(compiled.log):
+        return compiled, compiler.parse_ptxas(compiled.log)
+    from_cubin = compiler.cubin_resources(compiled.cubin, emitted.kernel_name)
+    return compiled, from_cubin if from_cubin is not None else compiler.parse_ptxas(compiled.log)

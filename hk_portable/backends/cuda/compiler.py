@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -114,6 +115,64 @@ _PTXAS = {
 def ptxas_report(log: str) -> bool:
     """Whether NVRTC's log holds ptxas' resource report (-v): every kernel uses registers."""
     return _PTXAS["registers"].search(log) is not None
+
+
+# the cubin's own record of a kernel's resources (.nv.info attributes, keyed by symbol index): what the ptxas report
+# says, for a log that lacks it
+_EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT = 0x11, 0x2F
+
+
+def cubin_resources(cubin: bytes, kernel_name: str) -> dict | None:
+    """Registers and stack frame of `kernel_name` from the cubin (ELF64: the .nv.info section's REGCOUNT and
+    FRAME_SIZE attributes of the kernel's symbol), in parse_ptxas' keys; None where the cubin does not say. A frame
+    counts as spills (the ELF keeps no split of a frame into spills and local arrays; the kernels here have none)."""
+    try:
+        sections = _elf_sections(cubin)
+        text = sections.get(f".text.{kernel_name}")
+        info = sections.get(".nv.info")
+        if text is None or info is None:
+            return None
+        symbol = text[7] & 0xFFFFFF                      # a .text section's sh_info: its function's symbol index
+        values: dict[int, int] = {}
+        for attr, value in _nv_info(cubin[info[4]:info[4] + info[5]]):
+            if attr in (_EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT) and len(value) == 8:
+                sym, v = struct.unpack("<II", value)
+                if sym == symbol:
+                    values[attr] = v
+    except (struct.error, ValueError, IndexError):
+        return None
+    if _EIATTR_REGCOUNT not in values:
+        return None
+    frame = values.get(_EIATTR_FRAME_SIZE, 0)
+    return {"registers": values[_EIATTR_REGCOUNT], "stack_bytes": frame, "spill_stores": frame, "spill_loads": frame,
+            "barriers": 0, "static_shared_bytes": 0}
+
+
+def _elf_sections(elf: bytes) -> dict[str, tuple]:
+    """An ELF64 (little-endian) file's section headers by name: (name, type, flags, addr, offset, size, link,
+    info, align, entsize)."""
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    entsize, count, names = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * entsize) for i in range(count)]
+    strtab = headers[names][4]
+    return {elf[strtab + h[0]:elf.index(b"\0", strtab + h[0])].decode(): h for h in headers}
+
+
+def _nv_info(data: bytes):
+    """(attribute, value bytes) of an .nv.info section: a format byte (1: no value, 2: one byte, 3: two, 4: a
+    16-bit size and that many bytes), then the attribute byte."""
+    i = 0
+    while i + 2 <= len(data):
+        fmt, attr = data[i], data[i + 1]
+        if fmt == 4:
+            size, = struct.unpack_from("<H", data, i + 2)
+            yield attr, data[i + 4:i + 4 + size]
+            i += 4 + size
+        elif fmt in (1, 2, 3):                           # no value, a byte, two bytes
+            yield attr, data[i + 2:i + fmt + 1]
+            i += fmt + 1
+        else:
+            return
 
 
 def parse_ptxas(log: str) -> dict:
