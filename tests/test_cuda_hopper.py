@@ -257,6 +257,11 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     assert lowered.count(": tma,") == pipes and ": cp_async" not in lowered
     plan = lowered.split("// schedule")[1]
     assert plan.count(", staged (no barrier, waits)") == len(re.findall(r"^mma %", plan, re.M)) == 2 * pipes
+    # the view shows the plan compile() tries first: FA3's on two consumer warpgroups, persistent, and with a
+    # causal band the query blocks longest first
+    fa3 = cfg.get("num_warps") == 8
+    assert lowered.startswith("// FA3's schedule") is fa3 and ("block order: persistent" in plan) is fa3
+    assert ("longest first once axis 0 has 64 blocks" in plan) is (fa3 and masked)
 
 
 @pytest.mark.parametrize("masked", [False, True])
