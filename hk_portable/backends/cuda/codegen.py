@@ -8,6 +8,7 @@ place (a transposed A, any B). `scratch_bytes` computes its size with the librar
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 
 from ...codegen import library, patterns, resources
@@ -231,7 +232,7 @@ class CudaEmitter(CStyleEmitter):
         if pp.overlap:
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
             self._overlap_lambdas(creg, pp.overlap, carry, uid, split=True)
-            free = self._free_turns()
+            free = self._free_turns
             bracket = "true" if self.plan.pingpong and not free else "false"
             publish = ", false" if free else ""
             self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap_split<{stages}, {bracket}{publish}>({n}, hk_it, "
@@ -396,26 +397,28 @@ class CudaEmitter(CStyleEmitter):
         self.indent -= 1
         self.line("}")
         self.line(f"hk::setmaxnreg_inc<{consumer}>();")
-        if self._free_turns():
+        if self._free_turns:
             self._turns("begin", "the ping-pong's turns run on across pipelines and tiles")
         with self._tiles():
             super().region(body)
-            if self.plan.persistent and self._tma_fed():
+            if self.plan.persistent and self._tma_fed:
                 self.line("if (hk_tma_ok == 0) hk::sync();  // the consumers loaded this tile's buffers themselves")
             elif self.plan.persistent:
                 self.line("hk::sync();                      // every consumer is done with this tile's buffers")
-        if self._free_turns():
+        if self._free_turns:
             self._turns("end", "warpgroup 0 takes the last hand-over back: every turn barrier balances")
 
     def _turns(self, edge: str, why: str) -> None:
         self.line(f"hk::turns_{edge}<{self.p.num_warps // 4}>();   // {why}")
 
+    @cached_property
     def _free_turns(self) -> bool:
         """Ping-pong whose turns run on from one pipeline to the next and across a persistent block's tiles
         (Plan.free_turns) where no pipeline must publish the consumers' own shared writes (_tma_fed): the
         warpgroups then never meet, one finishing a tile (its epilogue) while the other still multiplies."""
-        return self.plan.pingpong and self.plan.free_turns and self._tma_fed()
+        return self.plan.pingpong and self.plan.free_turns and self._tma_fed
 
+    @cached_property
     def _tma_fed(self) -> bool:
         """Whether, with tensor maps, the consumers write no shared memory in a tile: every shared buffer is filled
         by the producer's TMA copies (its ring, the prologue), nothing is stored to shared, no scratch. Then a

@@ -61,12 +61,12 @@ TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements 
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
 PRODUCER_REGS = 24               # setmaxnreg's least: a loop, two barriers' addresses and TMA coordinates fit (no spill)
 REGISTER_FILE = 65536            # 32-bit registers per SM (sm_90a): what the warpgroups share out
-MAX_CONSUMER_REGS = 240
+MAX_CONSUMER_REGS = 240          # below the ISA's 255 so ptxas keeps its reserved registers
 # Tiles go longest first once the work axis has this many blocks (query blocks a head). Block order measured better
 # with 8 and 32 (causal D128 N1024 / N4096 and GQA N4096 on the H200: 0.69 vs 0.60 in one A/B; 479 and 490 TFLOP/s
 # in block order against 449 and 460 longest first, hk bench across calls), longest first with 128 (N16384: 0.97
 # vs 0.66 of cuDNN). 64 lies between: a head's ramp then spans half the SMs' blocks, where dealing beats against it.
-LONGEST_FIRST_MIN = 64          # below the ISA's 255 so ptxas keeps its reserved registers
+LONGEST_FIRST_MIN = 64
 
 
 @dataclass(frozen=True)

@@ -390,14 +390,16 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
 
 
 # ------------------------------------------------------------------------------------------ fused masks
-MASK_LEAVES = patterns.MASK_LEAVES
+def where_at_takes(lay: dict, v: Value) -> bool:
+    """Whether hk::where_at evaluates masks at the positions of v's layout: it is written for transposed-fragment
+    tiles (attention's edge tiles: three 256x64 masks would be 96 VGPRs a lane, or as lane masks more SGPRs than
+    there are)."""
+    return isinstance(lay.get(v), TFragment)
 
 
 def fused_masks(program: Program, lay: dict) -> dict[Op, Op]:
-    """patterns.fused_masks for selects into transposed-fragment tiles, the layout hk::where_at takes here
-    (attention's edge tiles: three 256x64 masks would be 96 VGPRs a lane, or as lane masks more SGPRs than
-    there are)."""
-    return patterns.fused_masks(program, lambda v: isinstance(lay.get(v), TFragment))
+    """patterns.fused_masks for selects into the layouts hk::where_at takes here."""
+    return patterns.fused_masks(program, lambda v: where_at_takes(lay, v))
 
 
 def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
@@ -447,7 +449,7 @@ def interleaved_pv(program: Program, lay: dict) -> dict[Op, dict]:
         if pipe.opcode != "pipeline":
             continue
         creg = pipe.regions[1]
-        if any(o.opcode in MASK_LEAVES for o in creg.walk()):
+        if any(o.opcode in patterns.MASK_LEAVES for o in creg.walk()):
             continue                   # an edge step (masks): rare trips, and its selects cost SGPRs
         for op in creg.ops:
             if op.opcode != "mma" or op.attrs["trans_a"] or not isinstance(lay.get(op.result), TFragment):
@@ -567,7 +569,7 @@ class HipEmitter(CStyleEmitter):
         self._select_casts = {m.operands[0] for m in self._interleaved}
 
     def fuses_masks(self, v: Value) -> bool:
-        return isinstance(self._lay.get(v), TFragment)          # hk::where_at is written for tfrag tiles
+        return where_at_takes(self._lay, v)
 
     def op_unary(self, op: Op) -> None:
         if op.opcode == "unary" and op.attrs["op"] == "exp2" and op.result in self._lazy_rows:
