@@ -114,7 +114,8 @@ def main():
                  "variants": {v: VARIANTS[v] for v in names}, "rows": rows}, args.json)
 
 
-def _case(text: str) -> tuple[int, int, bool]:
+def attention_case(text: str) -> tuple[int, int, bool]:
+    """"N,D[,causal]" (causal: 1, c, causal or true) as (N, D, causal); ncu_probe.py reads its cases the same way."""
     n, d, *causal = text.split(",")
     return int(n), int(d), bool(causal) and causal[0] in ("1", "c", "causal", "True", "true")
 
@@ -126,6 +127,6 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None)
     ap.add_argument("--compile-only", action="store_true")
-    ap.add_argument("--cases", nargs="+", type=_case, default=None, help="N,D[,causal] each (default: CASES)")
+    ap.add_argument("--cases", nargs="+", type=attention_case, default=None, help="N,D[,causal] each (default: CASES)")
     args = ap.parse_args()
     main()

@@ -19,12 +19,14 @@ import torch
 from hk_portable.kernels.attention import attention_fwd
 from hk_portable.kernels.gemm import gemm
 
+from attention_schedules import attention_case       # this folder is on sys.path when run as a script
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cublas", action="store_true")
     ap.add_argument("--no-gemm", action="store_true")
-    ap.add_argument("--attention", nargs="+", default=["4096,128"])
+    ap.add_argument("--attention", nargs="+", type=attention_case, default=[(4096, 128, False)])
     args = ap.parse_args()
     if not args.no_gemm:
         a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -34,12 +36,10 @@ def main() -> None:
         if args.cublas:            # the baseline's kernel too (its tile, cluster and stall profile)
             for _ in range(3):
                 torch.matmul(a, b)
-    for case in args.attention:
-        n, d, *causal = case.split(",")
-        n, d = int(n), int(d)
+    for n, d, causal in args.attention:
         q, k, v = (torch.randn(16384 // n, 16, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         for _ in range(3):
-            attention_fwd(q, k, v, causal=bool(causal))
+            attention_fwd(q, k, v, causal=causal)
     torch.cuda.synchronize()
 
 
