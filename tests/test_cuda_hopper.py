@@ -342,9 +342,10 @@ def test_attention_ring_is_split_by_reader(d, masked):
     assert src.count("hk::ring_acquire<1>(") == 1 and src.count("hk::ring_wait<1>(") == 1
     assert "release_stage(hk_empty + " not in src
     persistent = be.compile(program, target, {**on, "persistent": True}).source
-    assert persistent.count("hk::release_stage(hk_empty + ") == 1
+    release = f"hk::ring_release<2>(hk_empty + {2 * cfg['STAGES']}, hk_round);"     # Q's own pair, two copies
+    assert persistent.count(release) == 1 and "release_stage(hk_empty + " not in persistent
     last_pipe = persistent.rindex("hk::ws_consume_split<")
-    assert last_pipe < persistent.index("hk::release_stage(hk_empty + ") < persistent.index("hk::store(", last_pipe)
+    assert last_pipe < persistent.index(release) < persistent.index("hk::store(", last_pipe)
     gemm = gemm_kernel.trace(_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=torch.float32),
                              **_gemm_artifact("sm_90a")[1])
     assert schedule.plan(gemm, target, split_ring=True).ring_groups == 1
@@ -369,6 +370,83 @@ def test_specialised_kernels_run_persistent_when_asked():
     assert "persistent" not in flat.launch and "hk_tile" not in flat.source and "#define HK_WORK_AXIS -1" in flat.source
     small = attention.attention_fwd_kernel.trace(*args, **attention.candidates({"D": 128, "MASKED": True})[-1])
     assert "persistent" not in be.compile(small, be.target("sm_90a"), {"persistent": True}).launch   # not specialised
+
+
+def test_persistent_prologue_has_a_copy_per_tile_in_flight():
+    """A persistent block keeps two copies of the producer's prologue buffer (attention's Q) where shared memory
+    holds them (Plan.prologue_stages): tile t reads copy t % 2, so the producer loads tile t+1's Q while the consumers
+    still run tile t, on a barrier pair per copy. prologue_stages=1 is the single copy that waits for the tile's end;
+    a block too large for the copy (128x176 at D=128: 240 KiB) keeps one on its own."""
+    from hk_portable.backends.cuda import schedule
+    from hk_portable.codegen import resources
+    cfg, program = _attention_program(128, False)
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    q_bytes = cfg["BM"] * 128 * 2
+    two = be.compile(program, target, dict(schedule.FA3))
+    one = be.compile(program, target, {**schedule.FA3, "prologue_stages": 1})
+    ring = 2 * cfg["STAGES"]                                   # K's and V's barrier pairs come first
+    assert f"hk_full[{ring + 2}]" in two.source and f"hk_full[{ring + 1}]" in one.source
+    assert two.source.count(f"hk_smem + 0 + hk_round % 2 * {q_bytes});") == 2       # producer's and consumers' view
+    assert f"hk::ring_acquire<2>(hk_full + {ring}, hk_empty + {ring}, hk_round, {q_bytes});" in two.source
+    assert f"hk::ring_wait<2>(hk_full + {ring}, hk_round);" in two.source
+    assert "hk_round % " not in one.source and f"hk::ring_acquire<1>(hk_full + {ring}," in one.source
+    assert two.launch["shared_bytes"] == one.launch["shared_bytes"] + resources.round_up(q_bytes, 1024)
+    assert two.options["schedule"]["prologue_stages"] == 2
+    big_cfg = {**cfg, "BN": 176}
+    big = attention.attention_fwd_kernel.trace(*_attention_args(128), **big_cfg)
+    assert "hk_round % " not in be.compile(big, target, dict(schedule.FA3)).source           # no room for the copy
+    flat = be.compile(program, target, {"split_ring": True, "producer_prologue": True})     # not persistent: one
+    assert "hk_round % " not in flat.source and "hk::ring_acquire<1>(" in flat.source
+
+
+STORE_TMA = "if (hk_tma_ok & 2) hk::store_tma(hk_smem + "
+
+
+def test_epilogue_stores_whole_tiles_by_tma_where_shared_memory_holds_them():
+    """Plan.tma_stores: a specialised kernel's store of a 16-bit tile holding one 16-row block per warp goes through
+    shared memory and TMA (each warpgroup its 64 rows, box 64x64) where the launch encoded the output's map (flag
+    bit 2), plain otherwise; the TMA stores are drained before the block ends. Shared memory decides: the staging
+    area is given up last (attention at D=128 keeps it and the second Q copy: 225 KiB); a GEMM with 4 stages has no
+    room for it, with 3 it has; an f32 output (4-byte) keeps plain stores; tma_store=False turns it off."""
+    from hk_portable.backends.cuda import schedule
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    cfg, program = _attention_program(128, True)
+    art = be.compile(program, target, dict(schedule.FA3))
+    assert art.source.count(STORE_TMA) == 1 and art.source.count("hk::store_tma_drain();") == 1
+    assert art.source.index(STORE_TMA) < art.source.index("hk::store_tma_drain();")
+    maps = art.launch["tma"]
+    assert [m["store"] for m in maps] == [False, False, False, True]                 # K, V, Q, then O
+    assert maps[-1] == {"param": 3, "rank": 4, "dtype": "bf16", "box_rows": 64, "box_cols": 64, "store": True}
+    assert art.launch["shared_bytes"] <= target.max_shared_bytes and "hk_round % 2" in art.source
+    plain = be.compile(program, target, {**schedule.FA3, "tma_store": False})
+    assert STORE_TMA not in plain.source and all(not m["store"] for m in plain.launch["tma"])
+    assert art.launch["shared_bytes"] == plain.launch["shared_bytes"] + cfg["BM"] * 128 * 2
+
+    def gemm_source(stages, out_dtype=torch.bfloat16):
+        gcfg = dict(BM=128, BN=256, BK=64, STAGES=stages, num_warps=8)
+        return be.compile(gemm_kernel.trace(_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=out_dtype),
+                                            **gcfg), target, {}).source
+    assert STORE_TMA not in gemm_source(4) and STORE_TMA in gemm_source(3)
+    assert STORE_TMA not in gemm_source(3, torch.float32)
+
+
+def test_tensor_map_flag_keeps_loads_on_tma_when_only_a_store_map_fails(monkeypatch):
+    """The launch's flag (tma.TensorMaps): bit 1 when every map a kernel reads through was encoded, bit 2 when the
+    maps it writes through were too; a read map that fails zeroes everything (the cp.async path), a written one
+    only clears bit 2 (plain stores)."""
+    specs = [{"param": 0, "rank": 2, "dtype": "bf16", "box_rows": 64, "box_cols": 64, "store": False},
+             {"param": 1, "rank": 2, "dtype": "bf16", "box_rows": 64, "box_cols": 64, "store": True}]
+    maps = tma.TensorMaps(specs, 16)
+    a, b, bad = (torch.empty(64, 64, dtype=torch.bfloat16) for _ in range(3))
+    good = {a.data_ptr(): b"\1" * 128, b.data_ptr(): b"\2" * 128}
+    monkeypatch.setattr(tma, "encode", lambda t, spec: good.get(t.data_ptr()))
+    flag = lambda tail: int.from_bytes(tail[-4:], "little")
+    assert flag(maps.tail((a, b))) == tma.LOADS_OK | tma.STORES_OK
+    tail = maps.tail((a, bad))
+    assert flag(tail) == tma.LOADS_OK and tail[:128] == good[a.data_ptr()] and tail[128:256] == bytes(128)
+    assert maps.tail((bad, b)) == bytes(maps.size - maps.first)
 
 
 def test_fa3_survives_an_nvrtc_log_without_the_ptxas_report(monkeypatch):
@@ -555,3 +633,44 @@ def test_persistent_attention_matches_float64(hopper, causal, n, d):
     ref, ref_lse = attention.reference(q, k, v, causal=causal)
     assert float((o.double() - ref).abs().max()) < 2e-2
     assert float((lse.double() - ref_lse).abs().max()) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_view", ["contiguous", "unaligned-rows"])
+def test_tma_store_epilogue_matches_float64_or_falls_back(hopper, out_view):
+    """The epilogue's TMA store on the GPU (FA3's schedule, ragged N: the store clips the last query block; more
+    tiles than SMs), and an output whose 258-byte rows TMA cannot describe: the loads stay on TMA, the kernel
+    stores plainly (flag bit 2 clear). The output is poisoned first; rows outside it must stay untouched."""
+    from hk_portable.backends.cuda import schedule
+    torch.manual_seed(7)
+    n, d = 1000, 128
+    q, k, v = (torch.randn(4, 40, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if out_view == "contiguous":
+        o = torch.full_like(q, float("nan"))
+    else:
+        o = torch.full((4, 40, n, d + 1), float("nan"), device="cuda", dtype=torch.bfloat16)[..., :d]
+        assert tma.describe(o, {"rank": 4, "dtype": "bf16", "box_rows": 64, "box_cols": 64}) is None
+    lse = torch.full((4, 40, n), float("nan"), device="cuda")
+    args = (q, k, v, o, lse, d ** -0.5, 0, 0, 0)
+    cfg = attention.candidates({"D": d, "MASKED": False})[0]
+    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    art = hopper.compile(program, hopper.target("sm_90a"), dict(schedule.FA3))
+    assert STORE_TMA in art.source
+    hopper.launch(art, args, (-(-n // cfg["BM"]), 40, 4))
+    torch.cuda.synchronize()
+    ref, _ = attention.reference(q, k, v)
+    assert float((o.double() - ref).abs().max()) < 2e-2
+    if out_view != "contiguous":
+        assert o.as_strided((4, 40, n), (40 * n * (d + 1), n * (d + 1), d + 1), o.storage_offset() + d).isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(300, 520, 200), (4000, 4000, 4000), (129, 1000, 64)])
+def test_gemm_with_tma_store_epilogue_matches_float64(hopper, M, N, K):
+    """A GEMM whose bf16 output goes out by TMA stores (128x256 tiles, 3 stages: room for the staging area),
+    ragged edges clipped by the tensor map, the output poisoned first."""
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm(a, b, out, backend="cuda", BM=128, BN=256, BK=64, STAGES=3, num_warps=8)
+    assert _rel_err(out, a, b) < 8e-3

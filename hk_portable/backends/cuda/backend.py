@@ -110,7 +110,7 @@ class CudaBackend(Backend):
         switches = DEFAULT.schedule()       # the plan compile() tries first with the default options
         fa3 = schedule.fa3_switches(program, target, switches)
         head = "" if fa3 is None else "// FA3's schedule (kept when its build neither spills nor loses the hand-over)\n"
-        return (head + schedule.describe(program, schedule.plan(program, target, **(fa3 or switches)), target)
+        return (head + schedule.describe(program, codegen.plan(program, target, **(fa3 or switches)), target)
                 + f"\n// layouts ({warps} warps)\n" + "\n".join(lay))
 
     def check(self, program, target: Target, options=None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 
 from ...codegen import library, patterns, resources
 from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel
@@ -89,9 +90,17 @@ class CudaEmitter(CStyleEmitter):
         self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
 
     def emit(self, program: Program) -> EmittedKernel:
-        self.plan = schedule.plan(program, self.target, **self.switches)
+        self.plan = self.make_plan(program)
         self._scaled = None                     # found from the layouts the base emitter assigns, at first use
         return super().emit(program)
+
+    def make_plan(self, program: Program) -> schedule.Plan:
+        """The schedule pass's plan for this Program, with its uses of spare shared memory fitted (_fit_shared)."""
+        lay = layouts(program, num_warps(program, self.target))
+        strips = frozenset(v.id for v, l in lay.items() if isinstance(l, Strip))
+        self.plan = schedule.plan(program, self.target, strips=strips, **self.switches)
+        self._fit_shared(program)
+        return self.plan
 
     def _folds(self) -> dict:
         if self._scaled is None:
@@ -366,7 +375,7 @@ class CudaEmitter(CStyleEmitter):
         pipeline waiting on the ring (or, where the launch could not encode the tensor maps, the ring of
         cp.async copies, the producer having left at once)."""
         stages = self._stages
-        bars = stages * self.plan.ring_groups + (1 if self.plan.prologue else 0)
+        bars = stages * self.plan.ring_groups + (self.plan.prologue_stages if self.plan.prologue else 0)
         producer, consumer = self._register_hand_over()
         self.line(f"__shared__ hk::u64 hk_full[{bars}], hk_empty[{bars}];")
         self.line(f"hk::ws_init<{bars}>(hk_full, hk_empty);")
@@ -405,6 +414,8 @@ class CudaEmitter(CStyleEmitter):
                 self.line("if (hk_tma_ok == 0) hk::sync();  // the consumers loaded this tile's buffers themselves")
             elif self.plan.persistent:
                 self.line("hk::sync();                      // every consumer is done with this tile's buffers")
+        if self.plan.tma_stores:
+            self.line("if (hk_tma_ok & 2) hk::store_tma_drain();   // the TMA stores have read shared memory")
         if self._free_turns:
             self._turns("end", "warpgroup 0 takes the last hand-over back: every turn barrier balances")
 
@@ -431,6 +442,61 @@ class CudaEmitter(CStyleEmitter):
         return all(id(o) in by_tma for o in ops if o.opcode == "global_to_shared")
 
     # ---- loads before the pipelines, on the producer (schedule.Plan.prologue: attention's Q)
+    def _prologue_stride(self, buf) -> int:
+        """Bytes from one copy of a prologue buffer to the next (each on a swizzle atom)."""
+        return resources.round_up(buf.type.nbytes, BUFFER_ALIGN)
+
+    def _slots(self, buffers) -> list:
+        """What the arena holds: each buffer (a prologue buffer's Plan.prologue_stages copies, one after another),
+        then the area the TMA stores stage through (Plan.tma_stores)."""
+        extra = self.plan.prologue_stages - 1
+        slots = [SimpleNamespace(nbytes=b.type.nbytes + extra * self._prologue_stride(b))
+                 if extra and id(self.producers[b]) in self.plan.prologue_buffers else b.type for b in buffers]
+        staged = schedule.tma_store_bytes(self.p, self.plan)
+        return slots + [SimpleNamespace(nbytes=staged)] if staged else slots
+
+    def _fit_shared(self, program: Program) -> None:
+        """The schedule's uses of spare shared memory, kept while the block still fits the target: the TMA stores'
+        staging area first, then the prologue's second copy (given up first: it measured at most a few percent)."""
+        self.p = program
+        self.producers = {r: o for o in program.body.walk() for r in o.results}
+        scratch = scratch_bytes(program, num_warps(program, self.target))
+
+        def fits() -> bool:
+            arena = resources.arena_layout(self._slots([op.result for op in program.shared_buffers()]), BUFFER_ALIGN)[1]
+            return resources.shared_bytes(arena, scratch) + base_slack(self.target) <= self.target.max_shared_bytes
+        if not fits():
+            self.plan.prologue_stages = 1
+        if not fits():
+            self.plan.tma_stores = {}
+            self.plan.tensor_maps = [m for m in self.plan.tensor_maps if not m.store]   # stores' maps come last
+
+    def arena(self, program: Program, buffers: list) -> tuple[list[int], int]:
+        offsets, total = resources.arena_layout(self._slots(buffers), self.smem_align)
+        if len(offsets) > len(buffers):
+            self._store_stage = offsets.pop()           # the TMA stores' staging area
+        return offsets, total
+
+    def op_register_to_global(self, op):
+        """A store the schedule put on TMA (Plan.tma_stores), where the launch encoded its tensor map; else plain."""
+        if id(op) not in self.plan.tma_stores:
+            return super().op_register_to_global(op)
+        gl, src, *idx = op.operands
+        self.line(f"if (hk_tma_ok & 2) hk::store_tma(hk_smem + {self._store_stage}, hk_tm{self.plan.tma_stores[id(op)]}, "
+                  f"{self.name(src)}, {self.args(idx)});")
+        self.line("else")
+        self.indent += 1
+        super().op_register_to_global(op)
+        self.indent -= 1
+
+    def op_alloc_shared(self, op):
+        """A prologue buffer with copies: this tile's copy (hk_round counts the block's tiles)."""
+        if self.plan.prologue_stages == 1 or id(op) not in self.plan.prologue_buffers:
+            return super().op_alloc_shared(op)
+        stride = self._prologue_stride(op.result)
+        self.line(f"{self.decl(op.result)}(hk_smem + {self.smem_offsets[op.result]} + "
+                  f"hk_round % {self.plan.prologue_stages} * {stride});   // this tile's copy")
+
     @property
     def _prologue_bar(self) -> int:
         return self._stages * self.plan.ring_groups
@@ -439,15 +505,15 @@ class CudaEmitter(CStyleEmitter):
         """The producer's side: acquire the prologue's barrier pair for this tile (once the consumers released
         the last tile's), then the TMA copy."""
         if not self._emitted_prologue:          # the tile's first prologue load acquires the pair
-            self.line(f"hk::u64* hk_pbar = hk::ring_acquire<1>(hk_full + {self._prologue_bar}, hk_empty + "
-                      f"{self._prologue_bar}, hk_round, {self.plan.prologue_tx});")
+            self.line(f"hk::u64* hk_pbar = hk::ring_acquire<{self.plan.prologue_stages}>(hk_full + {self._prologue_bar}, "
+                      f"hk_empty + {self._prologue_bar}, hk_round, {self.plan.prologue_tx});")
         self._emitted_prologue.append(op)
         st, gl, *idx = op.operands
         self.line(f"hk::tma_load({self.name(st)}, hk_tm{self.plan.prologue[id(op)]}, hk_pbar, {self.args(idx)});")
 
     def _prologue_wait(self, op, in_pipeline_load: bool) -> None:
         """The consumers' side: wait for the producer's copy; without tensor maps, load it themselves."""
-        self.line(f"if (hk_tma_ok != 0) hk::ring_wait<1>(hk_full + {self._prologue_bar}, hk_round);")
+        self.line(f"if (hk_tma_ok != 0) hk::ring_wait<{self.plan.prologue_stages}>(hk_full + {self._prologue_bar}, hk_round);")
         self.line("else {")
         self.indent += 1
         super().emit_ops([op], in_pipeline_load)
@@ -458,7 +524,8 @@ class CudaEmitter(CStyleEmitter):
         """After the last pipeline reading the prologue's buffers (persistent blocks only: nobody waits otherwise)."""
         pipes = [o for o in self.p.body.ops if o.opcode == "pipeline"]
         if self.plan.prologue and self.plan.persistent and op is pipes[-1]:
-            self.line(f"if (hk_tma_ok != 0) hk::release_stage(hk_empty + {self._prologue_bar});   // the next tile's Q may load")
+            self.line(f"if (hk_tma_ok != 0) hk::ring_release<{self.plan.prologue_stages}>(hk_empty + {self._prologue_bar}, "
+                      "hk_round);   // this copy may take a later tile's Q")
 
     @contextmanager
     def _tiles(self):
@@ -533,6 +600,11 @@ def _fenceable(v) -> bool:
     """A value hk::fence_operand takes: an f32 register tile in the fragment layout."""
     t = v.type
     return isinstance(t, TileType) and t.space == "rt" and t.dtype.name == "f32"
+
+
+def plan(program: Program, target: Target, **switches) -> schedule.Plan:
+    """The plan emit() follows with these schedule switches (what `hk compile --emit lowered` prints)."""
+    return CudaEmitter(target, **switches).make_plan(program)
 
 
 def emit(program: Program, target: Target, min_blocks: int | None = None, hand_over: bool = True,

@@ -37,12 +37,16 @@ class CudaOptions(BackendOptions):
     longest_first: int = LONGEST_FIRST_MIN   # persistent: tiles whose work grows along an axis walked longest
                                              # first once it has this many blocks (0: never)
     free_turns: bool = True            # ping-pong turns run on across pipelines and tiles where nothing is published
+    prologue_stages: int = 2           # persistent: copies of the producer's prologue buffers (attention's Q) where
+                                       # shared memory holds them (1: the next tile's Q waits for this tile's end)
+    tma_store: bool = True             # specialised: epilogue stores of whole tiles through shared memory by TMA
     auto_schedule: bool = True         # the backend may take FA3's schedule where measured to pay (schedule.fa3_switches)
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
-                          "producer_prologue", "free_turns", "auto_schedule")
+                          "producer_prologue", "free_turns", "auto_schedule", "tma_store")
         self._expect_int("longest_first", 0, 1 << 30)
+        self._expect_int("prologue_stages", 1, 2)
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:
@@ -52,7 +56,8 @@ class CudaOptions(BackendOptions):
         """The schedule pass's switches, as codegen.emit takes them."""
         return {"overlap": self.overlap, "persistent": self.persistent, "split_ring": self.split_ring,
                 "pingpong": self.pingpong, "producer_prologue": self.producer_prologue,
-                "longest_first": self.longest_first, "free_turns": self.free_turns}
+                "longest_first": self.longest_first, "free_turns": self.free_turns,
+                "prologue_stages": self.prologue_stages, "tma_store": self.tma_store}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

@@ -72,16 +72,17 @@ LONGEST_FIRST_MIN = 64
 @dataclass(frozen=True)
 class TmaLoad:
     """One tensor map: kernel parameter `param` (index in Program order) read in boxes of
-    box_rows x box_cols elements (box_cols * itemsize == 128 bytes)."""
+    box_rows x box_cols elements (box_cols * itemsize == 128 bytes); `store`: written (Plan.tma_stores)."""
     param: int
     rank: int
     dtype: str
     box_rows: int
     box_cols: int
+    store: bool = False
 
     def to_json(self) -> dict:
         return {"param": self.param, "rank": self.rank, "dtype": self.dtype, "box_rows": self.box_rows,
-                "box_cols": self.box_cols}
+                "box_cols": self.box_cols, "store": self.store}
 
 
 @dataclass
@@ -135,6 +136,12 @@ class Plan:
     free_turns: bool = False            # pingpong only: turns run on across pipelines and tiles (no meeting)
     prologue: dict[int, int] = field(default_factory=dict)   # specialised only: load op id -> tensor map, the producer's
     prologue_tx: int = 0                # bytes those loads deliver per tile
+    tma_stores: dict[int, int] = field(default_factory=dict)  # specialised only: register_to_global op id -> tensor
+                                        # map; each warpgroup stores its rows through shared memory (_tma_stores)
+    prologue_buffers: set[int] = field(default_factory=set)  # alloc_shared op ids those loads fill
+    prologue_stages: int = 1            # persistent only: copies of those buffers, tile t's in copy t % stages, so the
+                                        # producer loads tile t+1's while the consumers still read tile t's; the
+                                        # emitter takes it back to 1 where shared memory cannot hold the copy
 
     @property
     def uses_tma(self) -> bool:
@@ -154,7 +161,8 @@ def grouped_blocks(program: Program) -> bool:
 
 def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
          split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False,
-         longest_first: int = LONGEST_FIRST_MIN, free_turns: bool = True) -> Plan:
+         longest_first: int = LONGEST_FIRST_MIN, free_turns: bool = True, prologue_stages: int = 2,
+         tma_store: bool = True, strips: frozenset = frozenset()) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
@@ -173,6 +181,7 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
         _split_ring(pipes, out, producers, program.num_warps)
     if producer_prologue:
         _producer_prologue(program, pipes, out, producers, params)
+        out.prologue_stages = prologue_stages if persistent and out.prologue else 1
     for op in pipes if overlap else ():
         pp = out.pipelines[id(op)]
         pp.overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)
@@ -181,6 +190,8 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
     out.pingpong = (pingpong and out.ring_groups > 1 and program.num_warps >= 8
                     and all(out.pipelines[id(op)].overlap for op in pipes))
     out.free_turns = out.pingpong and free_turns
+    if tma_store:
+        _tma_stores(program, out, producers, params, strips)
     return out
 
 
@@ -252,8 +263,40 @@ def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: 
         if spec not in out.tensor_maps:
             out.tensor_maps.append(spec)
         out.prologue[id(g2s)] = out.tensor_maps.index(spec)
+        out.prologue_buffers.add(buf)
         t = g2s.operands[0].type
         out.prologue_tx += t.rows * t.cols * t.dtype.itemsize
+
+
+def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, strips: frozenset) -> None:
+    """A specialised kernel's stores of a whole register tile after its pipelines (the epilogue) go through shared
+    memory and TMA (hk::store_tma): each consumer warpgroup writes its 64 rows to shared memory and one thread
+    copies them out, so the warpgroup leaves the tile after a few shared stores instead of many global ones.
+    Taken for a 16-bit tile of the tensor's dtype in the fragment layout (not a strip, `strips`: the ids of
+    values the layout pass made strips), one 16-row block per warp (the wgmma accumulator's rows), whole 128-byte
+    column blocks, at tile indices, into a tensor the kernel never reads (the copy lands after the kernel moved on)."""
+    if not out.producer_warps:
+        return
+    read = {o.operands[1].id for o in program.body.walk() if o.opcode == "global_to_shared"} | {
+        o.operands[0].id for o in program.body.walk() if o.opcode in ("global_to_register", "global_to_scalar")}
+    for op in (o for o in program.body.ops if o.opcode == "register_to_global"):
+        gl, src = op.operands[:2]
+        t = src.type
+        if (not isinstance(t, TileType) or t.space != "rt" or src.id in strips or t.dtype.itemsize != 2
+                or t.dtype != gl.type.dtype or gl.id not in params or gl.id in read or gl.type.rank < 2
+                or len(op.operands) - 2 != gl.type.rank or t.rows != 16 * program.num_warps
+                or (t.cols * 2) % TMA_SWIZZLE_BYTES):
+            continue
+        spec = TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, 64, TMA_SWIZZLE_BYTES // 2, store=True)
+        if spec not in out.tensor_maps:
+            out.tensor_maps.append(spec)
+        out.tma_stores[id(op)] = out.tensor_maps.index(spec)
+
+
+def tma_store_bytes(program: Program, p: Plan) -> int:
+    """Shared bytes the TMA stores stage through: the largest stored tile (the stores share one area)."""
+    return max((o.operands[1].type.rows * o.operands[1].type.cols * 2 for o in program.body.ops
+                if id(o) in p.tma_stores), default=0)
 
 
 def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[RingGroup]:
@@ -538,7 +581,14 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                  "from its last index)"
                  if p.work_axis is not None else f"persistent, {order}") + ", dealt forwards and backwards in turn"
     lines.append("block order: " + order)
+    if p.tma_stores:
+        lines.append(f"epilogue: {len(p.tma_stores)} store(s) through shared memory by TMA, each warpgroup its rows")
+    if p.prologue:
+        lines.append(f"prologue: {len(p.prologue)} load(s) by the producer's TMA, {p.prologue_tx} bytes a tile, "
+                     f"{p.prologue_stages} cop{'ies' if p.prologue_stages > 1 else 'y'}"
+                     + (" (the next tile's loads while this tile runs)" if p.prologue_stages > 1 else ""))
     for i, tm in enumerate(p.tensor_maps):
         lines.append(f"tensor map {i}: param {tm.param} (rank {tm.rank}, {tm.dtype}), box {tm.box_rows}x{tm.box_cols}, "
-                     "SWIZZLE_128B, zero fill out of bounds")
+                     + ("SWIZZLE_128B, written (out of bounds dropped)" if tm.store
+                        else "SWIZZLE_128B, zero fill out of bounds"))
     return "\n".join(lines)

@@ -1,9 +1,10 @@
 """Tensor maps for the TMA schedule (sm_90a), encoded on the host at launch.
 
 A kernel whose pipelines schedule.py put on TMA takes, after its Program parameters, one
-`const __grid_constant__ hk::tmap` per TmaLoad (128 bytes, 64-byte aligned) and an `int` flag: 1 when
-every map was encoded, 0 when a tensor cannot be described (the kernel then runs its cp.async ring, so
-any strided view still works, only slower). TMA's rules (CUDA driver API, cuTensorMapEncodeTiled):
+`const __grid_constant__ hk::tmap` per TmaLoad (128 bytes, 64-byte aligned) and an `int` flag: bit 0 when
+every map it reads through was encoded, 0 when a tensor cannot be described (the kernel then runs its cp.async
+ring, so any strided view still works, only slower); bit 1 as well when every map it writes through (the
+epilogue's TMA stores, `store` specs) was encoded too (else those tiles go out by plain stores). TMA's rules (CUDA driver API, cuTensorMapEncodeTiled):
 a 16-byte-aligned base, a unit innermost stride, every other stride a multiple of 16 bytes (< 2^40),
 each dimension < 2^32. Out-of-bounds box elements read as zero (OOB fill NONE), as the library's loads
 do. Encodings are cached per (tensor address, shape, strides, map), so a repeat launch costs a dict hit.
@@ -21,7 +22,7 @@ DTYPE = {"f16": 6, "bf16": 9, "fp8e4m3": 0, "fp8e5m2": 0}   # CUtensorMapDataTyp
 INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_NONE = 0, 3, 3, 0
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "fp8e4m3": 1, "fp8e5m2": 1}
 CACHE_ENTRIES = 256
-_FLAG_SET = (1).to_bytes(4, "little")
+LOADS_OK, STORES_OK = 1, 2         # the flag's bits (hk_tma_ok in the kernel)
 
 
 def layout(param_size: int, n_maps: int) -> tuple[int, int, int]:
@@ -90,24 +91,19 @@ class TensorMaps:
     def tail(self, args) -> bytes:
         """The bytes from the first map to the end (every map, then the flag), as fill() writes them: the
         compiled launcher's `tail_fn` (it reuses the last result while the packed parameters are the same).
-        A tensor TMA cannot describe gives all zeros: flag 0, the kernel's cp.async path."""
-        parts = []
+        A tensor read through TMA that it cannot describe gives all zeros: flag 0, the kernel's cp.async path;
+        a written one, a zero map and flag LOADS_OK: plain stores."""
+        parts, flag = [], LOADS_OK | STORES_OK
         for i, spec in enumerate(self.specs):
             m = self._map(args[spec["param"]], i)
-            if m is None:
+            if m is None and not spec.get("store"):
                 return bytes(self.size - self.first)
-            parts.append(m)
-        parts.append(_FLAG_SET)
+            if m is None:
+                flag &= ~STORES_OK
+            parts.append(m or bytes(TMAP_BYTES))
+        parts.append(flag.to_bytes(4, "little"))
         return b"".join(parts)
 
     def fill(self, args, buf) -> None:
         """Writes every map and the flag into `buf` (a ctypes buffer of at least self.size bytes)."""
-        ok = 1
-        base = ctypes.addressof(buf)
-        for i, spec in enumerate(self.specs):
-            m = self._map(args[spec["param"]], i)
-            if m is None:
-                ok = 0
-                break
-            ctypes.memmove(base + self.first + i * TMAP_BYTES, m, TMAP_BYTES)
-        ctypes.c_int.from_address(base + self.flag).value = ok
+        ctypes.memmove(ctypes.addressof(buf) + self.first, self.tail(args), self.size - self.first)

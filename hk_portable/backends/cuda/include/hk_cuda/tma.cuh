@@ -281,6 +281,66 @@ HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last)
     if constexpr (PINGPONG) turns_end<NUM_WARPS / 4>();
 }
 
+// ---- Registers -> GL through shared memory and TMA (schedule.py Plan.tma_stores: a specialised kernel's
+// epilogue). Each consumer warpgroup writes its own 64 rows of the tile (warp w holds rows 16w..16w+15, the
+// wgmma accumulator's layout) into its half of `stage` in the block layout, then one of its threads stores them
+// with one bulk tensor copy per 128-byte column block and goes on: the copy reads shared memory while the
+// warpgroup starts its next tile, and the tensor map drops what lies outside the tensor (ragged edges). Before
+// writing the half again the warpgroup waits until its last copy has read it; store_tma_drain, at the end, until
+// every copy has. Named barrier 8 + w is warpgroup w's own (1: sync(), 2 + w: the ping-pong's turns).
+template <int RANK> HK_DEV void tma_store_box(const void* src, const tmap& tm, const int (&c)[RANK]) {
+    const u32 s = smem_addr(src);
+    const unsigned long long m = reinterpret_cast<unsigned long long>(&tm);
+    if constexpr (RANK == 2)
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(s) : "memory");
+    else if constexpr (RANK == 3)
+        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n"
+                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s) : "memory");
+}
+HK_DEV bool store_leader() { return threadIdx.x % 128 == 0; }     // the thread that issues its warpgroup's copies
+HK_DEV void warpgroup_sync() { asm volatile("bar.sync %0, 128;\n" ::"r"(8 + warpgroup_id()) : "memory"); }
+
+template <class T, int R, int C, class... I>
+HK_DEV void store_tma(unsigned char* stage, const tmap& tm, const rt<T, R, C>& src, I... idx) {
+    typedef rt<T, R, C> RT_;
+    constexpr int RANK = sizeof...(I);
+    static_assert(is16<T>::value && R == 16 * NUM_WARPS && NUM_WARPS % 4 == 0 && (C * 2) % 128 == 0,
+                  "a TMA-stored tile: 16-bit, one 16-row block per warp, whole 128-byte column blocks");
+    typedef st<T, 64, C> half_t;
+    const half_t half{stage + warpgroup_id() * half_t::BYTES};
+    if (store_leader()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    warpgroup_sync();                                  // the half is free: the last copy has read it
+    const int r0 = (warp_id() % 4) * 16 + (lane_id() >> 2);
+#pragma unroll
+    for (int j = 0; j < RT_::CB; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<u32*>(half.at(r0 + h * 8, RT_::col(j, 0))) =
+                pack2(src.d[RT_::idx(0, j, 2 * h)], src.d[RT_::idx(0, j, 2 * h + 1)]);
+    fence_proxy_async();                               // the writes, visible to the copy (async proxy)
+    warpgroup_sync();
+    if (!store_leader()) return;
+    const int ix[RANK] = {idx...};
+    int c[RANK];
+#pragma unroll
+    for (int d = 0; d < RANK - 2; ++d) c[RANK - 1 - d] = ix[d];   // leading dims, outermost last
+    c[1] = ix[RANK - 2] * R + warpgroup_id() * 64;
+#pragma unroll
+    for (int j = 0; j < C / 64; ++j) {
+        c[0] = ix[RANK - 1] * C + j * 64;
+        tma_store_box<RANK>(half.ptr + j * 64 * 128, tm, c);
+    }
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Before the block's shared memory goes: every TMA store has read it.
+HK_DEV void store_tma_drain() {
+    if (store_leader()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 // Run on TMA when the launch encoded every tensor map (use_tma), else on the cp.async ring.
 template <int S, int TX, bool ASYNC, class L, class LT, class C>
 HK_DEV void pipeline_tma(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {
