@@ -29,6 +29,14 @@ def _name(cfg) -> str:
     return f"{cfg['BM']}x{cfg['BN']}s{cfg['STAGES']}w{cfg['num_warps']}"
 
 
+def _parse(name: str) -> dict:
+    """The config a BMxBNsSwW name spells (any tile, listed in CONFIGS or not)."""
+    bm, rest = name.split("x")
+    bn, rest = rest.split("s")
+    stages, warps = rest.split("w")
+    return _cfg(int(bm), int(bn), int(stages), int(warps))
+
+
 def check(cfg, d) -> float:
     from hk_portable.kernels import attention
     worst = 0.0
@@ -51,7 +59,7 @@ def main():
     ap.add_argument("--d", type=int, nargs="+", default=[64, 128], help="head dims")
     ap.add_argument("--causal", choices=("both", "only", "no"), default="both")
     ap.add_argument("--only", nargs="+", default=None, metavar="BMxBNsSwW",
-                    help="only these configs, e.g. 128x128s2w8 192x128s2w12")
+                    help="only these configs (listed or not), e.g. 128x128s2w8 128x176s2w8")
     args = ap.parse_args()
     from hk_portable.bench import time_fn, to_json
     from hk_portable.kernels import attention
@@ -66,7 +74,7 @@ def main():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 tb = time_fn(lambda i: torch.nn.functional.scaled_dot_product_attention(*qs[i], is_causal=causal),
                              2, "cuda", args.budget)
-            for cfg in CONFIGS[d] if args.only is None else [c for c in CONFIGS[d] if _name(c) in args.only]:
+            for cfg in CONFIGS[d] if args.only is None else [_parse(c) for c in args.only]:
                 row = dict(cfg, N=N, D=d, causal=causal, sdpa_tflops=round(fl / tb.ms / 1e9, 1))
                 try:
                     row["max_rel_err"] = check(cfg, d)

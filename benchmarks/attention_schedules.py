@@ -31,6 +31,9 @@ VARIANTS = {
     "fa3-in-order": {**FA3, "longest_first": 0},       # its tiles dealt in block order, not longest first
     "fa3-longest-16": {**FA3, "longest_first": 16},    # longest first from 16 query blocks a head (call 2's rule)
     "fa3-met-turns": {**FA3, "free_turns": False},     # its warpgroups meet at each pipeline (turns bracketed)
+    "fa3-one-q": {**FA3, "prologue_stages": 1},        # one copy of Q: the next tile's waits for this tile's end
+    "fa3-plain-store": {**FA3, "tma_store": False},    # the epilogue stores O from registers (no TMA store)
+    "fa3-plain-one-q": {**FA3, "tma_store": False, "prologue_stages": 1},   # the fifth/sixth sessions' kernel
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]

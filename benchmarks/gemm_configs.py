@@ -29,15 +29,15 @@ def _cfg(c):
     return dict(BM=bm, BN=bn, BK=bk, STAGES=s, num_warps=w)
 
 
-def check(cfg, dtype) -> float:
+def check(cfg, dtype, out_dtype=torch.float32) -> float:
     from hk_portable.kernels.gemm import gemm
     worst = 0.0
     for M, N, K in CHECK_SHAPES:
         a = torch.randn(M, K, device="cuda", dtype=dtype)
         b = torch.randn(K, N, device="cuda", dtype=dtype)
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
-        gemm(a, b, out, backend="cuda", **cfg)
         ref = a.double() @ b.double()
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+        gemm(a, b, out, backend="cuda", **cfg)
         err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
         worst = max(worst, err if err == err else float("inf"))
     return worst
@@ -48,17 +48,20 @@ def main():
     ap.add_argument("--json", default="gemm_configs.json")
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument("--only", nargs="+", default=None, metavar="BMxBNxBKsSwW", help="only these configs")
     args = ap.parse_args()
     from hk_portable.bench import time_fn, to_json
     from hk_portable.kernels.gemm import gemm
     rows, t0 = [], time.time()
-    for c in CONFIGS:
+    names = {f"{c[0]}x{c[1]}x{c[2]}s{c[3]}w{c[4]}": c for c in CONFIGS}
+    for c in CONFIGS if args.only is None else [names[n] for n in args.only]:
         cfg = _cfg(c)
         row = dict(cfg)
         try:
             tc = time.time()
             row["max_rel_err_bf16"] = check(cfg, torch.bfloat16)
             row["max_rel_err_f16"] = check(cfg, torch.float16)
+            row["max_rel_err_bf16_out"] = check(cfg, torch.bfloat16, torch.bfloat16)    # 16-bit: the TMA store epilogue
             row["check_s"] = round(time.time() - tc, 1)
         except Exception as e:  # noqa: BLE001 - a refused config is a result
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
