@@ -400,15 +400,16 @@ def test_persistent_prologue_has_a_copy_per_tile_in_flight():
     assert "hk_round % " not in flat.source and "hk::ring_acquire<1>(" in flat.source
 
 
-STORE_TMA = "if (hk_tma_ok & 2) hk::store_tma(hk_smem + "
+STORE_TMA = "if (hk_tma_ok & 2) hk::store_tma<"
 
 
 def test_epilogue_stores_whole_tiles_by_tma_where_shared_memory_holds_them():
     """Plan.tma_stores: a specialised kernel's store of a 16-bit tile holding one 16-row block per warp goes through
-    shared memory and TMA (each warpgroup its 64 rows, box 64x64) where the launch encoded the output's map (flag
-    bit 2), plain otherwise; the TMA stores are drained before the block ends. Shared memory decides: the staging
-    area is given up last (attention at D=128 keeps it and the second Q copy: 225 KiB); a GEMM with 4 stages has no
-    room for it, with 3 it has; an f32 output (4-byte) keeps plain stores; tma_store=False turns it off."""
+    shared memory and TMA (each warpgroup its 64 rows in 64-column chunks, box 64x64, two 8 KiB chunk buffers a
+    warpgroup) where the launch encoded the output's map (flag bit 2), plain otherwise; the TMA stores are drained
+    before the block ends. Shared memory decides: the staging area is given up last (attention at D=128 keeps it and
+    the second Q copy: 225 KiB; with 176-key blocks neither); a 128x256 GEMM keeps it beside 4 stages; one chunk wide
+    (D=64) takes one buffer a warpgroup; an f32 output (4-byte) keeps plain stores; tma_store=False turns it off."""
     from hk_portable.backends.cuda import schedule
     be = hk.get_backend("cuda")
     target = be.target("sm_90a")
@@ -422,13 +423,18 @@ def test_epilogue_stores_whole_tiles_by_tma_where_shared_memory_holds_them():
     assert art.launch["shared_bytes"] <= target.max_shared_bytes and "hk_round % 2" in art.source
     plain = be.compile(program, target, {**schedule.FA3, "tma_store": False})
     assert STORE_TMA not in plain.source and all(not m["store"] for m in plain.launch["tma"])
-    assert art.launch["shared_bytes"] == plain.launch["shared_bytes"] + cfg["BM"] * 128 * 2
+    assert art.launch["shared_bytes"] == plain.launch["shared_bytes"] + 2 * 2 * 64 * 128
+    assert "hk::store_tma<2>(" in art.source
+    cfg64, program64 = _attention_program(64, True)
+    assert "hk::store_tma<1>(" in be.compile(program64, target, dict(schedule.FA3)).source
 
     def gemm_source(stages, out_dtype=torch.bfloat16):
         gcfg = dict(BM=128, BN=256, BK=64, STAGES=stages, num_warps=8)
         return be.compile(gemm_kernel.trace(_meta(300, 256), _meta(256, 520), _meta(300, 520, dtype=out_dtype),
                                             **gcfg), target, {}).source
-    assert STORE_TMA not in gemm_source(4) and STORE_TMA in gemm_source(3)
+    assert STORE_TMA in gemm_source(4) and STORE_TMA in gemm_source(3)
+    big = attention.attention_fwd_kernel.trace(*_attention_args(128), **{**cfg, "BN": 176})
+    assert STORE_TMA not in be.compile(big, target, dict(schedule.FA3)).source        # a 176-key ring leaves no room
     assert STORE_TMA not in gemm_source(3, torch.float32)
 
 
@@ -636,14 +642,15 @@ def test_persistent_attention_matches_float64(hopper, causal, n, d):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("out_view", ["contiguous", "unaligned-rows"])
-def test_tma_store_epilogue_matches_float64_or_falls_back(hopper, out_view):
+@pytest.mark.parametrize("out_view,d", [("contiguous", 128), ("contiguous", 64), ("unaligned-rows", 128)])
+def test_tma_store_epilogue_matches_float64_or_falls_back(hopper, out_view, d):
     """The epilogue's TMA store on the GPU (FA3's schedule, ragged N: the store clips the last query block; more
-    tiles than SMs), and an output whose 258-byte rows TMA cannot describe: the loads stay on TMA, the kernel
-    stores plainly (flag bit 2 clear). The output is poisoned first; rows outside it must stay untouched."""
+    tiles than SMs; D=128: two chunks a warpgroup, D=64: 192-query blocks, three warpgroups of one chunk), and an
+    output whose 258-byte rows TMA cannot describe: the loads stay on TMA, the kernel stores plainly (flag bit 2
+    clear). The output is poisoned first; rows outside it must stay untouched."""
     from hk_portable.backends.cuda import schedule
     torch.manual_seed(7)
-    n, d = 1000, 128
+    n = 1000
     q, k, v = (torch.randn(4, 40, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if out_view == "contiguous":
         o = torch.full_like(q, float("nan"))
@@ -665,12 +672,13 @@ def test_tma_store_epilogue_matches_float64_or_falls_back(hopper, out_view):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("M,N,K", [(300, 520, 200), (4000, 4000, 4000), (129, 1000, 64)])
-def test_gemm_with_tma_store_epilogue_matches_float64(hopper, M, N, K):
-    """A GEMM whose bf16 output goes out by TMA stores (128x256 tiles, 3 stages: room for the staging area),
-    ragged edges clipped by the tensor map, the output poisoned first."""
+def test_gemm_with_tma_store_epilogue_matches_float64(hopper, M, N, K, stages):
+    """A GEMM whose bf16 output goes out by TMA stores (128x256 tiles: four 64-column chunks a warpgroup through two
+    buffers), ragged edges clipped by the tensor map, the output poisoned first."""
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    gemm(a, b, out, backend="cuda", BM=128, BN=256, BK=64, STAGES=3, num_warps=8)
+    gemm(a, b, out, backend="cuda", BM=128, BN=256, BK=64, STAGES=stages, num_warps=8)
     assert _rel_err(out, a, b) < 8e-3

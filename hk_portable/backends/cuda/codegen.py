@@ -482,7 +482,8 @@ class CudaEmitter(CStyleEmitter):
         if id(op) not in self.plan.tma_stores:
             return super().op_register_to_global(op)
         gl, src, *idx = op.operands
-        self.line(f"if (hk_tma_ok & 2) hk::store_tma(hk_smem + {self._store_stage}, hk_tm{self.plan.tma_stores[id(op)]}, "
+        bufs = schedule.tma_store_buffers(self.p, self.plan)
+        self.line(f"if (hk_tma_ok & 2) hk::store_tma<{bufs}>(hk_smem + {self._store_stage}, hk_tm{self.plan.tma_stores[id(op)]}, "
                   f"{self.name(src)}, {self.args(idx)});")
         self.line("else")
         self.indent += 1

@@ -293,10 +293,20 @@ def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, stri
         out.tma_stores[id(op)] = out.tensor_maps.index(spec)
 
 
+TMA_STORE_CHUNK_BYTES = 64 * 64 * 2      # one chunk of a warpgroup's rows: 64 rows of one 128-byte column block
+
+
+def tma_store_buffers(program: Program, p: Plan) -> int:
+    """Chunk buffers each consumer warpgroup stages its TMA stores through (hk::store_tma's BUFS): two, so one is
+    written while the other's copy reads it, or one where every stored tile is a single chunk wide."""
+    chunks = max((o.operands[1].type.cols * 2 // TMA_SWIZZLE_BYTES for o in program.body.ops
+                  if id(o) in p.tma_stores), default=0)
+    return min(chunks, 2)
+
+
 def tma_store_bytes(program: Program, p: Plan) -> int:
-    """Shared bytes the TMA stores stage through: the largest stored tile (the stores share one area)."""
-    return max((o.operands[1].type.rows * o.operands[1].type.cols * 2 for o in program.body.ops
-                if id(o) in p.tma_stores), default=0)
+    """Shared bytes the TMA stores stage through: each consumer warpgroup's chunk buffers (the stores share them)."""
+    return program.num_warps // 4 * tma_store_buffers(program, p) * TMA_STORE_CHUNK_BYTES
 
 
 def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[RingGroup]:

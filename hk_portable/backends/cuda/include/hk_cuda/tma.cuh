@@ -283,11 +283,15 @@ HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last)
 
 // ---- Registers -> GL through shared memory and TMA (schedule.py Plan.tma_stores: a specialised kernel's
 // epilogue). Each consumer warpgroup writes its own 64 rows of the tile (warp w holds rows 16w..16w+15, the
-// wgmma accumulator's layout) into its half of `stage` in the block layout, then one of its threads stores them
-// with one bulk tensor copy per 128-byte column block and goes on: the copy reads shared memory while the
-// warpgroup starts its next tile, and the tensor map drops what lies outside the tensor (ragged edges). Before
-// writing the half again the warpgroup waits until its last copy has read it; store_tma_drain, at the end, until
-// every copy has. Named barrier 8 + w is warpgroup w's own (1: sync(), 2 + w: the ping-pong's turns).
+// wgmma accumulator's layout) one 64-column chunk (a 128-byte column block) at a time into one of its two chunk
+// buffers, then one of its threads stores the chunk with a bulk tensor copy and the warpgroup goes on to the
+// next chunk: the copy reads shared memory while the warpgroup writes the other buffer or starts its next tile,
+// and the tensor map drops what lies outside the tensor (ragged edges). Before writing a buffer again the
+// warpgroup waits until the copy that last read it has (each chunk is its own bulk group, so that is all but the
+// newest group; at a tile's first chunk, every group: the last tile's copies are long done, and a store of another
+// shape may have used the buffers); store_tma_drain, at the end, until every copy has. BUFS (1 or 2) 8 KiB buffers
+// a warpgroup whatever the tile's width, the same for every store of a kernel (schedule.tma_store_buffers): a
+// 128x256 GEMM tile fits beside a 4-stage ring. Named barrier 8 + w is warpgroup w's own (1: sync(), 2 + w: the ping-pong's turns).
 template <int RANK> HK_DEV void tma_store_box(const void* src, const tmap& tm, const int (&c)[RANK]) {
     const u32 s = smem_addr(src);
     const unsigned long long m = reinterpret_cast<unsigned long long>(&tm);
@@ -304,37 +308,43 @@ template <int RANK> HK_DEV void tma_store_box(const void* src, const tmap& tm, c
 HK_DEV bool store_leader() { return threadIdx.x % 128 == 0; }     // the thread that issues its warpgroup's copies
 HK_DEV void warpgroup_sync() { asm volatile("bar.sync %0, 128;\n" ::"r"(8 + warpgroup_id()) : "memory"); }
 
-template <class T, int R, int C, class... I>
+template <int BUFS, class T, int R, int C, class... I>
 HK_DEV void store_tma(unsigned char* stage, const tmap& tm, const rt<T, R, C>& src, I... idx) {
     typedef rt<T, R, C> RT_;
-    constexpr int RANK = sizeof...(I);
-    static_assert(is16<T>::value && R == 16 * NUM_WARPS && NUM_WARPS % 4 == 0 && (C * 2) % 128 == 0,
+    constexpr int RANK = sizeof...(I), CHUNKS = C / 64;
+    static_assert(is16<T>::value && R == 16 * NUM_WARPS && NUM_WARPS % 4 == 0 && C % 64 == 0
+                  && (BUFS == 2 || (BUFS == 1 && CHUNKS == 1)),
                   "a TMA-stored tile: 16-bit, one 16-row block per warp, whole 128-byte column blocks");
-    typedef st<T, 64, C> half_t;
-    const half_t half{stage + warpgroup_id() * half_t::BYTES};
-    if (store_leader()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-    warpgroup_sync();                                  // the half is free: the last copy has read it
+    typedef st<T, 64, 64> chunk_t;
+    unsigned char* mine = stage + warpgroup_id() * BUFS * chunk_t::BYTES;
     const int r0 = (warp_id() % 4) * 16 + (lane_id() >> 2);
-#pragma unroll
-    for (int j = 0; j < RT_::CB; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            *reinterpret_cast<u32*>(half.at(r0 + h * 8, RT_::col(j, 0))) =
-                pack2(src.d[RT_::idx(0, j, 2 * h)], src.d[RT_::idx(0, j, 2 * h + 1)]);
-    fence_proxy_async();                               // the writes, visible to the copy (async proxy)
-    warpgroup_sync();
-    if (!store_leader()) return;
     const int ix[RANK] = {idx...};
     int c[RANK];
 #pragma unroll
     for (int d = 0; d < RANK - 2; ++d) c[RANK - 1 - d] = ix[d];   // leading dims, outermost last
     c[1] = ix[RANK - 2] * R + warpgroup_id() * 64;
 #pragma unroll
-    for (int j = 0; j < C / 64; ++j) {
-        c[0] = ix[RANK - 1] * C + j * 64;
-        tma_store_box<RANK>(half.ptr + j * 64 * 128, tm, c);
+    for (int k = 0; k < CHUNKS; ++k) {
+        const chunk_t buf{mine + (k % BUFS) * chunk_t::BYTES};
+        if (store_leader()) {                          // the copy that last read this buffer is done
+            if (k == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+            else asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+        }
+        warpgroup_sync();
+#pragma unroll
+        for (int j = 8 * k; j < 8 * k + 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<u32*>(buf.at(r0 + h * 8, RT_::col(j, 0) - 64 * k)) =
+                    pack2(src.d[RT_::idx(0, j, 2 * h)], src.d[RT_::idx(0, j, 2 * h + 1)]);
+        fence_proxy_async();                           // the writes, visible to the copy (async proxy)
+        warpgroup_sync();
+        if (store_leader()) {
+            c[0] = ix[RANK - 1] * C + k * 64;
+            tma_store_box<RANK>(buf.ptr, tm, c);
+            asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
     }
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 // Before the block's shared memory goes: every TMA store has read it.
 HK_DEV void store_tma_drain() {
