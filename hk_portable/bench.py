@@ -6,6 +6,10 @@ inputs, with numbers that check themselves.
 - Each figure is timed by two methods: the median of per-call device events (CUDA) and the mean of a batch
   of back-to-back calls on a host clock after a synchronize. They must agree within `AGREE` or the entry
   says so (`agree: false`), and the run's `ok` is false.
+- hk and its baselines are timed side by side in `ROUNDS` interleaved rounds (each round: every function's
+  events, then its batch, the order rotating), each method's figure the median over rounds: a GPU whose clock
+  moves under load (the H200 read cuBLAS 4096^3 at 787 and 699 TFLOP/s minutes apart, 2026-12-04) moves every
+  function and both methods alike instead of whichever ran last.
 - Within a size sweep, a case with `SCALE_MIN_WORK`x the work of another or more must take at least the
   fourth root of that factor longer (a benchmark that times the same shape for every size fails this).
 - Outputs are compared with the baseline's (relative Frobenius error) before timing.
@@ -28,6 +32,7 @@ from typing import Callable
 import torch
 
 AGREE = 0.10              # the two timing methods must agree within 10 %
+ROUNDS = 5                # interleaved timing rounds per case (time_side_by_side)
 SCALE_MIN_WORK = 1.9      # the scaling check compares cases whose work differs at least this much
 ROTATE_BYTES = 256 << 20  # input sets rotated so that one cycle moves at least this much (H200 L2: 50 MB)
 
@@ -73,38 +78,55 @@ def _sync(device: str) -> None:
 
 def time_fn(fn: Callable[[int], object], n_sets: int, device: str, budget_s: float = 1.0) -> Timing:
     """Two independent timings of fn over rotating input sets (see the module docstring)."""
-    for i in range(n_sets):            # warm-up: compile, module load, autotune, handle creation
-        fn(i)
-    _sync(device)
-    t0 = time.perf_counter()
-    fn(0)
-    _sync(device)
-    once = max(time.perf_counter() - t0, 1e-6)
-    reps = int(min(200, max(5, budget_s / 2 / once)))
-    per_call = _per_call_ms(fn, n_sets, device, reps)
-    batch = _batch_ms(fn, n_sets, device, reps)
-    t = Timing(per_call, batch, True)
-    t.agree = t.spread <= AGREE
-    return t
+    return time_side_by_side({"fn": fn}, n_sets, device, budget_s)["fn"]
 
 
-def _per_call_ms(fn, n_sets: int, device: str, reps: int) -> float:
-    """Median per-call time. On CUDA: a pair of events around each call, all enqueued back to back and read
-    after one synchronize, so the device never idles waiting for the host between calls."""
+def time_side_by_side(fns: dict[str, Callable[[int], object]], n_sets: int, device: str,
+                      budget_s: float = 1.0, rounds: int = ROUNDS) -> dict[str, Timing]:
+    """Each function timed by both methods in `rounds` interleaved rounds, `budget_s` each: per function the
+    median of all per-call times and the median of the rounds' batch means."""
+    reps = {}
+    for name, fn in fns.items():
+        for i in range(n_sets):        # warm-up: compile, module load, autotune, handle creation
+            fn(i)
+        _sync(device)
+        t0 = time.perf_counter()
+        fn(0)
+        _sync(device)
+        once = max(time.perf_counter() - t0, 1e-6)
+        reps[name] = int(min(200, max(5, budget_s / 2 / once))) // rounds + 1
+    per_call = {name: [] for name in fns}
+    batch = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            per_call[name] += _per_call_ms(fns[name], n_sets, device, reps[name])
+            batch[name].append(_batch_ms(fns[name], n_sets, device, reps[name]))
+    out = {}
+    for name in fns:
+        t = Timing(statistics.median(per_call[name]), statistics.median(batch[name]), True)
+        t.agree = t.spread <= AGREE
+        out[name] = t
+    return out
+
+
+def _per_call_ms(fn, n_sets: int, device: str, reps: int) -> list[float]:
+    """Per-call times. On CUDA: a pair of events around each call, all enqueued back to back and read after
+    one synchronize, so the device never idles waiting for the host between calls."""
     if device != "cuda":
         times = []
         for r in range(reps):
             t0 = time.perf_counter()
             fn(r % n_sets)
             times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+        return times
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for r, (s, e) in enumerate(events):
         s.record()
         fn(r % n_sets)
         e.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+    return [s.elapsed_time(e) for s, e in events]
 
 
 def _batch_ms(fn, n_sets: int, device: str, reps: int) -> float:
@@ -396,10 +418,13 @@ def run_case(case: Case, device: str, budget_s: float) -> dict:
         entry["rel_error"] = bound.check()
         per_unit = 1e12 if case.unit == "TFLOP/s" else 1e9
         entry["n_input_sets"] = bound.n_sets
-        if bound.hk is not None:
-            entry["hk"] = _timed(bound.hk, bound.n_sets, case, device, budget_s, per_unit)
-        entry["baselines"] = {name: _timed(fn, bound.n_sets, case, device, budget_s, per_unit)
-                              for name, fn in bound.baselines.items()}
+        fns = {**({"hk": bound.hk} if bound.hk is not None else {}),
+               **{f"baseline {name}": fn for name, fn in bound.baselines.items()}}
+        timed = {name: _figure(t, case, per_unit)
+                 for name, t in time_side_by_side(fns, bound.n_sets, device, budget_s).items()}
+        if "hk" in timed:
+            entry["hk"] = timed["hk"]
+        entry["baselines"] = {name: timed[f"baseline {name}"] for name in bound.baselines}
         if entry["baselines"] and "hk" in entry:
             first = next(iter(entry["baselines"].values()))
             entry["ratio_hk_over_baseline"] = first["ms"] / entry["hk"]["ms"]
@@ -408,8 +433,7 @@ def run_case(case: Case, device: str, budget_s: float) -> dict:
     return entry
 
 
-def _timed(fn, n_sets: int, case: Case, device: str, budget_s: float, per_unit: float) -> dict:
-    t = time_fn(fn, n_sets, device, budget_s)
+def _figure(t: Timing, case: Case, per_unit: float) -> dict:
     return {"ms": t.ms, "ms_batch": t.ms_batch, "agree": t.agree, "spread": t.spread,
             "rate": case.work / (t.ms * 1e-3) / per_unit}
 

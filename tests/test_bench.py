@@ -3,6 +3,7 @@ and a small run on the reference backend produces correct, complete entries."""
 from __future__ import annotations
 
 import json
+import time
 
 import torch
 
@@ -38,6 +39,22 @@ def test_the_two_timing_methods_must_agree():
     calls = []
     t = B.time_fn(lambda i: calls.append(i), 3, "cpu", budget_s=0.01)
     assert set(calls) == {0, 1, 2} and t.ms > 0 and t.ms_batch > 0
+
+
+def test_side_by_side_rounds_share_a_drifting_clock():
+    """A device that slows as it runs (clocks under load) must not bias a ratio: hk and its baselines are timed in
+    interleaved rounds. Timed one after the other, b (twice a's cost) reads about 3x a here."""
+    slow = [1.0]
+
+    def costing(ms):
+        def fn(i):
+            slow[0] *= 1.01
+            time.sleep(ms * slow[0] * 1e-3)
+        return fn
+    t = B.time_side_by_side({"a": costing(1.0), "b": costing(2.0)}, 1, "cpu", budget_s=0.05)
+    assert slow[0] > 2.0                                     # the drift was large
+    assert 1.6 < t["b"].ms / t["a"].ms < 2.5
+    assert all(x.agree for x in t.values())
 
 
 def test_a_small_run_on_the_reference_is_correct_and_complete(tmp_path):
