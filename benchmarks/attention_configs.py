@@ -61,7 +61,7 @@ def main():
     ap.add_argument("--only", nargs="+", default=None, metavar="BMxBNsSwW",
                     help="only these configs (listed or not), e.g. 128x128s2w8 128x176s2w8")
     args = ap.parse_args()
-    from hk_portable.bench import time_fn, to_json
+    from hk_portable.bench import time_side_by_side, to_json
     from hk_portable.kernels import attention
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rows, t0 = [], time.time()
@@ -71,17 +71,19 @@ def main():
         qs = [[torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)] for _ in range(2)]
         for causal in {"both": (False, True), "only": (True,), "no": (False,)}[args.causal]:
             fl = 4.0 * B * H * N * N * d / (2 if causal else 1)
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                tb = time_fn(lambda i: torch.nn.functional.scaled_dot_product_attention(*qs[i], is_causal=causal),
-                             2, "cuda", args.budget)
+            def cudnn(i):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return torch.nn.functional.scaled_dot_product_attention(*qs[i], is_causal=causal)
             for cfg in CONFIGS[d] if args.only is None else [_parse(c) for c in args.only]:
-                row = dict(cfg, N=N, D=d, causal=causal, sdpa_tflops=round(fl / tb.ms / 1e9, 1))
+                row = dict(cfg, N=N, D=d, causal=causal)
                 try:
                     row["max_rel_err"] = check(cfg, d)
                     out = torch.empty_like(qs[0][0])
-                    t = time_fn(lambda i: attention.attention_fwd(*qs[i], causal=causal, out=out, backend="cuda", **cfg),
-                                2, "cuda", args.budget)
-                    row.update(tflops=round(fl / t.ms / 1e9, 1), ratio=round(tb.ms / t.ms, 3), agree=bool(t.agree and tb.agree))
+                    t, tb = time_side_by_side(      # each config beside its own cuDNN timing (interleaved rounds)
+                        {"hk": lambda i: attention.attention_fwd(*qs[i], causal=causal, out=out, backend="cuda", **cfg),
+                         "cudnn": cudnn}, 2, "cuda", args.budget).values()
+                    row.update(tflops=round(fl / t.ms / 1e9, 1), sdpa_tflops=round(fl / tb.ms / 1e9, 1),
+                               ratio=round(tb.ms / t.ms, 3), agree=bool(t.agree and tb.agree))
                 except Exception as e:  # noqa: BLE001 - a refused config is a result
                     row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 rows.append(row)

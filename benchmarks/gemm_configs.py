@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--budget", type=float, default=0.5)
     ap.add_argument("--only", nargs="+", default=None, metavar="BMxBNxBKsSwW", help="only these configs")
     args = ap.parse_args()
-    from hk_portable.bench import time_fn, to_json
+    from hk_portable.bench import time_side_by_side, to_json
     from hk_portable.kernels.gemm import gemm
     rows, t0 = [], time.time()
     names = {f"{c[0]}x{c[1]}x{c[2]}s{c[3]}w{c[4]}": c for c in CONFIGS}
@@ -72,8 +72,9 @@ def main():
             a = [torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
             b = [torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
             out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-            t = time_fn(lambda i: gemm(a[i], b[i], out, backend="cuda", **cfg), 2, "cuda", args.budget)
-            tb = time_fn(lambda i: torch.matmul(a[i], b[i], out=out), 2, "cuda", args.budget)
+            t, tb = time_side_by_side({"hk": lambda i: gemm(a[i], b[i], out, backend="cuda", **cfg),
+                                       "cublas": lambda i: torch.matmul(a[i], b[i], out=out)},
+                                      2, "cuda", args.budget).values()
             fl = 2.0 * n ** 3
             row[f"tflops_{n}"] = round(fl / t.ms / 1e9, 1)
             row[f"cublas_{n}"] = round(fl / tb.ms / 1e9, 1)
