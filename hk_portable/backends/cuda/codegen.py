@@ -456,8 +456,8 @@ class CudaEmitter(CStyleEmitter):
         return slots + [SimpleNamespace(nbytes=staged)] if staged else slots
 
     def _fit_shared(self, program: Program) -> None:
-        """The schedule's uses of spare shared memory, kept while the block still fits the target: the TMA stores'
-        staging area first, then the prologue's second copy (given up first: it measured at most a few percent)."""
+        """The schedule's uses of spare shared memory, kept while the block still fits the target: the prologue's
+        second copy is given up first (it measured neutral to a few percent), then the TMA stores' staging area."""
         self.p = program
         self.producers = {r: o for o in program.body.walk() for r in o.results}
         scratch = scratch_bytes(program, num_warps(program, self.target))

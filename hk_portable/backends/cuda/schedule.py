@@ -270,8 +270,9 @@ def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: 
 
 def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, strips: frozenset) -> None:
     """A specialised kernel's stores of a whole register tile after its pipelines (the epilogue) go through shared
-    memory and TMA (hk::store_tma): each consumer warpgroup writes its 64 rows to shared memory and one thread
-    copies them out, so the warpgroup leaves the tile after a few shared stores instead of many global ones.
+    memory and TMA (hk::store_tma): each consumer warpgroup writes its 64 rows to shared memory a 64-column chunk
+    at a time and one thread copies each chunk out, so the warpgroup leaves the tile after a few shared stores
+    instead of many global ones.
     Taken for a 16-bit tile of the tensor's dtype in the fragment layout (not a strip, `strips`: the ids of
     values the layout pass made strips), one 16-row block per warp (the wgmma accumulator's rows), whole 128-byte
     column blocks, at tile indices, into a tensor the kernel never reads (the copy lands after the kernel moved on)."""
@@ -592,7 +593,8 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                  if p.work_axis is not None else f"persistent, {order}") + ", dealt forwards and backwards in turn"
     lines.append("block order: " + order)
     if p.tma_stores:
-        lines.append(f"epilogue: {len(p.tma_stores)} store(s) through shared memory by TMA, each warpgroup its rows")
+        lines.append(f"epilogue: {len(p.tma_stores)} store(s) through shared memory by TMA, each warpgroup its rows "
+                     "in 64-column chunks")
     if p.prologue:
         lines.append(f"prologue: {len(p.prologue)} load(s) by the producer's TMA, {p.prologue_tx} bytes a tile, "
                      f"{p.prologue_stages} cop{'ies' if p.prologue_stages > 1 else 'y'}"
