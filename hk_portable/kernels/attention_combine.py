@@ -7,6 +7,8 @@ import torch
 import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, f32
 
+from .attention import normalised
+
 
 @hk.kernel(num_warps=1)
 def attention_combine_kernel(o_part: GL[3], lse_part: GL[2], o: GL[4], lse: GL[3], *, D: hk.const = 128,
@@ -30,7 +32,7 @@ def attention_combine_kernel(o_part: GL[3], lse_part: GL[2], o: GL[4], lse: GL[3
     carry = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
     acc, row_m, row_l = hk.fori_loop(0, splits, merge, carry)
     row_l = hk.where(row_l == 0.0, 1.0, row_l)
-    hk.store(o, (acc / row_l[:, None]).to(o.dtype), (b, h_kv, m, 0))
+    hk.store(o, normalised(acc, row_l).to(o.dtype), (b, h_kv, m, 0))
     hk.store(lse, row_m + hk.log(row_l), (b, h_kv, m))
 
 

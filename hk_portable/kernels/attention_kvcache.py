@@ -23,7 +23,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import LN2, LOG2E, check_qkv, scale_value, softmax_step
+from .attention import LN2, LOG2E, check_qkv, normalised, scale_value, softmax_step
 from .attention_combine import attention_combine_kernel
 
 
@@ -94,7 +94,7 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
     carry = blocks(lo, full_hi, False, carry)
     acc, row_m, row_l = blocks(full_hi, hi, True, carry)
     row_l = hk.where(row_l == 0.0, 1.0, row_l)
-    hk.store(o_part, acc / row_l[:, None], (part, m, 0))
+    hk.store(o_part, normalised(acc, row_l), (part, m, 0))
     hk.store(lse_part, (row_m + hk.log2(row_l)) * LN2, (part, m))
 
 
