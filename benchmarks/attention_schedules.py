@@ -2,9 +2,10 @@
 
 Each variant is the same kernel and tile compiled with other schedule switches (CudaOptions: split_ring,
 producer_prologue, overlap, pingpong, persistent); each is checked against float64 on the timed inputs, then
-all are timed in interleaved rounds (A B C ... then B C ... A: each round starts one later) so that clock and
-thermal drift and the position after the cuDNN timing fall on every variant alike; a variant's time is the median over rounds of hk bench's per-call timing, and both timing
-methods must agree. Ratios are to the first variant (the shared ring) and to SDPA (cuDNN).
+all are timed in interleaved rounds (A B C ... then B C ... A: each round starts one later; hk bench's
+bench.time_side_by_side) so that clock and thermal drift and the position after the cuDNN timing fall on every
+variant alike; a variant's time is the median of its per-call times over all rounds, and both timing methods must
+agree. Ratios are to the first variant (the shared ring) and to SDPA (cuDNN).
 
     python benchmarks/attention_schedules.py --compile-only      # warm the compile cache (parallel-friendly)
     python benchmarks/attention_schedules.py --json attention_schedules.json
@@ -12,7 +13,6 @@ methods must agree. Ratios are to the first variant (the shared ring) and to SDP
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
@@ -63,7 +63,7 @@ def _artifacts(be, target, n, d, causal, names):
 
 def main():
     import hk_portable as hk
-    from hk_portable.bench import time_fn, to_json
+    from hk_portable.bench import time_side_by_side, to_json
     from hk_portable.kernels import attention
     from torch.nn.attention import SDPBackend, sdpa_kernel
     be = hk.get_backend("cuda")
@@ -86,28 +86,19 @@ def main():
             row[f"{v}_err"] = float((o[:1].double() - ref).abs().max() / ref.abs().max()) if not o.isnan().any() else "NaN"
         del ref
         fl = 4.0 * (16384 // n) * H * n * n * d / (2 if causal else 1)
-        times = {v: [] for v in [*names, "cudnn"]}
-        agree = {v: True for v in times}
-        order = [*names, "cudnn"]
-        for r in range(args.rounds):               # each round starts one later: no variant always follows cuDNN
-            for v in order[r % len(order):] + order[:r % len(order)]:
-                if v == "cudnn":
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        t = time_fn(lambda i: torch.nn.functional.scaled_dot_product_attention(
-                            *sets[i][:3], is_causal=causal), 2, "cuda", args.budget)
-                    times[v].append(t.ms)
-                    agree[v] &= bool(t.agree)
-                    continue
-                t = time_fn(lambda i, v=v: be.launch(arts[v], sets[i], grid), 2, "cuda", args.budget)
-                times[v].append(t.ms)
-                agree[v] &= bool(t.agree)
-        ms = {v: statistics.median(ts) for v, ts in times.items()}
-        for v in times:
+        def cudnn(i):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(*sets[i][:3], is_causal=causal)
+        fns = {**{v: (lambda i, v=v: be.launch(arts[v], sets[i], grid)) for v in names}, "cudnn": cudnn}
+        # interleaved rounds, the order rotating (hk bench's method): no variant always follows cuDNN
+        timed = time_side_by_side(fns, 2, "cuda", args.budget * args.rounds, rounds=args.rounds)
+        ms = {v: t.ms for v, t in timed.items()}
+        for v, t in timed.items():
             row[f"{v}_tflops"] = round(fl / ms[v] / 1e9, 1)
             row[f"{v}_vs_cudnn"] = round(ms["cudnn"] / ms[v], 3)
             row[f"{v}_vs_{names[0]}"] = round(ms[names[0]] / ms[v], 3)
-            row[f"{v}_spread"] = round((max(times[v]) - min(times[v])) / ms[v], 3)
-            row[f"{v}_agree"] = agree[v]
+            row[f"{v}_spread"] = round(t.spread, 3)      # events median against the rounds' batch means
+            row[f"{v}_agree"] = t.agree
         rows.append(row)
         print({k: x for k, x in row.items() if k.endswith(("_vs_cudnn", "_err")) or k in ("N", "D", "causal", "tile")},
               flush=True)
