@@ -64,6 +64,7 @@ class Timing:
     ms: float                      # the events median (GPU) or the per-call host median (CPU)
     ms_batch: float                # batch mean on the host clock
     agree: bool
+    rounds_ms: list[float] = field(default_factory=list)   # each round's batch mean: the drift over the case
 
     @property
     def spread(self) -> float:
@@ -104,7 +105,7 @@ def time_side_by_side(fns: dict[str, Callable[[int], object]], n_sets: int, devi
             batch[name].append(_batch_ms(fns[name], n_sets, device, reps[name]))
     out = {}
     for name in fns:
-        t = Timing(statistics.median(per_call[name]), statistics.median(batch[name]), True)
+        t = Timing(statistics.median(per_call[name]), statistics.median(batch[name]), True, batch[name])
         t.agree = t.spread <= AGREE
         out[name] = t
     return out
@@ -435,7 +436,7 @@ def run_case(case: Case, device: str, budget_s: float) -> dict:
 
 def _figure(t: Timing, case: Case, per_unit: float) -> dict:
     return {"ms": t.ms, "ms_batch": t.ms_batch, "agree": t.agree, "spread": t.spread,
-            "rate": case.work / (t.ms * 1e-3) / per_unit}
+            "rate": case.work / (t.ms * 1e-3) / per_unit, "rounds_ms": t.rounds_ms}
 
 
 def scaling_problems(entries: list[dict]) -> list[str]:

@@ -55,6 +55,7 @@ def test_side_by_side_rounds_share_a_drifting_clock():
     assert slow[0] > 2.0                                     # the drift was large
     assert 1.6 < t["b"].ms / t["a"].ms < 2.5
     assert all(x.agree for x in t.values())
+    assert len(t["a"].rounds_ms) == B.ROUNDS and t["a"].rounds_ms[-1] > 1.5 * t["a"].rounds_ms[0]   # the drift shows
 
 
 def test_a_small_run_on_the_reference_is_correct_and_complete(tmp_path):
