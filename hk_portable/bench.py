@@ -7,7 +7,8 @@ inputs, with numbers that check themselves.
   of back-to-back calls on a host clock after a synchronize. They must agree within `AGREE` or the entry
   says so (`agree: false`), and the run's `ok` is false.
 - hk and its baselines are timed side by side in `ROUNDS` interleaved rounds (each round: every function's
-  events, then its batch, the order rotating), each method's figure the median over rounds: a GPU whose clock
+  events, then its batch, the order rotating), each method's figure a median over the rounds (the rounds' batch
+  means are in the JSON as `rounds_ms`): a GPU whose clock
   moves under load (the H200 read cuBLAS 4096^3 at 787 and 699 TFLOP/s minutes apart, 2026-12-04) moves every
   function and both methods alike instead of whichever ran last.
 - Within a size sweep, a case with `SCALE_MIN_WORK`x the work of another or more must take at least the
