@@ -34,6 +34,7 @@ VARIANTS = {
     "fa3-one-q": {**FA3, "prologue_stages": 1},        # one copy of Q: the next tile's waits for this tile's end
     "fa3-plain-store": {**FA3, "tma_store": False},    # the epilogue stores O from registers (no TMA store)
     "fa3-plain-one-q": {**FA3, "tma_store": False, "prologue_stages": 1},   # the fifth/sixth sessions' kernel
+    "fa3-chained": {**FA3, "chain": 1},           # the unmasked blocks' last P·V issued in the diagonal's first step
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]

@@ -400,6 +400,38 @@ def test_persistent_prologue_has_a_copy_per_tile_in_flight():
     assert "hk_round % " not in flat.source and "hk::ring_acquire<1>(" in flat.source
 
 
+def test_chained_pipelines_issue_the_last_tail_in_the_next_first_step():
+    """Plan.chained (schedule._chain_pipelines): masked attention on FA3's schedule runs its unmasked key blocks and
+    the diagonal as one software pipeline: the first leaves its last P·V pending (ws_consume_overlap_chain<S, true>)
+    and the next one's first step (hk_chain) issues it behind its own QKᵀ; the accumulator is the same registers (a
+    reference). chain=N chains the last N pairs; the default (CHAIN_PAIRS) is none, which measured no slower on the
+    H200; the plan says so in `hk compile --emit lowered`."""
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    _, program = _attention_program(128, True)
+    pipes = [op for op in program.body.ops if op.opcode == "pipeline"]
+    assert len(pipes) == 3                      # leading masked blocks (a window's), unmasked, the diagonal
+    assert not schedule.plan(program, target, **schedule.FA3).chained
+    plan = schedule.plan(program, target, **schedule.FA3, chain=1)
+    assert plan.chained == {id(pipes[2]): id(pipes[1])}
+    assert schedule.plan(program, target, **schedule.FA3, chain=2).chained == {id(pipes[1]): id(pipes[0]),
+                                                                               id(pipes[2]): id(pipes[1])}
+    assert not schedule.plan(program, target, **schedule.FA3, chain=0).chained
+    assert not schedule.plan(program, target, **{**schedule.FA3, "pingpong": False}).chained   # turns bracketed
+    art = be.compile(program, target, {"chain": 1})
+    assert art.options["schedule"].get("pingpong") and art.resources["spill_stores"] == 0
+    a, b = (f"%{p.results[0].id}" for p in pipes[1:])
+    ua, ub = (p.results[0].id for p in pipes[1:])
+    assert f"hk_open{ua} = hk::ws_consume_overlap_chain<2, true>(" in art.source
+    assert (f"hk_open{ub} = hk::ws_consume_overlap_chain<2, false>(v{pipes[2].operands[0].id}, hk_it, hk_open{ua}, "
+            f"hk_first{ub}, hk_chain{ub}, hk_step{ub}, hk_last{ub}, hk_last{ua});") in art.source
+    assert re.search(rf"auto hk_chain{ub} = .*?hk_tail{ua}\(hk_prev\);", art.source, re.S)
+    assert f"> &v{ub} = v{ua};" in art.source                   # one accumulator
+    assert "= hk::ws_consume_overlap_chain<" not in be.compile(program, target, {}).source
+    assert f"pipeline {b} issues the last tail of pipeline {a} in its first step (chained)" in schedule.describe(
+        program, plan, target)
+
+
 STORE_TMA = "if (hk_tma_ok & 2) hk::store_tma<"
 
 
@@ -682,3 +714,33 @@ def test_gemm_with_tma_store_epilogue_matches_float64(hopper, M, N, K, stages):
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
     gemm(a, b, out, backend="cuda", BM=128, BN=256, BK=64, STAGES=stages, num_warps=8)
     assert _rel_err(out, a, b) < 8e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("chain", [0, 1, 2])
+@pytest.mark.parametrize("n, nkv, window, align", [(1000, 1000, None, None), (700, 1300, (300, 0), "bottom_right"),
+                                                    (500, 500, (40, 0), None), (130, 900, (None, 200), "bottom_right")])
+def test_chained_attention_matches_float64(hopper, chain, n, nkv, window, align):
+    """FA3's schedule with 0, 1 and 2 chained pipeline pairs on the GPU against float64, where each pipeline of a
+    chain may have no step (a pending tail then runs alone, or passes a pipeline by): causal, a window whose
+    leading masked blocks are many, a window narrower than a key block (no unmasked block), keys past the diagonal;
+    GQA, ragged N, more tiles than SMs, the output poisoned first."""
+    torch.manual_seed(n + chain)
+    d = 128
+    q = torch.randn(4, 16, n, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(4, 8, nkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    shift, left, right = attention.band(n, nkv, window is None, window, align)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((4, 16, n), float("nan"), device="cuda")
+    args = (q, k, v, o, lse, d ** -0.5, shift, left, right)
+    cfg = attention.candidates({"D": d, "MASKED": True})[0]
+    program = attention.attention_fwd_kernel.trace(*args, **cfg)
+    art = hopper.compile(program, hopper.target("sm_90a"), {**schedule.FA3, "chain": chain})
+    assert ("= hk::ws_consume_overlap_chain<" in art.source) is (chain > 0)
+    hopper.launch(art, args, (-(-n // cfg["BM"]), 16, 4))
+    torch.cuda.synchronize()
+    ref, ref_lse = attention.reference(q, k, v, causal=window is None, window=window, align=align)
+    assert float((o.double() - ref).abs().max()) < 2e-2
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    seen = torch.isfinite(ref_lse)
+    assert float((lse.double() - ref_lse)[seen].abs().max()) < 1e-3

@@ -18,7 +18,7 @@ from ...codegen.layouts import Strip, assign_layouts, assign_vector_axes, strip_
 from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
-from ...interface.ir import Program, TileType
+from ...interface.ir import Op, Program, TileType
 from . import schedule, wgmma
 
 HEADER = Path(__file__).with_name("include") / "hk_cuda.cuh"
@@ -238,6 +238,9 @@ class CudaEmitter(CStyleEmitter):
         it where the head and the tail are issued and retired (_overlap_step)."""
         n, stages = self.name(op.operands[0]), op.attrs["stages"]
         creg = op.regions[1]
+        prev = self._chained.get(id(op))
+        if pp.overlap and (prev is not None or self._opens(op)):
+            return self._chained_consumer(op, pp, carry, uid, prev)
         if pp.overlap:
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
             self._overlap_lambdas(creg, pp.overlap, carry, uid, split=True)
@@ -255,7 +258,57 @@ class CudaEmitter(CStyleEmitter):
             self.line(f"if (hk_tma_ok != 0) hk::ws_consume_split<{stages}>({n}, hk_it, hk_compute{uid});")
         self.line(f"else hk::pipeline<{stages}>({n}, hk_load{uid}, hk_compute{uid});")
 
-    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int, split: bool = False) -> None:
+    def _chained_consumer(self, op, pp, carry: list[str], uid: int, prev: Op | None) -> None:
+        """A pipeline of a chain (schedule._chain_pipelines) on the split ring with free turns. `hk_open<uid>` says
+        whether this pipeline left its last tail pending for the next one (it ran a step and is not the chain's
+        last); with a pending tail before it, its first step is `hk_chain<uid>` (its head, then that tail), and
+        with no step of its own it runs that tail alone (the previous pipeline's `hk_last`). The step lambdas
+        stand in where a call cannot happen (no pending tail: no chain step, no closing)."""
+        n, stages, creg = self.name(op.operands[0]), op.attrs["stages"], op.regions[1]
+        prev_uid = self.pipeline_uid(prev) if prev is not None else None
+        self.compute_lambda(f"hk_compute{uid}", creg, carry)
+        self._overlap_lambdas(creg, pp.overlap, carry, uid, split=True,
+                              chain_tail=None if prev_uid is None else f"hk_tail{prev_uid}")
+        opens = "true" if self._opens(op) else "false"
+        pending, chain, close = (("false", f"hk_step{uid}", f"hk_last{uid}") if prev_uid is None else
+                                 (f"hk_open{prev_uid}", f"hk_chain{uid}", f"hk_last{prev_uid}"))
+        self.line(f"bool hk_open{uid} = false;")
+        self.line(f"if (hk_tma_ok != 0) {{ hk_open{uid} = hk::ws_consume_overlap_chain<{stages}, {opens}>({n}, hk_it, "
+                  f"{pending}, hk_first{uid}, {chain}, hk_step{uid}, hk_last{uid}, {close}); "
+                  f"hk::fence_operand({carry[pp.overlap.carry]}); }}")
+        self.line(f"else hk::pipeline<{stages}>({n}, hk_load{uid}, hk_compute{uid});")
+
+    @cached_property
+    def _chained(self) -> dict[int, Op]:
+        """Plan.chained as pipeline op -> the pipeline before it, where the turns run free (the chain's functions
+        neither bracket turns nor publish)."""
+        if not self._free_turns:
+            return {}
+        pipes = {id(o): o for o in self.p.body.ops if o.opcode == "pipeline"}
+        return {b: pipes[a] for b, a in self.plan.chained.items()}
+
+    def _opens(self, op: Op) -> bool:
+        """Whether the pipeline after `op` is chained to it (so `op` may leave its last tail pending)."""
+        return any(a is op for a in self._chained.values())
+
+    def _carry_vars(self, op: Op, inits) -> list[str]:
+        """A chained pipeline's accumulator is the previous pipeline's (a reference): that pipeline's pending
+        tail, issued in this one's first step, completes it in place."""
+        prev = self._chained.get(id(op))
+        if prev is None:
+            return super()._carry_vars(op, inits)
+        k = self.plan.pipelines[id(op)].overlap.carry
+        names = []
+        for j, (r, init) in enumerate(zip(op.results, inits)):
+            decl = self.decl(r)
+            if j == k:
+                decl = decl.replace(" " + self.name(r), " &" + self.name(r))
+            self.line(f"{decl} = {self.name(init)};")
+            names.append(self.name(r))
+        return names
+
+    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int, split: bool = False,
+                         chain_tail: str | None = None) -> None:
         """The software-pipelined form of a compute region (schedule.Overlap): `hk_tail<uid>(s)` runs the
         tail on stage s from the snapshots of the crossing values; `hk_step<uid>(i, s)` issues the head, runs
         the previous step's tail (stage prev), waits for the head only, runs the rest of the step while the
@@ -277,6 +330,8 @@ class CudaEmitter(CStyleEmitter):
             self.line("};")
             self._overlap_step(f"hk_first{uid}", creg, ov, carry, snaps, None, split)
             self._overlap_step(f"hk_step{uid}", creg, ov, carry, snaps, f"hk_tail{uid}", split)
+            if chain_tail:
+                self._overlap_step(f"hk_chain{uid}", creg, ov, carry, snaps, chain_tail, split)
             if split:
                 self._overlap_last(f"hk_last{uid}", f"hk_tail{uid}", acc)
         finally:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...codegen.options import BackendOptions
-from .schedule import LONGEST_FIRST_MIN
+from .schedule import CHAIN_PAIRS, LONGEST_FIRST_MIN
 
 # what every NVRTC compile passes besides the numerics flags and the arch
 BASE_FLAGS = ("-std=c++17",)
@@ -40,6 +40,8 @@ class CudaOptions(BackendOptions):
     prologue_stages: int = 2           # persistent: copies of the producer's prologue buffers (attention's Q) where
                                        # shared memory holds them (1: the next tile's Q waits for this tile's end)
     tma_store: bool = True             # specialised: epilogue stores of whole tiles through shared memory by TMA
+    chain: int = CHAIN_PAIRS           # ping-pong: at most this many pairs of consecutive pipelines on one accumulator
+                                       # run as one, the last first (schedule._chain_pipelines): measured no gain, 0
     auto_schedule: bool = True         # the backend may take FA3's schedule where measured to pay (schedule.fa3_switches)
 
     def validate(self) -> None:
@@ -47,6 +49,7 @@ class CudaOptions(BackendOptions):
                           "producer_prologue", "free_turns", "auto_schedule", "tma_store")
         self._expect_int("longest_first", 0, 1 << 30)
         self._expect_int("prologue_stages", 1, 2)
+        self._expect_int("chain", 0, 8)
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
 
     def numerics(self) -> dict:
@@ -57,7 +60,7 @@ class CudaOptions(BackendOptions):
         return {"overlap": self.overlap, "persistent": self.persistent, "split_ring": self.split_ring,
                 "pingpong": self.pingpong, "producer_prologue": self.producer_prologue,
                 "longest_first": self.longest_first, "free_turns": self.free_turns,
-                "prologue_stages": self.prologue_stages, "tma_store": self.tma_store}
+                "prologue_stages": self.prologue_stages, "tma_store": self.tma_store, "chain": self.chain}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

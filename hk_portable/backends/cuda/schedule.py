@@ -67,6 +67,11 @@ MAX_CONSUMER_REGS = 240          # below the ISA's 255 so ptxas keeps its reserv
 # in block order against 449 and 460 longest first, hk bench across calls), longest first with 128 (N16384: 0.97
 # vs 0.66 of cuDNN). 64 lies between: a head's ramp then spans half the SMs' blocks, where dealing beats against it.
 LONGEST_FIRST_MIN = 64
+# Chained pipeline pairs at most, the last ones first (_chain_pipelines). None by default: on the H200 (2026-12-04,
+# ninth session, attention_schedules, 7 rounds, spreads under 1 %) one pair (causal attention's unmasked blocks into
+# the diagonal) tied at N1024 (D128 338 vs 339 TFLOP/s, D64 227 vs 226) and N4096 (493 vs 496) and lost 2.6 %
+# unmasked at N1024 (468 vs 481). Two pairs (a window's leading masked blocks too) spill 312 bytes at D=128.
+CHAIN_PAIRS = 0
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,8 @@ class Plan:
     prologue_stages: int = 1            # persistent only: copies of those buffers, tile t's in copy t % stages, so the
                                         # producer loads tile t+1's while the consumers still read tile t's; the
                                         # emitter takes it back to 1 where shared memory cannot hold the copy
+    chained: dict[int, int] = field(default_factory=dict)   # pipeline op id -> the id of the pipeline just before it
+                                        # whose last tail it issues in its first step (_chain_pipelines)
 
     @property
     def uses_tma(self) -> bool:
@@ -162,7 +169,7 @@ def grouped_blocks(program: Program) -> bool:
 def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
          split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False,
          longest_first: int = LONGEST_FIRST_MIN, free_turns: bool = True, prologue_stages: int = 2,
-         tma_store: bool = True, strips: frozenset = frozenset()) -> Plan:
+         tma_store: bool = True, chain: int = CHAIN_PAIRS, strips: frozenset = frozenset()) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
     if target.arch != "sm_90a":
         return out
@@ -190,6 +197,8 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
     out.pingpong = (pingpong and out.ring_groups > 1 and program.num_warps >= 8
                     and all(out.pipelines[id(op)].overlap for op in pipes))
     out.free_turns = out.pingpong and free_turns
+    if chain > 0 and out.free_turns:
+        _chain_pipelines(program, out, chain)
     if tma_store:
         _tma_stores(program, out, producers, params, strips)
     return out
@@ -266,6 +275,37 @@ def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: 
         out.prologue_buffers.add(buf)
         t = g2s.operands[0].type
         out.prologue_tx += t.rows * t.cols * t.dtype.itemsize
+
+
+CHAIN_GAP_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "global_dim")
+
+
+def _chain_pipelines(program: Program, out: Plan, limit: int) -> None:
+    """Overlapped pipelines that run one after another on one accumulator (causal attention: its unmasked key
+    blocks, then the masked diagonal) are chained (the last `limit` such pairs): the first leaves its last tail (the last P·V) pending and the
+    next one's first step issues it behind its own head (QKᵀ), as any step does, instead of each pipeline ramping
+    down (the last P·V alone) and up (the first QKᵀ alone) in turn. Taken when B directly follows A at the top level
+    (scalars between them), both are overlapped on the split ring, and B's accumulator starts from A's, which
+    nothing else reads (it is final only after B's first step). FA3's mainloop runs its masked and unmasked key
+    blocks as one software pipeline the same way."""
+    ops = program.body.ops
+    readers: dict[int, int] = {}
+    for o in program.body.walk():
+        for v in o.operands:
+            readers[v.id] = readers.get(v.id, 0) + 1
+    pipes = [k for k, o in enumerate(ops) if o.opcode == "pipeline"]
+    for ka, kb in zip(pipes, pipes[1:]):
+        a, b = ops[ka], ops[kb]
+        pa, pb = out.pipelines[id(a)], out.pipelines[id(b)]
+        if (not (pa.overlap and pb.overlap and pa.groups and pb.groups)
+                or any(o.opcode not in CHAIN_GAP_OPS for o in ops[ka + 1:kb])):
+            continue
+        acc = a.results[pa.overlap.carry]
+        if b.operands[1 + pb.overlap.carry] is acc and readers.get(acc.id) == 1:
+            out.chained[id(b)] = id(a)
+    pairs = list(out.chained)
+    for b in pairs[:max(len(pairs) - limit, 0)]:
+        del out.chained[b]
 
 
 def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, strips: frozenset) -> None:
@@ -592,6 +632,8 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                  "from its last index)"
                  if p.work_axis is not None else f"persistent, {order}") + ", dealt forwards and backwards in turn"
     lines.append("block order: " + order)
+    for b, a in p.chained.items():
+        lines.append(f"pipeline {names[b]} issues the last tail of pipeline {names[a]} in its first step (chained)")
     if p.tma_stores:
         lines.append(f"epilogue: {len(p.tma_stores)} store(s) through shared memory by TMA, each warpgroup its rows "
                      "in 64-column chunks")

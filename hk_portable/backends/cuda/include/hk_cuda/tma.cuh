@@ -281,6 +281,38 @@ HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last)
     if constexpr (PINGPONG) turns_end<NUM_WARPS / 4>();
 }
 
+// One pipeline of a chain (schedule.py _chain_pipelines; free turns, so no bracket and nothing to publish): with
+// `pending`, the pipeline before it left its last tail unissued, and this one's first step, chain(0, s, prev),
+// issues that tail behind its own head as every step does; with no step of its own it runs the pending tail
+// alone, close(prev) (the tail's pipeline's own last step). OPEN: this pipeline leaves its last tail pending in
+// turn (returns whether it did; `it` then stays on its last step, whose tail the next pipeline issues).
+template <int S, bool OPEN, class F, class K, class C, class T, class P>
+HK_DEV bool ws_consume_overlap_chain(int n, int& it, bool pending, F& first, K& chain, C& step, T& last, P& close) {
+    if (n <= 0) {
+        if (pending) {
+            close(it % S);
+            ++it;
+        }
+        return false;
+    }
+    if (pending) {
+        const int prev = it % S;
+        ++it;
+        chain(0, it % S, prev);
+    } else {
+        first(0, it % S);
+    }
+    for (int i = 1; i < n; ++i) {
+        const int prev = it % S;
+        ++it;
+        step(i, it % S, prev);
+    }
+    if constexpr (OPEN) return true;
+    last(it % S);
+    ++it;
+    return false;
+}
+
 // ---- Registers -> GL through shared memory and TMA (schedule.py Plan.tma_stores: a specialised kernel's
 // epilogue). Each consumer warpgroup writes its own 64 rows of the tile (warp w holds rows 16w..16w+15, the
 // wgmma accumulator's layout) one 64-column chunk (a 128-byte column block) at a time into one of its two chunk
