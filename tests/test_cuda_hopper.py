@@ -432,6 +432,36 @@ def test_chained_pipelines_issue_the_last_tail_in_the_next_first_step():
         program, plan, target)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("left_bound", [True, False])
+def test_masked_attention_keeps_wgmma_async_and_fa3(d, left_bound):
+    """Causal attention on FA3's schedule as the library builds it, with the window's left compare (LEFT_BOUND) and
+    without it (a causal mask): ptxas must not serialise the wgmma (C7520/C7514, which cost 30 % on the H200 when the
+    leading masked blocks' pipeline was dropped for a causal mask), nor spill; the left compare is gone without it."""
+    from hk_portable.backends.cuda import compiler
+    cfg = {**attention.candidates({"D": d, "MASKED": True})[0], "LEFT_BOUND": left_bound}
+    program = attention.attention_fwd_kernel.trace(*_attention_args(d), **cfg)
+    be = hk.get_backend("cuda")
+    art = be.compile(program, be.target("sm_90a"), {})
+    assert art.options["schedule"].get("pingpong") and art.resources["spill_stores"] == 0
+    assert sum(o.opcode == "pipeline" for o in program.body.ops) == 3        # the leading blocks' pipeline stays
+    assert ("&& !v" in art.source) is left_bound                            # the left compare: ~causal_at
+    log = compiler.compile_source(art.source, art.kernel_name, "sm_90a").log
+    assert not compiler.wgmma_serialized(log) and "C7520" not in log and "C7514" not in log, log
+    assert "wgmma_serialized" not in art.resources
+
+
+def test_wgmma_serialisation_is_read_from_the_ptxas_log():
+    """compiler.wgmma_serialized reads ptxas' note (NVRTC 13.5's words, seen on the FA3 attention kernel before A's
+    fragments were packed ahead of the fence) and not its neighbours (the injected-arrive note alone is harmless)."""
+    from hk_portable.backends.cuda import compiler
+    note = ("ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+            "program dependence on compiler-inserted WG.AR in divergent path in the function 'attention_fwd_kernel'")
+    arrive = ("ptxas info    : (C7519) warpgroup.arrive is injected in around line 5012 by compiler to allow use of "
+              "registers in GMMA in function 'attention_fwd_kernel'")
+    assert compiler.wgmma_serialized(note) and not compiler.wgmma_serialized(arrive)
+
+
 STORE_TMA = "if (hk_tma_ok & 2) hk::store_tma<"
 
 

@@ -112,6 +112,16 @@ _PTXAS = {
 }
 
 
+# ptxas' C7519/C7520 (and older C7514) notes: it ran every wgmma of the kernel synchronously (a register written
+# where it had to insert a warpgroup.arrive on a divergent path, an accumulator read in flight, ...)
+WGMMA_SERIALIZED = "wgmma.mma_async instructions are serialized"
+
+
+def wgmma_serialized(log: str) -> bool:
+    """Whether ptxas serialised the kernel's wgmma (the FA3 attention kernel lost 30 % on the H200 to it)."""
+    return WGMMA_SERIALIZED in log
+
+
 def ptxas_report(log: str) -> bool:
     """Whether NVRTC's log holds ptxas' resource report (-v): every kernel uses registers."""
     return _PTXAS["registers"].search(log) is not None
