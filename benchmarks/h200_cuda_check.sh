@@ -13,7 +13,8 @@
 # PYTEST_K replaces the GPU tests' -k expression. STEPS (space-separated) picks steps: env precompile warmup conformance pytest memcheck racecheck synccheck initcheck
 # overhead bench ncu serving decode (serving and decode are not in the default set: STEPS="env serving decode" runs them)
 # (bench, `hk bench` over the issue's shapes, sweep, benchmarks/config_sweep.py, gemmcfg and attncfg,
-#  benchmarks/{gemm,attention}_configs.py, are not in the default set: STEPS="... bench gemmcfg attncfg" adds them)
+#  benchmarks/{gemm,attention}_configs.py, and maskforms, benchmarks/attention_mask_forms.py, are not in the default
+#  set: STEPS="... bench gemmcfg attncfg maskforms" adds them)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
@@ -164,6 +165,7 @@ step sweep 560 "$OUT/sweep.log" python3 benchmarks/config_sweep.py --json "$OUT/
 step gemmcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/gemm_configs.py --json "$OUT/gemm_configs.json"
 step normcfg 300 "$OUT/gemmcfg.log" python3 benchmarks/norm_bwd_configs.py --json "$OUT/norm_bwd_configs.json"
 step attncfg 300 "$OUT/gemmcfg.log" python3 benchmarks/attention_configs.py --json "$OUT/attention_configs.json"
+step maskforms 200 "$OUT/gemmcfg.log" python3 benchmarks/attention_mask_forms.py --json "$OUT/attention_mask_forms.json"
 
 # ---------------------------------------------------------------------------------------------- summary
 echo
@@ -181,6 +183,6 @@ PY
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|FAILED|all sanitizer|=== " "$OUT/sanitizer.log" 2>/dev/null | head -30
 grep -E "passed|failed|skipped|error" "$OUT/pytest.log" 2>/dev/null | tail -5
 grep -B1 -A10 "launch path" "$OUT/pytest.log" 2>/dev/null
-[ -f "$OUT/gemmcfg.log" ] && grep -vE "^=== (gemmcfg|attncfg|normcfg)" "$OUT/gemmcfg.log" | tail -40
+[ -f "$OUT/gemmcfg.log" ] && grep -vE "^=== (gemmcfg|attncfg|normcfg|maskforms)" "$OUT/gemmcfg.log" | tail -40
 [ -f "$OUT/sweep.log" ] && grep -vE "^=== sweep" "$OUT/sweep.log" | tail -40
 [ -f "$OUT/bench.log" ] && grep -vE "^(=== bench|wrote )" "$OUT/bench.log" | tail -40

@@ -85,3 +85,41 @@ def test_the_schedule_names_the_work_axis_of_a_causal_band_only():
         plan = schedule.plan(program, target, **schedule.FA3)
         assert plan.persistent and plan.work_axis == axis and plan.longest_first == schedule.LONGEST_FIRST_MIN
         assert schedule.plan(program, target, **{**schedule.FA3, "longest_first": 0}).work_axis is None
+
+
+# tile indices in a grid too large for the 32-bit path (2^34 tiles) and in one that takes it: each sampled tile's
+# indices in range and, in block order, the tile's own number again
+BIG = r"""
+#include <cstdio>
+#include "%s"
+int main() {
+  const int grids[][3] = {{1 << 16, 1 << 12, 1 << 6}, {1 << 12, 1 << 10, 1 << 6}, {3, 5, 7}};
+  for (const auto& s : grids) {
+    const int gx = s[0], gy = s[1], gz = s[2];
+    const unsigned long long tiles = (unsigned long long)gx * gy * gz;
+    int ok = 1;
+    for (unsigned long long i = 0; i < 4096; ++i) {
+      const long long t = (long long)((i * 0x9E3779B97F4A7C15ull) %% tiles);
+      const int x = hk::tile_idx<0>(t, gx, gy, gz), y = hk::tile_idx<1>(t, gx, gy, gz), z = hk::tile_idx<2>(t, gx, gy, gz);
+      ok = ok && x >= 0 && x < gx && y >= 0 && y < gy && z >= 0 && z < gz;
+      if (HK_WORK_AXIS < 0 && !HK_BLOCK_GROUPED) ok = ok && ((long long)z * gy + y) * gx + x == t;
+    }
+    std::printf("%%d %%d %%d %%d\n", gx, gy, gz, ok);
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("work_axis,grouped", [(-1, 0), (-1, 1), (0, 0)])
+def test_tile_indices_hold_past_32_bits(tmp_path, work_axis, grouped):
+    """hk::tile_idx divides in 32 bits where the grid (times the group rows) fits below 2^32, in 64 otherwise: a grid
+    of 2^34 tiles and one of 2^28 give in-range indices that name the sampled tile again (block order)."""
+    if CXX is None:
+        pytest.skip("no host C++ compiler (g++/clang++) to build the tile orders")
+    src, exe = tmp_path / "big.cpp", tmp_path / "big"
+    src.write_text(BIG % HEADER)
+    subprocess.run([CXX, "-std=c++17", "-O1", f"-DHK_WORK_AXIS={work_axis}", f"-DHK_BLOCK_GROUPED={grouped}",
+                    f"-DHK_LONGEST_FIRST_MIN={LONGEST}", str(src), "-o", str(exe)], check=True, capture_output=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    rows = [list(map(int, line.split())) for line in out.splitlines()]
+    assert len(rows) == 3 and all(ok for *_, ok in rows), rows

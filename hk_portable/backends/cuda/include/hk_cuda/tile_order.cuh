@@ -34,8 +34,7 @@ HK_HD long long dealt_tile(long long k, int b, int g) { return k * g + ((k & 1) 
 #ifndef HK_LONGEST_FIRST_MIN
 #define HK_LONGEST_FIRST_MIN 64
 #endif
-template <int A> HK_HD int tile_idx(long long t, int gx, int gy, int gz) {
-    typedef unsigned long long U;
+template <int A, class U> HK_HD int tile_idx_as(U t, U gx, U gy, U gz) {
     if constexpr (HK_WORK_AXIS >= 0) {
         constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0, Q = W == 2 ? 1 : 2;   // P faster than Q
         const U n[3] = {(U)gx, (U)gy, (U)gz}, rest = n[P] * n[Q], r = (U)t % rest;
@@ -49,6 +48,14 @@ template <int A> HK_HD int tile_idx(long long t, int gx, int gy, int gz) {
     U x = r % (U)gx, y = r / (U)gx;
     if constexpr (HK_BLOCK_GROUPED) grouped_xy<U>(r, (U)gx, (U)gy, x, y);
     return (int)(A == 0 ? x : y);
+}
+// In 32 bits wherever the grid allows (every product and quotient above, BLOCK_GROUP rows included, below 2^32):
+// a 64-bit division is a long software routine, and each tile of a persistent block starts with several.
+template <int A> HK_HD int tile_idx(long long t, int gx, int gy, int gz) {
+    typedef unsigned long long U64;
+    if ((U64)gx * (U64)gy * (U64)gz * BLOCK_GROUP <= 0xFFFFFFFFull)
+        return tile_idx_as<A, unsigned>((unsigned)t, (unsigned)gx, (unsigned)gy, (unsigned)gz);
+    return tile_idx_as<A, U64>((U64)t, (U64)gx, (U64)gy, (U64)gz);
 }
 
 }  // namespace hk
