@@ -313,8 +313,9 @@ class CudaEmitter(CStyleEmitter):
         tail on stage s from the snapshots of the crossing values; `hk_step<uid>(i, s)` issues the head, runs
         the previous step's tail (stage prev), waits for the head only, runs the rest of the step while the
         tail's product is in flight, retires it and snapshots what its own tail will read; `hk_first<uid>`
-        is step 0, with no tail before it. No branch separates an issue from its wait: ptxas serialises
-        every wgmma of the kernel when a control-flow merge might read an accumulator in flight."""
+        is step 0, with no tail before it; `hk_chain<uid>(i, s, prev)` (chain_tail given: Plan.chained) is step
+        0 running the previous pipeline's pending tail. No branch separates an issue from its wait: ptxas
+        serialises every wgmma of the kernel when a control-flow merge might read an accumulator in flight."""
         acc = carry[ov.carry]
         snaps = [(v, f"hk_x{uid}_{k}") for k, v in enumerate(ov.crossing)]
         for v, snap in snaps:
