@@ -344,17 +344,20 @@ class CStyleEmitter:
         self._result(op, f"hk::dropout_mask({{dst}}, {self.args(op.operands)});")
 
     # ---- structured control flow
-    def _carry_vars(self, op: Op, inits) -> list[str]:
-        names = []
-        for r, init in zip(op.results, inits):
-            n = self.name(r)
-            self.line(f"{self.decl(r)} = {self.name(init)};")
-            names.append(n)
-        return names
+    def _carry_vars(self, op: Op, inits, refs=frozenset()) -> list[str]:
+        """A loop's carried variables, each initialised from its init; those numbered in `refs` are references
+        to their init (the same registers) instead of copies."""
+        for k, (r, init) in enumerate(zip(op.results, inits)):
+            self.line(f"{self._ref_decl(r) if k in refs else self.decl(r)} = {self.name(init)};")
+        return [self.name(r) for r in op.results]
+
+    def _ref_decl(self, v) -> str:
+        """The declaration of `v` as a reference."""
+        return self.decl(v).replace(" " + self.name(v), " &" + self.name(v))
 
     def _bind_args(self, args, carry_names) -> None:
         for a, n in zip(args, carry_names):
-            self.line(f"{self.decl(a).replace(' ' + self.name(a), ' &' + self.name(a))} = {n};")
+            self.line(f"{self._ref_decl(a)} = {n};")
 
     def _yield(self, reg: Region, carry_names: list[str]) -> None:
         args = set(reg.args)

@@ -291,21 +291,12 @@ class CudaEmitter(CStyleEmitter):
         """Whether the pipeline after `op` is chained to it (so `op` may leave its last tail pending)."""
         return any(a is op for a in self._chained.values())
 
-    def _carry_vars(self, op: Op, inits) -> list[str]:
+    def _carry_vars(self, op: Op, inits, refs=frozenset()) -> list[str]:
         """A chained pipeline's accumulator is the previous pipeline's (a reference): that pipeline's pending
         tail, issued in this one's first step, completes it in place."""
-        prev = self._chained.get(id(op))
-        if prev is None:
-            return super()._carry_vars(op, inits)
-        k = self.plan.pipelines[id(op)].overlap.carry
-        names = []
-        for j, (r, init) in enumerate(zip(op.results, inits)):
-            decl = self.decl(r)
-            if j == k:
-                decl = decl.replace(" " + self.name(r), " &" + self.name(r))
-            self.line(f"{decl} = {self.name(init)};")
-            names.append(self.name(r))
-        return names
+        if id(op) in self._chained:
+            refs = {*refs, self.plan.pipelines[id(op)].overlap.carry}
+        return super()._carry_vars(op, inits, refs)
 
     def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int, split: bool = False,
                          chain_tail: str | None = None) -> None:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...codegen.patterns import use_counts
 from ...interface.backend import Target
 from ...interface.ir import GlobalType, Op, Program, SharedBufType, TileType, Value
 
@@ -289,10 +290,7 @@ def _chain_pipelines(program: Program, out: Plan, limit: int) -> None:
     nothing else reads (it is final only after B's first step). FA3's mainloop runs its masked and unmasked key
     blocks as one software pipeline the same way."""
     ops = program.body.ops
-    readers: dict[int, int] = {}
-    for o in program.body.walk():
-        for v in o.operands:
-            readers[v.id] = readers.get(v.id, 0) + 1
+    readers = use_counts(program)
     pipes = [k for k, o in enumerate(ops) if o.opcode == "pipeline"]
     for ka, kb in zip(pipes, pipes[1:]):
         a, b = ops[ka], ops[kb]
@@ -301,7 +299,7 @@ def _chain_pipelines(program: Program, out: Plan, limit: int) -> None:
                 or any(o.opcode not in CHAIN_GAP_OPS for o in ops[ka + 1:kb])):
             continue
         acc = a.results[pa.overlap.carry]
-        if b.operands[1 + pb.overlap.carry] is acc and readers.get(acc.id) == 1:
+        if b.operands[1 + pb.overlap.carry] is acc and readers.get(acc) == 1:
             out.chained[id(b)] = id(a)
     pairs = list(out.chained)
     for b in pairs[:max(len(pairs) - limit, 0)]:

@@ -256,32 +256,8 @@ template <int W> HK_DEV void turns_begin() {
 template <int W> HK_DEV void turns_end() {
     if constexpr (W > 1) if (warpgroup_id() == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
 }
-// A consumer warp's n steps of a software-pipelined compute on a split ring: first, step and last wait,
-// release and take their turns themselves (the emitter's _overlap_step); PINGPONG brackets the pipeline with
-// the turns (false: no ping-pong, or turns that run on across pipelines and tiles, bracketed by the emitter
-// around the consumers' whole code). PUBLISH: the consumers' own shared-memory writes before the pipeline
-// are fenced and published first (false: every buffer it reads came by TMA, so the warpgroups need not meet).
-template <int S, bool PINGPONG, bool PUBLISH = true, class F, class C, class T>
-HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last) {
-    if constexpr (PUBLISH) {
-        fence_proxy_async();
-        sync();
-    }
-    if constexpr (PINGPONG) turns_begin<NUM_WARPS / 4>();
-    if (n > 0) {
-        first(0, it % S);
-        for (int i = 1; i < n; ++i) {
-            const int prev = it % S;
-            ++it;
-            step(i, it % S, prev);
-        }
-        last(it % S);
-        ++it;
-    }
-    if constexpr (PINGPONG) turns_end<NUM_WARPS / 4>();
-}
-
-// One pipeline of a chain (schedule.py _chain_pipelines; free turns, so no bracket and nothing to publish): with
+// A consumer warp's n steps of a software-pipelined compute on a split ring, as one pipeline of a chain
+// (schedule.py _chain_pipelines; ws_consume_overlap_split runs an unchained one, bracketed as asked): with
 // `pending`, the pipeline before it left its last tail unissued, and this one's first step, chain(0, s, prev),
 // issues that tail behind its own head as every step does; with no step of its own it runs the pending tail
 // alone, close(prev) (the tail's pipeline's own last step). OPEN: this pipeline leaves its last tail pending in
@@ -311,6 +287,22 @@ HK_DEV bool ws_consume_overlap_chain(int n, int& it, bool pending, F& first, K& 
     last(it % S);
     ++it;
     return false;
+}
+
+// A consumer warp's n steps of a software-pipelined compute on a split ring: first, step and last wait,
+// release and take their turns themselves (the emitter's _overlap_step); PINGPONG brackets the pipeline with
+// the turns (false: no ping-pong, or turns that run on across pipelines and tiles, bracketed by the emitter
+// around the consumers' whole code). PUBLISH: the consumers' own shared-memory writes before the pipeline
+// are fenced and published first (false: every buffer it reads came by TMA, so the warpgroups need not meet).
+template <int S, bool PINGPONG, bool PUBLISH = true, class F, class C, class T>
+HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last) {
+    if constexpr (PUBLISH) {
+        fence_proxy_async();
+        sync();
+    }
+    if constexpr (PINGPONG) turns_begin<NUM_WARPS / 4>();
+    ws_consume_overlap_chain<S, false>(n, it, false, first, step, step, last, last);   // no tail pending before it
+    if constexpr (PINGPONG) turns_end<NUM_WARPS / 4>();
 }
 
 // ---- Registers -> GL through shared memory and TMA (schedule.py Plan.tma_stores: a specialised kernel's

@@ -69,12 +69,17 @@ struct wgmma_fits<TA, TB, M, N, rt<T, AR, AC>, st<T, BR, BC>> {
 template <class X> struct a_in_registers { static constexpr bool value = false; };
 template <class T, int R, int C> struct a_in_registers<rt<T, R, C>> { static constexpr bool value = true; };
 
+// B's descriptor for k-step kk (B is always a shared tile)
+template <bool TB, class T, int R, int C> HK_DEV u64 desc_b(const st<T, R, C>& b, int kk) {
+    return TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
+}
+
 // One k-step of slot k, A from a descriptor (shared). A from registers: mma_wgmma packs the rt's fragments
 // (a_frag_rt, mma.cuh, found at instantiation by ADL; TA is false there, wgmma_fits).
 template <bool TA, bool TB, int N, class TA_, int AR, int AC, class TB_, int BR, int BC>
 HK_DEV void wgmma_step(float* d, const st<TA_, AR, AC>& a, const st<TB_, BR, BC>& b, int k, int row0, int kk) {
     const u64 da = TA ? desc_mn_major(a, row0, kk) : desc_k_major(a, row0, kk);
-    const u64 db = TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk);
+    const u64 db = desc_b<TB>(b, kk);
     if constexpr (is_fp8<TA_>::value) wgmma_op8<TA_, TB_, N>::run(d, da, db);
     else wgmma_op<TA_, N>::template run<TA ? 1 : 0, TB ? 0 : 1>(d, da, db);
 }
@@ -92,34 +97,28 @@ HK_DEV void mma_wgmma(rt<float, M, N>& dst, const AOp& a, const BOp& b) {
         sync();
     }
     constexpr int KS = K * (int)sizeof(T) / 32;          // k-steps
-    if constexpr (a_in_registers<AOp>::value) {
-        // A's fragments are packed before the fence: a register written between the fence and the wgmma reading it
-        // makes ptxas add a warpgroup.arrive there, and NVRTC 13.5 serialises every wgmma of the kernel when that
-        // lands on a divergent path (C7520: attention's P·V on FA3's schedule)
-        u32 af[ACC::SLOTS][KS][4];
+    constexpr bool REG_A = a_in_registers<AOp>::value;
+    // A from registers: its fragments are packed before the fence. A register written between the fence and the
+    // wgmma reading it makes ptxas add a warpgroup.arrive there, and NVRTC 13.5 serialises every wgmma of the
+    // kernel when that lands on a divergent path (C7520: attention's P·V on FA3's schedule).
+    u32 af[REG_A ? ACC::SLOTS : 1][REG_A ? KS : 1][4];
+    if constexpr (REG_A) {
 #pragma unroll
         for (int k = 0; k < ACC::SLOTS; ++k)
 #pragma unroll
             for (int kk = 0; kk < KS; ++kk)
                 if (ACC::L::valid(k)) a_frag_rt(af[k][kk], a, k, kk);
-        wgmma_fence();                                   // the accumulator and A's registers were just written
+    }
+    wgmma_fence();                                       // the accumulator (and A) registers were just written
 #pragma unroll
-        for (int k = 0; k < ACC::SLOTS; ++k) {
-            if (!ACC::L::valid(k)) continue;             // uniform per warpgroup (M % 64 == 0)
-            float* d = &dst.d[ACC::idx(k, 0, 0)];
+    for (int k = 0; k < ACC::SLOTS; ++k) {
+        if (!ACC::L::valid(k)) continue;                 // uniform per warpgroup (M % 64 == 0)
+        const int row0 = (ACC::L::block(k) >> 2) * 64;
+        float* d = &dst.d[ACC::idx(k, 0, 0)];
 #pragma unroll
-            for (int kk = 0; kk < KS; ++kk)
-                wgmma_op_rs<T, N>::template run<TB ? 0 : 1>(d, af[k][kk], TB ? desc_k_major(b, 0, kk) : desc_mn_major(b, 0, kk));
-        }
-    } else {
-        wgmma_fence();                                   // the accumulator registers were just written
-#pragma unroll
-        for (int k = 0; k < ACC::SLOTS; ++k) {
-            if (!ACC::L::valid(k)) continue;             // uniform per warpgroup (M % 64 == 0)
-            const int row0 = (ACC::L::block(k) >> 2) * 64;
-            float* d = &dst.d[ACC::idx(k, 0, 0)];
-#pragma unroll
-            for (int kk = 0; kk < KS; ++kk) wgmma_step<TA, TB, N>(d, a, b, k, row0, kk);
+        for (int kk = 0; kk < KS; ++kk) {
+            if constexpr (REG_A) wgmma_op_rs<T, N>::template run<TB ? 0 : 1>(d, af[k][kk], desc_b<TB>(b, kk));
+            else wgmma_step<TA, TB, N>(d, a, b, k, row0, kk);
         }
     }
     wgmma_commit();
