@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import platform
 import statistics
 import time
@@ -551,6 +552,7 @@ def plot(report: dict, prefix: str) -> list[str]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = f"{prefix}-{fam}.png"
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)      # --plot may name a folder not made yet
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)

@@ -71,6 +71,7 @@ def test_a_small_run_on_the_reference_is_correct_and_complete(tmp_path):
     assert json.loads(path.read_text())["results"][1]["Hkv"] == 2
     assert "gemm bf16 40x24x40" in B.table(report)
     assert [p.endswith(".png") for p in B.plot(report, str(tmp_path / "b"))] == [True] * 3
+    assert len(B.plot(report, str(tmp_path / "new" / "folder" / "b"))) == 3        # a --plot folder not made yet
 
 
 def test_hk_bench_cli_runs_a_filtered_case(tmp_path, capsys):

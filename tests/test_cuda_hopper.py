@@ -361,7 +361,14 @@ def test_specialised_kernels_run_persistent_when_asked():
     be = hk.get_backend("cuda")
     art = be.compile(program, be.target("sm_90a"), {"persistent": True})
     assert art.launch.get("persistent") is True
-    assert "hk::tile_idx<0>(hk_tile, hk_grid_x, hk_grid_y, hk_grid_z)" in art.source and "int hk_grid_z)" in art.source
+    assert "hk_tiles.idx<0>(hk_tile)" in art.source and "int hk_grid_z)" in art.source
+    # once per block, before each tile loop (producer's, consumers'): the grid's dividers, the invariant scalars
+    # (the GQA group Hq // Hkv) and a divider by the group for the key/value head h // group
+    assert art.source.count("const hk::tile_grid hk_tiles(hk_grid_x, hk_grid_y, hk_grid_z);") == 2
+    loop = art.source.index("for (long long hk_k = 0;; ++hk_k)")
+    group = re.search(r"const int (v\d+) = hk::floordiv\((v\d+), (v\d+)\);", art.source)
+    assert group and group.start() < loop and f"const hk::divider hk_by_{group[1]}({group[1]});" in art.source
+    assert re.search(rf"= hk_by_{group[1]}\.floordiv\(v\d+\);", art.source[loop:])
     assert "#define HK_WORK_AXIS 0" in art.source            # causal: query blocks differ in work, longest first
     _, unmasked = _attention_program(128, False)
     assert "#define HK_WORK_AXIS -1" in be.compile(unmasked, be.target("sm_90a"), {"persistent": True}).source

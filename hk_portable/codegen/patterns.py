@@ -104,3 +104,32 @@ def fused_masks(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, 
                 out.update({m: op for m in t})
     return out
 
+
+
+TILE_INVARIANT_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "global_dim", "num_blocks")
+
+
+def tile_invariant(program: Program) -> list[Op]:
+    """The body's top-level scalar ops no block index reaches (kernel arguments, shapes, constants, the grid's
+    extents and arithmetic on them), in order: a persistent block computes them once, before its tile loop."""
+    known, out = set(program.body.args), []
+    for op in program.body.ops:
+        if op.opcode in TILE_INVARIANT_OPS and all(v in known for v in op.operands):
+            out.append(op)
+            known.update(op.results)
+    return out
+
+
+def invariant_divisors(program: Program, invariant: set[Value]) -> list[Value]:
+    """The tile-invariant, non-constant divisors of i32 floor divisions and modulos that are not invariant
+    themselves (anywhere in the body), each once in order: a divider (hk_core/divider.h) built before the tile
+    loop divides by it in a multiply-high (a constant divisor the compiler turns into one already)."""
+    consts = {o.result for o in program.body.ops if o.opcode == "scalar_const"}
+    out: list[Value] = []
+    for op in program.body.walk():
+        if (op.opcode == "scalar_binary" and op.attrs["op"] in ("floordiv", "mod")
+                and op.result.type.dtype.name == "i32" and op.result not in invariant):
+            d = op.operands[1]
+            if d in invariant and d not in consts and d not in out:
+                out.append(d)
+    return out

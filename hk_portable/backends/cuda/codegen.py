@@ -145,7 +145,7 @@ class CudaEmitter(CStyleEmitter):
     def op_block_idx(self, op):
         if not self.plan.persistent:
             return super().op_block_idx(op)
-        self.line(f"const int {self.name(op.result)} = hk::tile_idx<{op.attrs['axis']}>(hk_tile, hk_grid_x, hk_grid_y, hk_grid_z);")
+        self.line(f"const int {self.name(op.result)} = hk_tiles.idx<{op.attrs['axis']}>(hk_tile);")
 
     def op_num_blocks(self, op):
         if not self.plan.persistent:
@@ -182,6 +182,8 @@ class CudaEmitter(CStyleEmitter):
         self.line(f"{cond}hk::ring_release<{self._stages}>({self._ring('empty', g)}, {it});")
 
     def emit_ops(self, ops, in_pipeline_load: bool = False) -> None:
+        if self._hoisted:                       # computed before the tile loop (_tiles)
+            ops = [o for o in ops if id(o) not in self._hoisted]
         if self.plan.prologue and any(id(o) in self.plan.prologue for o in ops):
             for op in ops:                      # only the consumers emit these (the producer: _prologue_load)
                 if id(op) in self.plan.prologue:
@@ -585,15 +587,46 @@ class CudaEmitter(CStyleEmitter):
                 self.line("const int hk_round = 0;")
             yield
             return
+        # once per block: the grid's dividers, the tile-invariant scalars and dividers by them
+        self.line("const hk::tile_grid hk_tiles(hk_grid_x, hk_grid_y, hk_grid_z);")
+        ops, divisors = self._tile_invariant
+        self.emit_ops(ops)
+        for v in divisors:
+            self.line(f"const hk::divider {self._divider_name(v)}({self.name(v)});")
+        self._hoisted, self._dividers = frozenset(id(o) for o in ops), set(divisors)
         self.line("for (long long hk_k = 0;; ++hk_k) {")
         self.indent += 1
         self.line("const long long hk_tile = hk::dealt_tile(hk_k, blockIdx.x, gridDim.x);")
-        self.line("if (hk_tile >= (long long)hk_grid_x * hk_grid_y * hk_grid_z) break;")
+        self.line("if (hk_tile >= hk_tiles.count) break;")
         if self.plan.prologue:
             self.line("const int hk_round = (int)hk_k;")
-        yield
+        try:
+            yield
+        finally:
+            self._hoisted, self._dividers = frozenset(), set()
         self.indent -= 1
         self.line("}")
+
+    _hoisted: frozenset = frozenset()          # ops _tiles emitted before the loop
+    _dividers: set = set()                     # values a divider built before the loop divides by
+
+    @cached_property
+    def _tile_invariant(self) -> tuple[list[Op], list]:
+        """(the scalar ops no tile index reaches, the invariant divisors of the divisions that vary by tile):
+        computed before a persistent block's tile loop instead of at each tile (patterns.tile_invariant)."""
+        ops = patterns.tile_invariant(self.p)
+        return ops, patterns.invariant_divisors(self.p, {v for o in ops for v in o.results})
+
+    def _divider_name(self, v) -> str:
+        return f"hk_by_{self.name(v)}"
+
+    def op_scalar_binary(self, op):
+        a, b = op.operands
+        if op.attrs["op"] in ("floordiv", "mod") and b in self._dividers:
+            fn = "floordiv" if op.attrs["op"] == "floordiv" else "floormod"
+            self.line(f"const {self.decl(op.result)} = {self._divider_name(b)}.{fn}({self.name(a)});")
+            return
+        super().op_scalar_binary(op)
 
     def _register_hand_over(self) -> tuple[int, int]:
         """setmaxnreg counts (producer, consumers) of a specialised block; (0, 0) when the consumers would

@@ -97,9 +97,21 @@ def compile_source(source: str, name: str, arch: str, flags: tuple[str, ...] = F
             raise CompileError(f"NVRTC {nvrtc_version()} could not compile kernel '{name}' for {arch} "
                                f"({e}); options {options}\n{log}") from None
         log = nvrtc.getProgramLog(prog)
-        return Compiled(nvrtc.getPTX(prog).decode().rstrip("\0"), bytes(nvrtc.getCUBIN(prog)), log, options)
+        return Compiled(nvrtc.getPTX(prog).decode().rstrip("\0"), whole_elf(bytes(nvrtc.getCUBIN(prog))), log, options)
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def whole_elf(image: bytes) -> bytes:
+    """The ELF image padded with zeros to the extent its header declares. CuPy's getCUBIN returns one byte
+    less than NVRTC wrote (it sizes the cubin as it sizes the NUL-terminated PTX), which cuts the last program
+    header short: the driver loads it, nvdisasm rejects it as an invalid ELF file."""
+    if len(image) < 64 or image[:4] != b"\x7fELF" or image[4] != 2:        # ELF64 only (every cubin)
+        return image
+    phoff, shoff = struct.unpack_from("<QQ", image, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", image, 0x36)
+    end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+    return image + bytes(end - len(image)) if end > len(image) else image
 
 
 _PTXAS = {
@@ -222,7 +234,7 @@ def disassemble(cubin: bytes | None) -> str:
     with tempfile.TemporaryDirectory(prefix="hk-sass-") as d:
         path = os.path.join(d, "kernel.cubin")
         with open(path, "wb") as f:
-            f.write(cubin)
+            f.write(whole_elf(cubin))          # a cubin cached before whole_elf padded it
         res = subprocess.run([*cmd, path], capture_output=True, text=True)
     if res.returncode != 0:
         raise UnsupportedError(f"cuda backend: {' '.join(cmd)} failed: {res.stderr.strip()}")

@@ -35,6 +35,7 @@
 #include "../../../codegen/include/hk_core/layout_tags.h"
 #include "../../../codegen/include/hk_core/conversions.h"
 #include "../../../codegen/include/hk_core/scalar.h"
+#include "../../../codegen/include/hk_core/divider.h"
 #include "../../../codegen/include/hk_core/philox.h"
 #include "hk_cuda/tile_order.cuh"
 

@@ -28,6 +28,7 @@
 #include "../../../codegen/include/hk_core/layout_tags.h"
 #include "../../../codegen/include/hk_core/conversions.h"
 #include "../../../codegen/include/hk_core/scalar.h"
+#include "../../../codegen/include/hk_core/divider.h"
 #include "../../../codegen/include/hk_core/philox.h"
 #include "../../../codegen/include/hk_core/functors.h"
 

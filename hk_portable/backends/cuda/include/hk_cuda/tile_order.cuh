@@ -49,13 +49,57 @@ template <int A, class U> HK_HD int tile_idx_as(U t, U gx, U gy, U gz) {
     if constexpr (HK_BLOCK_GROUPED) grouped_xy<U>(r, (U)gx, (U)gy, x, y);
     return (int)(A == 0 ? x : y);
 }
-// In 32 bits wherever the grid allows (every product and quotient above, BLOCK_GROUP rows included, below 2^32):
-// a 64-bit division is a long software routine, and each tile of a persistent block starts with several.
-template <int A> HK_HD int tile_idx(long long t, int gx, int gy, int gz) {
-    typedef unsigned long long U64;
-    if ((U64)gx * (U64)gy * (U64)gz * BLOCK_GROUP <= 0xFFFFFFFFull)
-        return tile_idx_as<A, unsigned>((unsigned)t, (unsigned)gx, (unsigned)gy, (unsigned)gz);
-    return tile_idx_as<A, U64>((U64)t, (U64)gx, (U64)gy, (U64)gz);
-}
+
+// A persistent block's walk over a logical gx x gy x gz grid, built once before its tile loop: the orders above
+// with every division by an extent (or a product of two) as a udivider (hk_core/divider.h) wherever the grid
+// allows 32 bits (every product and quotient, BLOCK_GROUP rows included, below 2^32); in 64 bits otherwise (a
+// long software routine per division). Each tile of a persistent attention block started with five divisions by
+// runtime values, some 5 % of its stall samples at N=1024 (ncu, H200, 2026-12-04).
+struct tile_grid {
+    int gx, gy, gz;
+    long long count;                  // tiles in the grid
+    bool narrow;                      // the udividers apply
+    udivider by_x, by_plane, by_rest, by_fast, by_group, by_tail;
+    HK_HD tile_grid(int x, int y, int z) : gx(x), gy(y), gz(z), count((long long)x * y * z) {
+        typedef unsigned long long U64;
+        narrow = (U64)x * (U64)y * (U64)z * BLOCK_GROUP <= 0xFFFFFFFFull;
+        if (!narrow) return;
+        by_x = udivider((u32)x);
+        by_plane = udivider((u32)x * (u32)y);
+        by_group = udivider(BLOCK_GROUP * (u32)y);
+        by_tail = udivider((u32)x % BLOCK_GROUP ? (u32)x % BLOCK_GROUP : BLOCK_GROUP);
+        if constexpr (HK_WORK_AXIS >= 0) {
+            constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0, Q = W == 2 ? 1 : 2;
+            const u32 n[3] = {(u32)x, (u32)y, (u32)z};
+            by_rest = udivider(n[P] * n[Q]);
+            by_fast = udivider(n[P]);
+        }
+    }
+    template <int A> HK_HD int idx(long long t) const {
+        if (!narrow) return tile_idx_as<A, unsigned long long>(t, gx, gy, gz);
+        const u32 u = (u32)t;
+        if constexpr (HK_WORK_AXIS >= 0) {
+            constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0;
+            const u32 n[3] = {(u32)gx, (u32)gy, (u32)gz};
+            if (n[W] >= (u32)HK_LONGEST_FIRST_MIN) {
+                const u32 q = by_rest.quot(u), r = u - q * by_rest.d;
+                if constexpr (A == W) return (int)(n[W] - 1 - q);
+                return (int)(A == P ? by_fast.rem(r) : by_fast.quot(r));
+            }
+        }
+        const u32 z = by_plane.quot(u), r = u - z * by_plane.d;
+        if constexpr (A == 2) return (int)z;
+        u32 x = by_x.rem(r), y = by_x.quot(r);
+        if constexpr (HK_BLOCK_GROUPED) {          // grouped_xy with its divisions by the group's rows and width
+            const u32 g = by_group.quot(r), first = g * BLOCK_GROUP, l = r - g * by_group.d;
+            const bool whole = (u32)gx - first >= BLOCK_GROUP;
+            x = first + (whole ? l % BLOCK_GROUP : by_tail.rem(l));
+            y = whole ? l / BLOCK_GROUP : by_tail.quot(l);
+        }
+        return (int)(A == 0 ? x : y);
+    }
+};
+// One tile's indices without a tile_grid kept (the host tests; a kernel builds its tile_grid once).
+template <int A> HK_HD int tile_idx(long long t, int gx, int gy, int gz) { return tile_grid(gx, gy, gz).idx<A>(t); }
 
 }  // namespace hk
