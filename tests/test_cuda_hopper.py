@@ -247,8 +247,11 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     assert "cp.async.bulk.tensor.4d" in art.asm
     r = art.resources
     # masked 128x128: ptxas parks a few scalars (24 bytes, six stores and six loads outside the key loop, SASS
-    # read 2026-12-03); measured faster than the spill-free 128x64 all the same (perf-notes)
-    assert r["spill_stores"] == r["spill_loads"] and r["stack_bytes"] <= (32 if masked and d == 128 else 0)
+    # read 2026-12-03); measured faster than the spill-free 128x64 all the same (perf-notes). D64's 192-row block on
+    # FA3's schedule (three consumer warpgroups at 160 registers): at most schedule.FA3_SPILL_BYTES[3], measured
+    # 8-15 % faster than without FA3 all the same (2026-12-04)
+    allowed = 32 if masked and d == 128 else schedule.FA3_SPILL_BYTES[cfg["num_warps"] // schedule.PRODUCER_WARPS]
+    assert r["spill_stores"] == r["spill_loads"] and r["stack_bytes"] <= allowed
     lowered = hk.get_backend("cuda").lowered(attention.attention_fwd_kernel.trace(*args, **cfg),
                                              hk.get_backend("cuda").target("sm_90a"))
     # whole key blocks and the edge blocks each get a pipeline (masked: two edges): all on TMA, every mma
@@ -257,9 +260,9 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     assert lowered.count(": tma,") == pipes and ": cp_async" not in lowered
     plan = lowered.split("// schedule")[1]
     assert plan.count(", staged (no barrier, waits)") == len(re.findall(r"^mma %", plan, re.M)) == 2 * pipes
-    # the view shows the plan compile() tries first: FA3's on two consumer warpgroups, persistent, and with a
-    # causal band the query blocks longest first
-    fa3 = cfg.get("num_warps") == 8
+    # the view shows the plan compile() tries first: FA3's on two or three consumer warpgroups, persistent, and with
+    # a causal band the query blocks longest first
+    fa3 = cfg.get("num_warps") in (8, 12)
     assert lowered.startswith("// FA3's schedule") is fa3 and ("block order: persistent" in plan) is fa3
     assert ("longest first once axis 0 has 64 blocks" in plan) is (fa3 and masked)
 
@@ -589,12 +592,13 @@ _ON = {"split_ring": True, "producer_prologue": True}
 SCHEDULES = [{"auto_schedule": False}, {}, _ON, {**_ON, "overlap": True, "pingpong": True}, {**_ON, "persistent": True}]
 
 
-@pytest.mark.parametrize("d, masked, fa3", [(128, False, True), (128, True, True), (64, False, False)])
+@pytest.mark.parametrize("d, masked, fa3", [(128, False, True), (128, True, True), (64, False, True)])
 def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
     """schedule.fa3_switches: attention on two consumer warpgroups, causal or not, gets FA3's schedule (split ring,
     Q on the producer, overlap, ping-pong, persistent grid; +20 % causal on the H200), kept only when the build
-    neither spills nor loses the register hand-over; three warpgroups (D64's 192-row block) measured slower and
-    keep the shared ring. Switches the caller sets, or auto_schedule=False, are taken as given."""
+    neither spills nor loses the register hand-over; on three (D64's 192-row block, +8-15 % on the H200) a spill of
+    at most schedule.FA3_SPILL_BYTES[3] is kept too. Switches the caller sets, or auto_schedule=False, are taken as
+    given."""
     cfg, program = _attention_program(d, masked)
     be = hk.get_backend("cuda")
     target = be.target("sm_90a")
@@ -607,10 +611,11 @@ def test_backend_takes_fa3_schedule_where_measured(d, masked, fa3):
                 f"{tried.options['nvrtc']} from {tried.options.get('nvrtc_library')}; ptxas log without a report: "
                 f"{tried.options.get('ptxas_log', '(had one)')!r}")
     assert chosen.get("pingpong", False) is fa3 and chosen.get("persistent", False) is fa3 and ("why" in chosen) is fa3, why
-    assert ("hk::turn_wait<2>();" in art.source) is fa3
+    groups = program.num_warps // schedule.PRODUCER_WARPS
+    assert (f"hk::turn_wait<{groups}>();" in art.source) is fa3
     assert bool(art.launch.get("persistent")) is fa3
     if fa3:
-        assert art.resources["spill_stores"] == 0 and art.launch["hand_over_registers"]
+        assert art.resources["spill_stores"] <= schedule.FA3_SPILL_BYTES[groups] and art.launch["hand_over_registers"]
         plain = be.compile(program, target, {"auto_schedule": False})
         assert "hk::turn_wait<" not in plain.source and not plain.options["schedule"]["pingpong"]
         given = be.compile(program, target, {"overlap": True})

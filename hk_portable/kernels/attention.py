@@ -116,7 +116,8 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     Offered here, what won on the H200 (benchmarks/attention_configs.py, 2026-12-03, warp-specialised
     blocks, masks on edge blocks only): at D=128 128x128 tiles, with a mask too (415 TFLOP/s causal against
     128x64's 379; its 24-byte spill went with the mask tiles, patterns.fused_masks); at D=64 without a mask FA3's 192-row block on
-    three consumer warpgroups from LONG_BAND queries on (0.95 / 1.00 of cuDNN at N=4096 / 16384), below it the
+    three consumer warpgroups from LONG_BAND queries on (1.12 / 1.07 of cuDNN at N=4096 / 16384 with FA3's
+    schedule, 2026-12-04), below it the
     128x128 block on two (0.78 against 0.73 at N=1024); with one, from LONG_BAND queries on, the 128x128 block on
     FA3's schedule, longest tiles first (0.83 / 0.92 of cuDNN at N=4096 / 16384 against the baseline's 0.74 /
     0.78), below it the baseline (0.70 against 0.69 at N=1024). After them, for the hip backend at D=128, HipKittens' attention

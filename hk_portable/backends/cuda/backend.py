@@ -109,7 +109,8 @@ class CudaBackend(Backend):
         lay = layouts.describe(program, codegen.layouts(program, warps))
         switches = DEFAULT.schedule()       # the plan compile() tries first with the default options
         fa3 = schedule.fa3_switches(program, target, switches)
-        head = "" if fa3 is None else "// FA3's schedule (kept when its build neither spills nor loses the hand-over)\n"
+        head = "" if fa3 is None else ("// FA3's schedule (kept when its build keeps the hand-over and spills no more "
+                                       "than schedule.FA3_SPILL_BYTES allows)\n")
         return (head + schedule.describe(program, codegen.plan(program, target, **(fa3 or switches)), target)
                 + f"\n// layouts ({warps} warps)\n" + "\n".join(lay))
 
@@ -133,8 +134,8 @@ class CudaBackend(Backend):
         fa3 = schedule.fa3_switches(program, target, opts.schedule()) if opts.auto_schedule else None
         if fa3 is not None:
             art = self._build(program, target, opts, fa3)
-            r = art.resources
-            if not (r["spill_stores"] or r["stack_bytes"]) and art.launch.get("hand_over_registers"):
+            r, allowed = art.resources, schedule.FA3_SPILL_BYTES[program.num_warps // schedule.PRODUCER_WARPS]
+            if max(r["spill_stores"], r["stack_bytes"]) <= allowed and art.launch.get("hand_over_registers"):
                 art.options["schedule"] = {**fa3, "why": schedule.FA3_WHY}
                 return art
         return self._build(program, target, opts, opts.schedule())
