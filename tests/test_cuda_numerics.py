@@ -153,8 +153,8 @@ def test_floordiv_floormod_python_semantics(lib):
     a = torch.randint(-2**31, 2**31, (4096,), generator=gen, dtype=torch.int64)
     b = torch.randint(-300, 300, (4096,), generator=gen, dtype=torch.int64)
     b = torch.where(b == 0, torch.ones_like(b), b)
-    a[:4] = torch.tensor([-2**31, -2**31, 7, -7])
-    b[:4] = torch.tensor([-1, 1, -2, 2])
+    a[:10] = torch.tensor([-2**31, -2**31, 7, -7, -2**31, 2**31 - 1, -1, 5, 2**31 - 1, -2**31])
+    b[:10] = torch.tensor([-1, 1, -2, 2, -2**31, -2**31, 2**31 - 1, -1, -1, 2**31 - 1])   # the 32-bit edges
     q, r = torch.empty(4096, dtype=torch.int32), torch.empty(4096, dtype=torch.int32)
     a32, b32 = a.to(torch.int32), b.to(torch.int32)
     lib.floordiv(_ptr(a32), _ptr(b32), _ptr(q), _ptr(r), ctypes.c_long(4096))

@@ -6,20 +6,22 @@ namespace hk {
 HK_CORE_FN int iadd(int a, int b) { return (int)((u32)a + (u32)b); }
 HK_CORE_FN int isub(int a, int b) { return (int)((u32)a - (u32)b); }
 HK_CORE_FN int imul(int a, int b) { return (int)((u32)a * (u32)b); }
-// Python floor semantics, computed in 64 bits then wrapped (INT_MIN // -1 wraps); b == 0 gives 0
-// (the reference raises)
+// Python floor semantics in 32 bits (a 64-bit division is a software routine on GPUs, and every block that
+// divides by a runtime value starts with it); b == -1 negates with wrap-around (INT_MIN // -1 wraps, the one
+// quotient int32 division cannot hold); b == 0 gives 0 (the reference raises)
 HK_CORE_FN int floordiv(int a, int b) {
     if (b == 0) return 0;
-    long long q = (long long)a / b;
-    const long long r = (long long)a % b;
+    if (b == -1) return (int)(0u - (u32)a);
+    int q = a / b;
+    const int r = a % b;
     if (r != 0 && ((r < 0) != (b < 0))) q -= 1;
-    return (int)(u32)(u64)q;
+    return q;
 }
 HK_CORE_FN int floormod(int a, int b) {
-    if (b == 0) return 0;
-    long long r = (long long)a % b;
+    if (b == 0 || b == -1) return 0;
+    int r = a % b;
     if (r != 0 && ((r < 0) != (b < 0))) r += b;
-    return (int)r;
+    return r;
 }
 HK_CORE_FN float fdiv(float a, float b) { return hw::fdiv(a, b); }
 
