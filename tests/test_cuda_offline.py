@@ -197,3 +197,19 @@ def test_cubin_records_what_the_ptxas_report_says(arch):
     assert report["stack_bytes"] > 0 and cubin["spill_stores"] == report["stack_bytes"]
     assert compiler.cubin_resources(built.cubin, "no_such_kernel") is None
     assert compiler.cubin_resources(b"not an elf", name) is None
+
+
+def test_whole_elf_pads_a_cubin_cut_short():
+    """CuPy's getCUBIN returns the cubin one byte short (sized like the NUL-terminated PTX): compiler.whole_elf pads
+    an ELF64 image with zeros to the extent its header declares (program and section headers), and leaves whole
+    images and anything that is not ELF64 as they are."""
+    import struct
+
+    from hk_portable.backends.cuda.compiler import whole_elf
+    header = bytearray(64)
+    header[:5] = b"\x7fELF\x02"
+    struct.pack_into("<QQ", header, 0x20, 64, 200)              # program headers at 64, section headers at 200
+    struct.pack_into("<HHHH", header, 0x36, 56, 2, 64, 3)       # 2 x 56 bytes, 3 x 64 bytes
+    whole = bytes(header) + bytes(200 + 3 * 64 - 64)
+    assert whole_elf(whole[:-1]) == whole and whole_elf(whole) == whole
+    assert whole_elf(b"not an elf") == b"not an elf" and whole_elf(bytes(header)[:10]) == bytes(header)[:10]
