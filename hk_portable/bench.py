@@ -8,7 +8,7 @@ inputs, with numbers that check themselves.
   says so (`agree: false`), and the run's `ok` is false.
 - hk and its baselines are timed side by side in `ROUNDS` interleaved rounds (each round: every function's
   events, then its batch, the order rotating), each method's figure a median over the rounds (the rounds' batch
-  means are in the JSON as `rounds_ms`): a GPU whose clock
+  means are in the JSON as `rounds_ms`, the per-call times' p10 / p50 / p90 as `per_call_p10_p50_p90_ms`): a GPU whose clock
   moves under load (the H200 read cuBLAS 4096^3 at 787 and 699 TFLOP/s minutes apart, 2026-12-04) moves every
   function and both methods alike instead of whichever ran last.
 - Within a size sweep, a case with `SCALE_MIN_WORK`x the work of another or more must take at least the
@@ -67,6 +67,8 @@ class Timing:
     ms_batch: float                # batch mean on the host clock
     agree: bool
     rounds_ms: list[float] = field(default_factory=list)   # each round's batch mean: the drift over the case
+    per_call_quantiles: list[float] = field(default_factory=list)   # p10, p50, p90 of every per-call time: a
+    # bimodal function (a slow mode the median skips and the batch mean takes) shows as p90 far above p50
 
     @property
     def spread(self) -> float:
@@ -107,10 +109,17 @@ def time_side_by_side(fns: dict[str, Callable[[int], object]], n_sets: int, devi
             batch[name].append(_batch_ms(fns[name], n_sets, device, reps[name]))
     out = {}
     for name in fns:
-        t = Timing(statistics.median(per_call[name]), statistics.median(batch[name]), True, batch[name])
+        t = Timing(statistics.median(per_call[name]), statistics.median(batch[name]), True, batch[name],
+                   _quantiles(per_call[name]))
         t.agree = t.spread <= AGREE
         out[name] = t
     return out
+
+
+def _quantiles(xs: list[float]) -> list[float]:
+    """p10, p50, p90 (nearest rank)."""
+    xs = sorted(xs)
+    return [xs[min(len(xs) - 1, int(q * len(xs)))] for q in (0.1, 0.5, 0.9)]
 
 
 def _per_call_ms(fn, n_sets: int, device: str, reps: int) -> list[float]:
@@ -438,7 +447,8 @@ def run_case(case: Case, device: str, budget_s: float) -> dict:
 
 def _figure(t: Timing, case: Case, per_unit: float) -> dict:
     return {"ms": t.ms, "ms_batch": t.ms_batch, "agree": t.agree, "spread": t.spread,
-            "rate": case.work / (t.ms * 1e-3) / per_unit, "rounds_ms": t.rounds_ms}
+            "rate": case.work / (t.ms * 1e-3) / per_unit, "rounds_ms": t.rounds_ms,
+            "per_call_p10_p50_p90_ms": t.per_call_quantiles}
 
 
 def scaling_problems(entries: list[dict]) -> list[str]:

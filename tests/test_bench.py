@@ -66,6 +66,8 @@ def test_a_small_run_on_the_reference_is_correct_and_complete(tmp_path):
         assert "error" not in e, e
         assert e["rel_error"] < 1e-2, e
         assert e["hk"]["ms"] > 0 and e["baselines"] and e["ratio_hk_over_baseline"] > 0
+        p10, p50, p90 = e["hk"]["per_call_p10_p50_p90_ms"]
+        assert 0 < p10 <= p50 <= p90 and p10 <= e["hk"]["ms"] <= p90     # around the per-call median
     path = tmp_path / "bench.json"
     B.to_json(report, str(path))
     assert json.loads(path.read_text())["results"][1]["Hkv"] == 2
