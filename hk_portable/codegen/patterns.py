@@ -105,7 +105,6 @@ def fused_masks(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, 
     return out
 
 
-
 TILE_INVARIANT_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "global_dim", "num_blocks")
 
 

@@ -593,7 +593,7 @@ class CudaEmitter(CStyleEmitter):
         self.emit_ops(ops)
         for v in divisors:
             self.line(f"const hk::divider {self._divider_name(v)}({self.name(v)});")
-        self._hoisted, self._dividers = frozenset(id(o) for o in ops), set(divisors)
+        self._hoisted, self._dividers = frozenset(id(o) for o in ops), frozenset(divisors)
         self.line("for (long long hk_k = 0;; ++hk_k) {")
         self.indent += 1
         self.line("const long long hk_tile = hk::dealt_tile(hk_k, blockIdx.x, gridDim.x);")
@@ -603,12 +603,12 @@ class CudaEmitter(CStyleEmitter):
         try:
             yield
         finally:
-            self._hoisted, self._dividers = frozenset(), set()
+            self._hoisted, self._dividers = frozenset(), frozenset()
         self.indent -= 1
         self.line("}")
 
     _hoisted: frozenset = frozenset()          # ops _tiles emitted before the loop
-    _dividers: set = set()                     # values a divider built before the loop divides by
+    _dividers: frozenset = frozenset()         # values a divider built before the loop divides by
 
     @cached_property
     def _tile_invariant(self) -> tuple[list[Op], list]:

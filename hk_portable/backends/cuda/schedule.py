@@ -207,9 +207,9 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
 
 FA3 = {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True, "persistent": True}
 FA3_WHY = ("FA3's schedule (split ring, Q on the producer, overlap, ping-pong, persistent grid): attention on two or "
-           "three consumer warpgroups, built without spills and with the register hand-over; on the H200 +20 % causal "
-           "and +3-30 % unmasked against the shared ring on two (perf-notes 2026-12-03, fifth session), +8-15 % on "
-           "D64's three (2026-12-04, tenth session)")
+           "three consumer warpgroups, built within FA3_SPILL_BYTES and with the register hand-over; on the H200 "
+           "+20 % causal and +3-30 % unmasked against the shared ring on two (perf-notes 2026-12-03, fifth session), "
+           "+8-15 % on D64's three (2026-12-04, tenth session)")
 # FA3's schedule is taken on this many consumer warpgroups, kept where its build spills at most this many bytes:
 # none on two (a spill there went with a slowdown, fifth session); on three, D64's 192-row block at 160 registers a
 # consumer spills 16 bytes under NVRTC 13.0 (4 under 13.5) and still ran 8-15 % faster than without (tenth session)
@@ -223,7 +223,8 @@ def fa3_switches(program: Program, target: Target, switches: dict) -> dict | Non
     without the persistent grid the causal kernel lost 20 %). On three warpgroups, D64's 192-row block, it lost in the
     fourth session and won in the tenth, once each tile stopped starting with five divisions (hk::tile_grid): 484
     against 420 TFLOP/s at N4096, 495 against 457 at N16384. Only where the caller asked for none of its switches
-    itself; the backend keeps it only if the build keeps the register hand-over and spills no more than FA3_SPILL_BYTES."""
+    itself; the backend keeps it only if the build keeps the register hand-over and spills no more than
+    FA3_SPILL_BYTES."""
     if (any(switches.get(k) for k in FA3) or program.num_warps % PRODUCER_WARPS
             or program.num_warps // PRODUCER_WARPS not in FA3_SPILL_BYTES):
         return None

@@ -11,12 +11,26 @@ namespace hk {
 #define HK_BLOCK_GROUPED 0
 #endif
 constexpr unsigned BLOCK_GROUP = 8;
+// Division by a divisor a grid fixes: U's own / and % (plain_div), or a udivider (hk_core/divider.h) where a
+// persistent block divides by the same extents at every tile. The walks below take either.
+template <class U> struct plain_div {
+    U d = 1;
+    plain_div() = default;
+    HK_HD explicit plain_div(U divisor) : d(divisor) {}
+    HK_HD U quot(U n) const { return n / d; }
+    HK_HD U rem(U n) const { return n % d; }
+};
+template <class U> HK_HD U group_tail(U gx) { return gx % BLOCK_GROUP ? gx % BLOCK_GROUP : BLOCK_GROUP; }
+// l's place in the grouped walk: `group` divides by BLOCK_GROUP * gy (a group's tiles), `tail` by the last
+// group's width (group_tail), the others being BLOCK_GROUP wide
+template <class U, class Div> HK_HD void grouped_xy(U l, U gx, const Div& group, const Div& tail, U& x, U& y) {
+    const U k = group.quot(l), first = k * BLOCK_GROUP, r = l - k * group.d;
+    const bool whole = gx - first >= BLOCK_GROUP;
+    x = first + (whole ? r % BLOCK_GROUP : tail.rem(r));
+    y = whole ? r / BLOCK_GROUP : tail.quot(r);
+}
 template <class U> HK_HD void grouped_xy(U l, U gx, U gy, U& x, U& y) {
-    const U in_group = BLOCK_GROUP * gy, first = (l / in_group) * BLOCK_GROUP;
-    const U size = gx - first < BLOCK_GROUP ? gx - first : BLOCK_GROUP;
-    const U r = l % in_group;
-    x = first + r % size;
-    y = r / size;
+    grouped_xy(l, gx, plain_div<U>(BLOCK_GROUP * gy), plain_div<U>(group_tail(gx)), x, y);
 }
 // The k-th tile a persistent block b of g walks: rounds of g consecutive tiles dealt forwards and backwards in
 // turn (b, then g-1-b), so a block's tiles add up to about the same work where work grows along the tile order
@@ -34,69 +48,51 @@ HK_HD long long dealt_tile(long long k, int b, int g) { return k * g + ((k & 1) 
 #ifndef HK_LONGEST_FIRST_MIN
 #define HK_LONGEST_FIRST_MIN 64
 #endif
-template <int A, class U> HK_HD int tile_idx_as(U t, U gx, U gy, U gz) {
-    if constexpr (HK_WORK_AXIS >= 0) {
-        constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0, Q = W == 2 ? 1 : 2;   // P faster than Q
-        const U n[3] = {(U)gx, (U)gy, (U)gz}, rest = n[P] * n[Q], r = (U)t % rest;
-        if (n[W] >= (U)HK_LONGEST_FIRST_MIN) {
-            if constexpr (A == W) return (int)(n[W] - 1 - (U)t / rest);
-            return (int)(A == P ? r % n[P] : r / n[P]);
+// Every divisor a walk of a gx x gy x gz grid divides by, fixed once.
+template <class U, class Div> struct grid_divisors {
+    U n[3];
+    Div x, plane, group, tail, rest, fast;      // rest and fast: the work axis's walk (HK_WORK_AXIS >= 0)
+    HK_HD grid_divisors(U gx, U gy, U gz)
+        : n{gx, gy, gz}, x(gx), plane(gx * gy), group(BLOCK_GROUP * gy), tail(group_tail(gx)) {
+        if constexpr (HK_WORK_AXIS >= 0) {
+            constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0, Q = W == 2 ? 1 : 2;   // P faster than Q
+            rest = Div(n[P] * n[Q]);
+            fast = Div(n[P]);
         }
     }
-    const U plane = (U)gx * (U)gy, r = (U)t % plane;
-    if constexpr (A == 2) return (int)((U)t / plane);
-    U x = r % (U)gx, y = r / (U)gx;
-    if constexpr (HK_BLOCK_GROUPED) grouped_xy<U>(r, (U)gx, (U)gy, x, y);
+};
+template <int A, class U, class Div> HK_HD int tile_idx_as(U t, const grid_divisors<U, Div>& g) {
+    if constexpr (HK_WORK_AXIS >= 0) {
+        constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0;
+        if (g.n[W] >= (U)HK_LONGEST_FIRST_MIN) {
+            const U q = g.rest.quot(t), r = t - q * g.rest.d;
+            if constexpr (A == W) return (int)(g.n[W] - 1 - q);
+            return (int)(A == P ? g.fast.rem(r) : g.fast.quot(r));
+        }
+    }
+    const U z = g.plane.quot(t), r = t - z * g.plane.d;
+    if constexpr (A == 2) return (int)z;
+    U x = g.x.rem(r), y = g.x.quot(r);
+    if constexpr (HK_BLOCK_GROUPED) grouped_xy(r, g.n[0], g.group, g.tail, x, y);
     return (int)(A == 0 ? x : y);
 }
 
-// A persistent block's walk over a logical gx x gy x gz grid, built once before its tile loop: the orders above
-// with every division by an extent (or a product of two) as a udivider (hk_core/divider.h) wherever the grid
-// allows 32 bits (every product and quotient, BLOCK_GROUP rows included, below 2^32); in 64 bits otherwise (a
-// long software routine per division). Each tile of a persistent attention block started with five divisions by
-// runtime values, some 5 % of its stall samples at N=1024 (ncu, H200, 2026-12-04).
+// A persistent block's walk over a logical gx x gy x gz grid, built once before its tile loop: every division by
+// an extent (or a product of two) a udivider wherever the grid allows 32 bits (every product and quotient,
+// BLOCK_GROUP rows included, below 2^32); in 64 bits otherwise (a long software routine per division). Each tile
+// of a persistent attention block started with five divisions by runtime values, some 5 % of its stall samples at
+// N=1024 (ncu, H200, 2026-12-04).
 struct tile_grid {
-    int gx, gy, gz;
-    long long count;                  // tiles in the grid
-    bool narrow;                      // the udividers apply
-    udivider by_x, by_plane, by_rest, by_fast, by_group, by_tail;
-    HK_HD tile_grid(int x, int y, int z) : gx(x), gy(y), gz(z), count((long long)x * y * z) {
-        typedef unsigned long long U64;
-        narrow = (U64)x * (U64)y * (U64)z * BLOCK_GROUP <= 0xFFFFFFFFull;
-        if (!narrow) return;
-        by_x = udivider((u32)x);
-        by_plane = udivider((u32)x * (u32)y);
-        by_group = udivider(BLOCK_GROUP * (u32)y);
-        by_tail = udivider((u32)x % BLOCK_GROUP ? (u32)x % BLOCK_GROUP : BLOCK_GROUP);
-        if constexpr (HK_WORK_AXIS >= 0) {
-            constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0, Q = W == 2 ? 1 : 2;
-            const u32 n[3] = {(u32)x, (u32)y, (u32)z};
-            by_rest = udivider(n[P] * n[Q]);
-            by_fast = udivider(n[P]);
-        }
-    }
+    typedef unsigned long long U64;
+    long long count;                              // tiles in the grid
+    bool narrow;                                  // div32 applies
+    grid_divisors<u32, udivider> div32;
+    grid_divisors<U64, plain_div<U64>> div64;
+    HK_HD tile_grid(int x, int y, int z)
+        : count((long long)x * y * z), narrow((U64)x * (U64)y * (U64)z * BLOCK_GROUP <= 0xFFFFFFFFull),
+          div32(narrow ? (u32)x : 1u, narrow ? (u32)y : 1u, narrow ? (u32)z : 1u), div64(x, y, z) {}
     template <int A> HK_HD int idx(long long t) const {
-        if (!narrow) return tile_idx_as<A, unsigned long long>(t, gx, gy, gz);
-        const u32 u = (u32)t;
-        if constexpr (HK_WORK_AXIS >= 0) {
-            constexpr int W = HK_WORK_AXIS, P = W == 0 ? 1 : 0;
-            const u32 n[3] = {(u32)gx, (u32)gy, (u32)gz};
-            if (n[W] >= (u32)HK_LONGEST_FIRST_MIN) {
-                const u32 q = by_rest.quot(u), r = u - q * by_rest.d;
-                if constexpr (A == W) return (int)(n[W] - 1 - q);
-                return (int)(A == P ? by_fast.rem(r) : by_fast.quot(r));
-            }
-        }
-        const u32 z = by_plane.quot(u), r = u - z * by_plane.d;
-        if constexpr (A == 2) return (int)z;
-        u32 x = by_x.rem(r), y = by_x.quot(r);
-        if constexpr (HK_BLOCK_GROUPED) {          // grouped_xy with its divisions by the group's rows and width
-            const u32 g = by_group.quot(r), first = g * BLOCK_GROUP, l = r - g * by_group.d;
-            const bool whole = (u32)gx - first >= BLOCK_GROUP;
-            x = first + (whole ? l % BLOCK_GROUP : by_tail.rem(l));
-            y = whole ? l / BLOCK_GROUP : by_tail.quot(l);
-        }
-        return (int)(A == 0 ? x : y);
+        return narrow ? tile_idx_as<A>((u32)t, div32) : tile_idx_as<A>((U64)t, div64);
     }
 };
 // One tile's indices without a tile_grid kept (the host tests; a kernel builds its tile_grid once).
