@@ -42,18 +42,25 @@ def add_kernel(x: GL[2], y: GL[2], z: GL[2], *, BM: hk.const = 64, BN: hk.const 
 GRID = (SHAPE[0] // 64, SHAPE[1] // 64)
 
 
-def per_call_us(fn, calls: int, repeats: int) -> dict:
-    """Median over `repeats` of the host time per call of `calls` back-to-back calls (synchronised)."""
-    fn()
+def per_call_us(fns: dict, calls: int, repeats: int) -> dict:
+    """Per function, the median over `repeats` rounds of the host time per call of `calls` back-to-back calls
+    (synchronised). The functions take turns within each round, the order rotating, so that a host or GPU
+    clock that drifts over the run moves every row alike (timed one after the other, torch's row and hk's
+    were minutes apart and their ratio read 1.14x to 1.23x from run to run, 2026-12-04)."""
+    for fn in fns.values():
+        fn()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return {"median_us": statistics.median(samples), "min_us": min(samples), "samples_us": samples}
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {name: {"median_us": statistics.median(v), "min_us": min(v), "samples_us": v} for name, v in samples.items()}
 
 
 FIRST_CALL = """
@@ -159,8 +166,9 @@ def graph_replay_ok(be) -> bool:
     return bool(ok)
 
 
-def per_call_rows(be, calls: int, repeats: int) -> tuple[dict, str, object]:
-    """The hk rows (kernel call, backend.launch), which launcher ran them, and the artifact."""
+def per_call_rows(be, calls: int, repeats: int, with_torch: bool = True) -> tuple[dict, str, object]:
+    """The per-call rows (torch eager where `with_torch`, hk kernel call, hk backend.launch) timed in
+    interleaved rounds on the same tensors, which launcher ran hk's, and the artifact."""
     x, y = torch.randn(*SHAPE, device="cuda"), torch.randn(*SHAPE, device="cuda")
     z = torch.empty_like(x)
     add_kernel(x, y, z, grid=GRID, backend=be)
@@ -168,11 +176,10 @@ def per_call_rows(be, calls: int, repeats: int) -> tuple[dict, str, object]:
     assert torch.equal(z, x + y), "hk add kernel disagrees with torch"
     prog = add_kernel.trace(x, y, z)
     art = add_kernel.compile_for(prog, be)
-    rows = {
-        "hk kernel call": per_call_us(lambda: add_kernel(x, y, z, grid=GRID, backend=be), calls, repeats),
-        "hk backend.launch": per_call_us(lambda: be.launch(art, (x, y, z), (*GRID, 1)), calls, repeats),
-    }
-    return rows, launcher_in_use(art), art
+    fns = {"torch eager (torch.add out=)": lambda: torch.add(x, y, out=z)} if with_torch else {}
+    fns["hk kernel call"] = lambda: add_kernel(x, y, z, grid=GRID, backend=be)
+    fns["hk backend.launch"] = lambda: be.launch(art, (x, y, z), (*GRID, 1))
+    return per_call_us(fns, calls, repeats), launcher_in_use(art), art
 
 
 def python_launcher_rows(args) -> dict:
@@ -203,13 +210,11 @@ def main(argv=None) -> int:
     be = hk.get_backend(args.backend)
     x, y = torch.randn(*SHAPE, device="cuda"), torch.randn(*SHAPE, device="cuda")
     z = torch.empty_like(x)
-    hk_rows, launcher, art = per_call_rows(be, args.calls, args.repeats)
+    rows, launcher, art = per_call_rows(be, args.calls, args.repeats, with_torch=not args.per_call_only)
     if args.per_call_only:
         with open(args.json, "w") as f:
-            json.dump({"per_call": hk_rows, "launcher": launcher}, f)
+            json.dump({"per_call": rows, "launcher": launcher}, f)
         return 0
-    rows = {"torch eager (torch.add out=)": per_call_us(lambda: torch.add(x, y, out=z), args.calls, args.repeats),
-            **hk_rows}
     if not args.no_python_rows:
         py = python_launcher_rows(args)
         if "error" in py:

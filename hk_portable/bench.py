@@ -7,10 +7,10 @@ inputs, with numbers that check themselves.
   of back-to-back calls on a host clock after a synchronize. They must agree within `AGREE` or the entry
   says so (`agree: false`), and the run's `ok` is false.
 - hk and its baselines are timed side by side in `ROUNDS` interleaved rounds (each round: every function's
-  events, then its batch, the order rotating), each method's figure a median over the rounds (the rounds' batch
-  means are in the JSON as `rounds_ms`, the per-call times' p10 / p50 / p90 as `per_call_p10_p50_p90_ms`): a GPU whose clock
-  moves under load (the H200 read cuBLAS 4096^3 at 787 and 699 TFLOP/s minutes apart, 2026-12-04) moves every
-  function and both methods alike instead of whichever ran last.
+  per-call events in two halves around its batch, the functions' order rotating), each method's figure a median
+  over the rounds (the rounds' batch means are in the JSON as `rounds_ms`, the per-call times' p10 / p50 / p90 as
+  `per_call_p10_p50_p90_ms`): a GPU whose clock moves under load (the H200 read cuBLAS 4096^3 at 787 and 699
+  TFLOP/s minutes apart, 2026-12-04) moves every function and both methods alike instead of whichever ran last.
 - Within a size sweep, a case with `SCALE_MIN_WORK`x the work of another or more must take at least the
   fourth root of that factor longer (a benchmark that times the same shape for every size fails this).
 - Outputs are compared with the baseline's (relative Frobenius error) before timing.
@@ -105,8 +105,13 @@ def time_side_by_side(fns: dict[str, Callable[[int], object]], n_sets: int, devi
     names = list(fns)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            per_call[name] += _per_call_ms(fns[name], n_sets, device, reps[name])
-            batch[name].append(_batch_ms(fns[name], n_sets, device, reps[name]))
+            # the batch sits between two halves of the per-call times, so that both methods sample the same
+            # moment of a drifting clock (a batch that always followed its events ran on a hotter device: the
+            # H200's GQA causal row read 10 % slower in it, 2026-12-04)
+            n = reps[name]
+            per_call[name] += _per_call_ms(fns[name], n_sets, device, (n + 1) // 2)
+            batch[name].append(_batch_ms(fns[name], n_sets, device, n))
+            per_call[name] += _per_call_ms(fns[name], n_sets, device, n // 2)
     out = {}
     for name in fns:
         t = Timing(statistics.median(per_call[name]), statistics.median(batch[name]), True, batch[name],
