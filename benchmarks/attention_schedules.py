@@ -35,6 +35,7 @@ VARIANTS = {
     "fa3-plain-store": {**FA3, "tma_store": False},    # the epilogue stores O from registers (no TMA store)
     "fa3-plain-one-q": {**FA3, "tma_store": False, "prologue_stages": 1},   # the fifth/sixth sessions' kernel
     "fa3-chained": {**FA3, "chain": 1},           # the unmasked blocks' last P·V issued in the diagonal's first step
+    "min-blocks-5": {"min_blocks": 5},            # __launch_bounds__(threads, 5): registers for a fifth 64x64 block
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]
@@ -53,11 +54,16 @@ def _inputs(n, d, causal, sets=2, device="cuda"):
     return out
 
 
-def _artifacts(be, target, n, d, causal, names):
+def _artifacts(be, target, n, d, causal, names, tile=None):
     from hk_portable.kernels import attention
     from hk_portable.runtime import cache
     sets = _inputs(64, d, causal, sets=1, device="cpu")          # tracing needs dtypes and ranks only
     cfg = attention.candidates({"D": d, "MASKED": causal})[0]
+    if tile:                                                      # BMxBNsSwW, e.g. 64x64s2w4
+        bm, rest = tile.split("x")
+        bn, rest = rest.split("s")
+        stages, warps = rest.split("w")
+        cfg = {**cfg, "BM": int(bm), "BN": int(bn), "STAGES": int(stages), "num_warps": int(warps)}
     program = attention.attention_fwd_kernel.trace(*sets[0], **cfg)
     return cfg, {v: cache.compile_cached(be, program, target, VARIANTS[v]) for v in names}
 
@@ -72,7 +78,7 @@ def main():
     names = args.variants or list(VARIANTS)
     rows, t0 = [], time.time()
     for n, d, causal in args.cases or CASES:
-        cfg, arts = _artifacts(be, target, n, d, causal, names)
+        cfg, arts = _artifacts(be, target, n, d, causal, names, args.tile)
         if args.compile_only:
             continue
         sets = _inputs(n, d, causal)
@@ -122,6 +128,8 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--tile", default=None, metavar="BMxBNsSwW",
+                    help="this tile instead of the first (long-sequence) candidate, e.g. 64x64s2w4")
     ap.add_argument("--cases", nargs="+", type=attention_case, default=None, help="N,D[,causal] each (default: CASES)")
     args = ap.parse_args()
     main()
