@@ -36,6 +36,7 @@ VARIANTS = {
     "fa3-plain-one-q": {**FA3, "tma_store": False, "prologue_stages": 1},   # the fifth/sixth sessions' kernel
     "fa3-chained": {**FA3, "chain": 1},           # the unmasked blocks' last P·V issued in the diagonal's first step
     "min-blocks-5": {"min_blocks": 5},            # __launch_bounds__(threads, 5): registers for a fifth 64x64 block
+    "no-fill": {"fill_sm": False},                # ptxas's own registers, even where they cost blocks an SM
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]

@@ -13,13 +13,17 @@ class Arch:
     max_shared_bytes: int          # dynamic shared memory per block (opt-in maximum)
     mma_shapes: tuple[str, ...]
     fp8_mma: str                   # how an mma of OCP fp8 operands runs (docs/fp8.md): exact on every arch
+    # an SM's shared memory (1 KiB of it reserved per block), or 0 where the arch's parts differ too much to
+    # plan occupancy for (sm_80 cubins run on every sm_8x: 100 to 164 KiB a SM); see occupancy.py
+    sm_shared_bytes: int = 0
 
 
 ARCHS = {a.name: a for a in (
     Arch("sm_80", 8, 166912, ("m16n8k16",),        # 163 KiB (A100); sm_80 cubins run on all sm_8x
          "widened exactly to f16: two mma.sync m16n8k16 per k32 step (no fp8 tensor cores on sm_80)"),
     Arch("sm_90a", 9, 232448, ("m16n8k16", "m16n8k32 fp8", "wgmma k32 fp8"),   # 227 KiB (H100/H200)
-         "native OCP e4m3/e5m2: wgmma m64nNk32 (both operands K-major in shared), else mma.sync m16n8k32"),
+         "native OCP e4m3/e5m2: wgmma m64nNk32 (both operands K-major in shared), else mma.sync m16n8k32",
+         sm_shared_bytes=233472),                      # 228 KiB (H100/H200)
 )}
 DEFAULT = "sm_80"                  # the table entry for an arch it does not list
 EMULATED = "sm_80"                 # the arch the host emulator (include/hk_cuda_emu.h) models

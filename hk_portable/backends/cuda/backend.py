@@ -15,7 +15,7 @@ from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
 from ...runtime import clauncher
-from . import archs, codegen, compiler, driver, emulator, schedule
+from . import archs, codegen, compiler, driver, emulator, occupancy, schedule
 from .options import DEFAULT, CudaOptions
 
 EMIT_KINDS = ("source", "asm", "ptx", "sass")
@@ -165,6 +165,10 @@ class CudaBackend(Backend):
             emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False,
                                            fast_exp2=fast_exp2, **switches)
             compiled, resources = _nvrtc(emitted, target.arch, flags)
+        if min_blocks is None and opts.fill_sm and not emitted.extras.get("producer_warps"):
+            filled = self._fill_sm(program, target, flags, emitted, shared, resources, fast_exp2, switches)
+            if filled is not None:
+                emitted, compiled, resources, min_blocks = filled
         resources["shared_bytes"] = shared
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
@@ -176,6 +180,21 @@ class CudaBackend(Backend):
                      "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2, "schedule": switches,
                      "library": codegen.library_hash()},
             payload=None)
+
+    @staticmethod
+    def _fill_sm(program, target: Target, flags, emitted, shared: int, resources: dict, fast_exp2: bool,
+                 switches: dict):
+        """The build asking ptxas for as many blocks an SM as shared memory allows, where registers alone held
+        the block below that and the capped build does not spill (occupancy.py); None otherwise."""
+        want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared,
+                                     archs.ARCHS.get(target.arch, archs.ARCHS[archs.DEFAULT]).sm_shared_bytes)
+        if want is None:
+            return None
+        again, _ = codegen.emit(program, target, min_blocks=want, fast_exp2=fast_exp2, **switches)
+        retry, r2 = _nvrtc(again, target.arch, flags)
+        if r2["spill_stores"] or r2["stack_bytes"] > resources["stack_bytes"]:
+            return None
+        return again, retry, r2, want
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
         emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **opts.schedule())

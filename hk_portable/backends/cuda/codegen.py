@@ -140,6 +140,8 @@ class CudaEmitter(CStyleEmitter):
             out["hand_over_registers"] = self.hand_over_registers
         if self.plan.persistent:
             out["persistent"] = True
+        if self.plan.producer_warps:
+            out["producer_warps"] = self.plan.producer_warps   # a specialised block: it runs alone on its SM
         return out
 
     def op_block_idx(self, op):

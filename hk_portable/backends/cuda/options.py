@@ -28,7 +28,9 @@ class CudaOptions(BackendOptions):
     fmad: bool = False                 # contract a*b+c into FMA
     prec_div: bool = True              # IEEE round-to-nearest division
     prec_sqrt: bool = True             # IEEE round-to-nearest square root
-    min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills
+    min_blocks: int | None = None      # __launch_bounds__ min blocks per SM; None: 1 only when ptxas spills,
+                                       # else as many as shared memory allows where that build does not spill
+    fill_sm: bool = True               # that last rule (occupancy.py); False: ptxas's own register choice
     overlap: bool = False              # software-pipelined attention compute (schedule.Overlap): measured slower
     persistent: bool = False           # specialised kernels walk their tiles on one block per SM (alone: no gain; in FA3)
     split_ring: bool = False           # a stage's buffers released by reader (K and V apart): measured, no gain
@@ -46,7 +48,7 @@ class CudaOptions(BackendOptions):
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
-                          "producer_prologue", "free_turns", "auto_schedule", "tma_store")
+                          "producer_prologue", "free_turns", "auto_schedule", "tma_store", "fill_sm")
         self._expect_int("longest_first", 0, 1 << 30)
         self._expect_int("prologue_stages", 1, 2)
         self._expect_int("chain", 0, 8)
