@@ -191,7 +191,10 @@ class CudaBackend(Backend):
         if want is None:
             return None
         again, _ = codegen.emit(program, target, min_blocks=want, fast_exp2=fast_exp2, **switches)
-        retry, r2 = _nvrtc(again, target.arch, flags)
+        try:
+            retry, r2 = _nvrtc(again, target.arch, flags)
+        except compiler.CompileError:       # too few registers for an instruction (a wgmma's accumulator)
+            return None
         if r2["spill_stores"] or r2["stack_bytes"] > resources["stack_bytes"]:
             return None
         return again, retry, r2, want
