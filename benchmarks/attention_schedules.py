@@ -37,6 +37,7 @@ VARIANTS = {
     "fa3-chained": {**FA3, "chain": 1},           # the unmasked blocks' last P·V issued in the diagonal's first step
     "min-blocks-5": {"min_blocks": 5},            # __launch_bounds__(threads, 5): registers for a fifth 64x64 block
     "no-fill": {"fill_sm": False},                # ptxas's own registers, even where they cost blocks an SM
+    "plain-dispatch": {"heavy_first": False},     # a dispatched causal grid in hardware order (not heaviest first)
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]
@@ -65,6 +66,8 @@ def _artifacts(be, target, n, d, causal, names, tile=None):
         bn, rest = rest.split("s")
         stages, warps = rest.split("w")
         cfg = {**cfg, "BM": int(bm), "BN": int(bn), "STAGES": int(stages), "num_warps": int(warps)}
+    if causal:                          # as the library builds a causal call: no left edge (attention.attention_fwd)
+        cfg = {**cfg, "LEFT_BOUND": False}
     program = attention.attention_fwd_kernel.trace(*sets[0], **cfg)
     return cfg, {v: cache.compile_cached(be, program, target, VARIANTS[v]) for v in names}
 

@@ -123,3 +123,84 @@ def test_tile_indices_hold_past_32_bits(tmp_path, work_axis, grouped):
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     rows = [list(map(int, line.split())) for line in out.splitlines()]
     assert len(rows) == 3 and all(ok for *_, ok in rows), rows
+
+
+# a dispatched grid heaviest first (hk::dispatched_idx): per grid, whether every block maps to a distinct in-range
+# tile, whether each run of rows walks the work axis from its last index down, the work index of the last block,
+# and how many distinct rows the first HK_DISPATCH_RUN blocks touch
+DISPATCH = r"""
+#include <cstdio>
+#include <set>
+#include <vector>
+#include "%s"
+int main() {
+  const unsigned grids[][3] = {{16, 16, 16}, {64, 16, 4}, {8, 16, 16}, {17, 24, 8}, {3, 5, 7}, {1, 1, 1}, {1024, 3, 1},
+                               {2000, 1, 1}, {5, 300, 2}};
+  for (const auto& s : grids) {
+    const unsigned gx = s[0], gy = s[1], gz = s[2], n = gx * gy * gz;
+    std::vector<int> hits(n, 0);
+    std::set<long long> rows;
+    int ok = 1, descending = 1, last_w = -1, prev_w = -1;
+    long long prev_row = -1;
+    for (unsigned l = 0; l < n; ++l) {
+      const int t[3] = {hk::dispatched_idx<0>(l %% gx, l / gx %% gy, l / (gx * gy), gx, gy, gz),
+                        hk::dispatched_idx<1>(l %% gx, l / gx %% gy, l / (gx * gy), gx, gy, gz),
+                        hk::dispatched_idx<2>(l %% gx, l / gx %% gy, l / (gx * gy), gx, gy, gz)};
+      ok = ok && t[0] >= 0 && t[0] < (int)gx && t[1] >= 0 && t[1] < (int)gy && t[2] >= 0 && t[2] < (int)gz;
+      if (!ok) break;
+      ++hits[((unsigned)t[2] * gy + t[1]) * gx + t[0]];
+      const int W = HK_DISPATCH_AXIS < 0 ? 0 : HK_DISPATCH_AXIS;
+      const long long row = W == 0 ? t[1] + (long long)gy * t[2] : W == 1 ? t[0] + (long long)gx * t[2]
+                                                                          : t[0] + (long long)gx * t[1];
+      if (l < hk::HK_DISPATCH_RUN) rows.insert(row);
+      // within a run the work index only falls (it may rise only where a new run starts: a row not seen before)
+      if (prev_w >= 0 && t[W] > prev_w && row <= prev_row) descending = 0;
+      prev_w = t[W]; prev_row = row; last_w = t[W];
+    }
+    for (int h : hits) ok = ok && h == 1;
+    std::printf("%%u %%u %%u %%d %%d %%d %%d\n", gx, gy, gz, ok, descending, last_w, (int)rows.size());
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1, 2])
+def test_a_dispatched_grid_starts_its_heaviest_blocks_first_in_runs_of_rows(tmp_path, axis):
+    """hk::dispatched_idx is a bijection of the grid; with a dispatch axis each run of rows goes heaviest first (the
+    axis from its last index), the grid's last block is the lightest, and the first HK_DISPATCH_RUN blocks stay
+    within the rows of one run (a few dozen heads' keys in L2). Without one it is the block's own index."""
+    if CXX is None:
+        pytest.skip("no host C++ compiler (g++/clang++) to build the tile orders")
+    src, exe = tmp_path / f"dispatch{axis}.cpp", tmp_path / f"dispatch{axis}"
+    src.write_text(DISPATCH % HEADER)
+    subprocess.run([CXX, "-std=c++17", "-O1", f"-DHK_DISPATCH_AXIS={axis}", str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    rows = [list(map(int, line.split())) for line in out.splitlines()]
+    assert len(rows) == 9
+    for gx, gy, gz, ok, descending, last_w, first_rows in rows:
+        n = (gx, gy, gz)
+        assert ok, (n, axis)
+        if axis < 0:
+            continue
+        others = gx * gy * gz // n[axis]
+        run_rows = min(others, -(-1024 // n[axis]))
+        assert descending and last_w == 0, (n, axis)
+        assert first_rows <= min(others, run_rows + 1), (n, axis, first_rows, run_rows)
+
+
+def test_the_schedule_dispatches_a_causal_band_heaviest_first_where_blocks_are_not_persistent():
+    import hk_portable as hk
+    from hk_portable.kernels import attention
+
+    be = hk.get_backend("cuda")
+    for arch in ("sm_80", "sm_90a"):
+        target = be.target(arch)
+        for causal, axis in ((True, 0), (False, None)):
+            args, consts = attention.example_args(D=64, causal=causal)
+            program = attention.attention_fwd_kernel.trace(*args, **consts)       # the 64x64 baseline block
+            assert schedule.plan(program, target).dispatch_axis == axis
+            assert schedule.plan(program, target, heavy_first=False).dispatch_axis is None
+    args, consts = attention.example_args(D=128, causal=True)
+    program = attention.attention_fwd_kernel.trace(*args, **attention.candidates({**consts})[0])
+    assert schedule.plan(program, be.target("sm_90a"), **schedule.FA3).dispatch_axis is None     # persistent

@@ -671,6 +671,7 @@ class CudaEmitter(CStyleEmitter):
             f"#define HK_TARGET_{arch.upper()} 1",
             f"#define HK_BLOCK_GROUPED {1 if self.plan.grouped_blocks else 0}",
             f"#define HK_WORK_AXIS {-1 if self.plan.work_axis is None else self.plan.work_axis}",
+            f"#define HK_DISPATCH_AXIS {-1 if self.plan.dispatch_axis is None else self.plan.dispatch_axis}",
             f"#define HK_LONGEST_FIRST_MIN {self.plan.longest_first}",
             f"#define HK_FAST_EXP2 {1 if self.fast_exp2 else 0}",
             "#define HK_SMEM_ARENA(name, bytes) unsigned char* name = hk::smem_base()",

@@ -45,10 +45,12 @@ class CudaOptions(BackendOptions):
     chain: int = CHAIN_PAIRS           # ping-pong: at most this many pairs of consecutive pipelines on one accumulator
                                        # run as one, the last first (schedule._chain_pipelines): measured no gain, 0
     auto_schedule: bool = True         # the backend may take FA3's schedule where measured to pay (schedule.fa3_switches)
+    heavy_first: bool = True           # a dispatched grid whose blocks' work grows along an axis starts its heaviest
+                                       # blocks first, in runs of rows (hk::heavy_first_idx)
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
-                          "producer_prologue", "free_turns", "auto_schedule", "tma_store", "fill_sm")
+                          "producer_prologue", "free_turns", "auto_schedule", "tma_store", "fill_sm", "heavy_first")
         self._expect_int("longest_first", 0, 1 << 30)
         self._expect_int("prologue_stages", 1, 2)
         self._expect_int("chain", 0, 8)
@@ -62,7 +64,8 @@ class CudaOptions(BackendOptions):
         return {"overlap": self.overlap, "persistent": self.persistent, "split_ring": self.split_ring,
                 "pingpong": self.pingpong, "producer_prologue": self.producer_prologue,
                 "longest_first": self.longest_first, "free_turns": self.free_turns,
-                "prologue_stages": self.prologue_stages, "tma_store": self.tma_store, "chain": self.chain}
+                "prologue_stages": self.prologue_stages, "tma_store": self.tma_store, "chain": self.chain,
+                "heavy_first": self.heavy_first}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

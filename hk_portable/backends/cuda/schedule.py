@@ -132,6 +132,8 @@ class Plan:
     mma_modes: dict[int, int] = field(default_factory=dict)               # mma op id -> MMA_*
     tensor_maps: list[TmaLoad] = field(default_factory=list)
     grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
+    dispatch_axis: int | None = None    # not persistent: the block_idx axis a block's trip count grows with, each run
+                                        # of rows dispatched heaviest first (hk::heavy_first_idx, HK_DISPATCH_AXIS)
     producer_warps: int = 0             # > 0: warp-specialised, a producer warpgroup issues every pipeline's loads
     persistent: bool = False            # specialised only: one block per SM walks the logical grid's tiles
     work_axis: int | None = None        # persistent only: the block_idx axis a tile's trip count grows with, walked
@@ -170,19 +172,24 @@ def grouped_blocks(program: Program) -> bool:
 def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
          split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False,
          longest_first: int = LONGEST_FIRST_MIN, free_turns: bool = True, prologue_stages: int = 2,
-         tma_store: bool = True, chain: int = CHAIN_PAIRS, strips: frozenset = frozenset()) -> Plan:
+         tma_store: bool = True, chain: int = CHAIN_PAIRS, heavy_first: bool = True,
+         strips: frozenset = frozenset()) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program))
+    producers = {r.id: op for op in program.body.walk() for r in op.results}
+    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
+    if heavy_first and not out.grouped_blocks:
+        out.dispatch_axis = work_axis(pipes, producers)
     if target.arch != "sm_90a":
         return out
-    producers = {r.id: op for op in program.body.walk() for r in op.results}
     params = {v.id: i for i, v in enumerate(program.body.args)}
-    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
     for op in pipes:
         out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
     if not _specialisable(program, out, producers):
         return out
     out.producer_warps = PRODUCER_WARPS
     out.persistent = persistent
+    if persistent:
+        out.dispatch_axis = None          # a persistent block walks its tiles itself (work_axis below)
     out.work_axis = work_axis(pipes, producers) if persistent and longest_first else None
     out.longest_first = longest_first
     if split_ring:
@@ -632,7 +639,8 @@ def describe(program: Program, p: Plan, target: Target) -> str:
             lines.append(f"mma {names[id(op)]}: wgmma m64n{op.results[0].type.cols}k{k}, "
                          f"{mode[p.mma_modes.get(id(op), MMA_STANDALONE)]}")
     order = ("grouped (runs of 8 x-rows sweep y: operand tiles shared in L2)" if p.grouped_blocks
-             else "hardware (x fastest)")
+             else f"heaviest first along axis {p.dispatch_axis} in runs of rows (hk::heavy_first_idx)"
+             if p.dispatch_axis is not None else "hardware (x fastest)")
     if p.persistent:
         order = (f"persistent, longest first once axis {p.work_axis} has {p.longest_first} blocks (then slowest, "
                  "from its last index)"

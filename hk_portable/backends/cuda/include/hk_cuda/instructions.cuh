@@ -12,14 +12,14 @@ constexpr int NUM_THREADS = HK_NUM_WARPS * 32;
 HK_DEV int lane_id() { return threadIdx.x & 31; }
 HK_DEV int warp_id() { return threadIdx.x >> 5; }
 
-// The block's tile indices: the grid's order is tile_order.cuh's (HK_BLOCK_GROUPED).
+// The block's tile indices: the grid's order is tile_order.cuh's (HK_BLOCK_GROUPED, HK_DISPATCH_AXIS).
 template <int A> HK_DEV int block_idx() {
     if constexpr (HK_BLOCK_GROUPED && A < 2) {
         unsigned x, y;
         grouped_xy<unsigned>(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, gridDim.y, x, y);
         return (int)(A == 0 ? x : y);
     }
-    return A == 0 ? blockIdx.x : (A == 1 ? blockIdx.y : blockIdx.z);
+    return dispatched_idx<A>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
 }
 template <int A> HK_DEV int num_blocks() { return A == 0 ? gridDim.x : (A == 1 ? gridDim.y : gridDim.z); }
 

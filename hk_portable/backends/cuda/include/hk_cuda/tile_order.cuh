@@ -95,6 +95,39 @@ struct tile_grid {
         return narrow ? tile_idx_as<A>((u32)t, div32) : tile_idx_as<A>((U64)t, div64);
     }
 };
+// A grid the hardware dispatches (not persistent) whose blocks' work grows along HK_DISPATCH_AXIS (the schedule
+// pass: schedule.work_axis; causal attention's query blocks): block l of the launch runs tile heavy_first_idx(l).
+// The hardware starts blocks in launch order as others finish, so in plain order the heaviest blocks of the last
+// heads start last and the grid ends on a long tail (simulated: 0.84 of balanced for the 64x64 block at D64 causal
+// N1024, 5 blocks on each of 132 SMs). Here the other two axes (P faster than Q) are taken in runs of G rows,
+// G * (the work axis's extent) >= HK_DISPATCH_RUN blocks, and each run is dispatched heaviest first, the run's rows
+// fastest: the last blocks to start are light (0.98 simulated), and the blocks running together still share a
+// run's rows (a few dozen heads' keys in L2, as in plain order; the work axis slowest over the whole grid would
+// stream every head's keys at once). Plain order where l does not fit 32 bits.
+#ifndef HK_DISPATCH_AXIS
+#define HK_DISPATCH_AXIS -1
+#endif
+constexpr unsigned HK_DISPATCH_RUN = 1024;
+template <int A> HK_HD int heavy_first_idx(unsigned l, unsigned gx, unsigned gy, unsigned gz) {
+    constexpr int W = HK_DISPATCH_AXIS < 0 ? 0 : HK_DISPATCH_AXIS, P = W == 0 ? 1 : 0, Q = W == 2 ? 1 : 2;
+    const unsigned n[3] = {gx, gy, gz};
+    const unsigned nw = n[W], rows = n[P] * n[Q];
+    const unsigned g = (HK_DISPATCH_RUN + nw - 1) / nw < rows ? (HK_DISPATCH_RUN + nw - 1) / nw : rows;
+    const unsigned run = l / (g * nw), within = l - run * (g * nw);
+    const unsigned in_run = rows - run * g < g ? rows - run * g : g;       // the last run may be shorter
+    const unsigned w = within / in_run, row = run * g + (within - w * in_run);
+    if constexpr (A == W) return (int)(nw - 1 - w);
+    return (int)(A == P ? row % n[P] : row / n[P]);
+}
+// The tile of launched block (bx, by, bz) of a gx x gy x gz grid: heavy_first_idx where HK_DISPATCH_AXIS names an
+// axis and the grid fits 32 bits, else the block's own indices.
+template <int A> HK_HD int dispatched_idx(unsigned bx, unsigned by, unsigned bz, unsigned gx, unsigned gy, unsigned gz) {
+    if constexpr (HK_DISPATCH_AXIS >= 0) {
+        if ((unsigned long long)gx * gy * gz <= 0xFFFFFFFFull)
+            return heavy_first_idx<A>(bx + gx * (by + gy * bz), gx, gy, gz);
+    }
+    return (int)(A == 0 ? bx : (A == 1 ? by : bz));
+}
 // One tile's indices without a tile_grid kept (the host tests; a kernel builds its tile_grid once).
 template <int A> HK_HD int tile_idx(long long t, int gx, int gy, int gz) { return tile_grid(gx, gy, gz).idx<A>(t); }
 
