@@ -240,3 +240,33 @@ def test_shared_to_register_load_needs_the_shared_dtype():
     x, y = torch.randn(16, 16).to(torch.bfloat16), torch.empty(16, 16)
     with pytest.raises(TypeError, match=r"RT\[bf16, 16, 16\].*cast after loading"):
         k(x, y, grid=(1,))
+
+
+def test_overlap_check_agrees_with_the_byte_spans_of_strided_views():
+    """check_no_overlap (each tensor's span once, a contiguous tensor's from its numel) against the spans computed
+    element by element, on views of one buffer: contiguous slices, transposes, strided and empty views."""
+    from hk_portable.interface.kernel import check_no_overlap
+    base = torch.zeros(64, 64)
+    views = [base[:8], base[4:12], base[8:16], base[:, :8], base[:, 60:], base.t()[:4], base[::2, ::3], base[1::2],
+             base[16:16], base[40:48].t(), base.view(-1)[100:300], base[63:, 63:]]
+
+    def spans(t):
+        if not t.numel():
+            return None
+        offs = sum(torch.arange(s).view([-1 if d == i else 1 for d in range(t.dim())]) * st
+                   for i, (s, st) in enumerate(zip(t.shape, t.stride())))
+        lo = t.data_ptr() + int(offs.min()) * t.element_size()
+        return lo, t.data_ptr() + int(offs.max()) * t.element_size() + t.element_size()
+
+    for i, a in enumerate(views):
+        for j, b in enumerate(views):
+            if i == j:
+                continue
+            sa, sb = spans(a), spans(b)
+            expect = sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
+            try:
+                check_no_overlap("f", {"out": a}, {"x": b})
+                got = False
+            except ArgumentError:
+                got = True
+            assert got == expect, (i, j, sa, sb)

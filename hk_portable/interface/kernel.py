@@ -170,20 +170,26 @@ class KernelDef:
 
 
 def check_no_overlap(name: str, outputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:
-    """ArgumentError if an output tensor shares memory with any other argument."""
-    items = list(outputs.items()) + list(inputs.items())
-    for i, (on, o) in enumerate(outputs.items()):
+    """ArgumentError if an output tensor shares memory with any other argument. Each tensor's byte span is
+    computed once: the wrappers call this on every call, and computed per pair it was most of attention_fwd's
+    host time (32-54 us a call on a 2-core machine, 16 us with spans computed once)."""
+    items = [(n, _span(t)) for n, t in (*outputs.items(), *inputs.items())]
+    for i, (on, o) in enumerate(items[:len(outputs)]):
+        if o is None:
+            continue
         for jn, t in items[i + 1:]:
-            # meta tensors have no memory (data_ptr() is 0 for all of them): nothing can overlap
-            if o.device == t.device and o.device.type != "meta" and o.numel() and t.numel() and _overlaps(o, t):
+            if t is not None and o[0] == t[0] and o[1] < t[2] and t[1] < o[2]:
                 raise ArgumentError(f"{name}: output '{on}' overlaps argument '{jn}' in memory; pass separate "
                                     "tensors (in-place use is not supported)")
 
 
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    def span(t):
-        lo = t.data_ptr()
-        hi = lo + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) * t.element_size() + t.element_size()
-        return lo, hi
-    (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
+def _span(t: torch.Tensor):
+    """(device, first byte, one past the last byte) a tensor's elements cover; None for one without memory
+    (meta tensors all have data_ptr() 0, empty ones cover nothing)."""
+    device = t.device
+    if device.type == "meta" or not t.numel():
+        return None
+    lo, size = t.data_ptr(), t.element_size()
+    if t.is_contiguous():
+        return device, lo, lo + t.numel() * size
+    return device, lo, lo + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) * size + size
