@@ -83,3 +83,28 @@ def test_hk_bench_cli_runs_a_filtered_case(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "gemm bf16 64x64x64" in out and rc in (0, 1)      # 1 only if the loaded CPU's timings disagree
     assert json.loads((tmp_path / "r.json").read_text())["results"][0]["rel_error"] < 1e-2
+
+
+def test_per_call_events_start_behind_a_spin_kernel(monkeypatch):
+    """On CUDA the per-call event pairs are enqueued behind a spin kernel (bench._head_start), so an event pair times
+    the call and not the host's work before its launch. The CUDA calls are recorded by fakes here."""
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.t = None
+
+        def record(self):
+            log.append("record")
+            self.t = len(log)
+
+        def elapsed_time(self, end):
+            return float(end.t - self.t)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(("sleep", cycles)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+    times = B._per_call_ms(lambda i: log.append(("call", i)), 2, "cuda", 3)
+    assert log[0] == ("sleep", B.HEAD_START_CYCLES) and log[1] == "record" and log[-1] == "sync"
+    assert [x for x in log if isinstance(x, tuple) and x[0] == "call"] == [("call", 0), ("call", 1), ("call", 0)]
+    assert times == [2.0, 2.0, 2.0]          # each pair brackets exactly its own call
