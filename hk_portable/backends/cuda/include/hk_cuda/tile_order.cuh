@@ -103,7 +103,9 @@ struct tile_grid {
 // G * (the work axis's extent) >= HK_DISPATCH_RUN blocks, and each run is dispatched heaviest first, the run's rows
 // fastest: the last blocks to start are light (0.98 simulated), and the blocks running together still share a
 // run's rows (a few dozen heads' keys in L2, as in plain order; the work axis slowest over the whole grid would
-// stream every head's keys at once). Plain order where l does not fit 32 bits.
+// stream every head's keys at once). Plain order where l does not fit 32 bits. The walk assumes the work grows with
+// the index (a causal band's forward blocks); where it shrinks (the backward's key blocks) each run goes lightest
+// first, which the same simulation puts at 0.85 against hardware order's 0.84: no loss, the gain only where it grows.
 #ifndef HK_DISPATCH_AXIS
 #define HK_DISPATCH_AXIS -1
 #endif
