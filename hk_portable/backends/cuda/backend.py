@@ -168,7 +168,7 @@ class CudaBackend(Backend):
         if min_blocks is None and opts.fill_sm and not emitted.extras.get("producer_warps"):
             filled = self._fill_sm(program, target, flags, emitted, shared, resources, fast_exp2, switches)
             if filled is not None:
-                emitted, compiled, resources, min_blocks = filled
+                emitted, compiled, resources, min_blocks, switches = filled
         resources["shared_bytes"] = shared
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
@@ -185,19 +185,24 @@ class CudaBackend(Backend):
     def _fill_sm(program, target: Target, flags, emitted, shared: int, resources: dict, fast_exp2: bool,
                  switches: dict):
         """The build asking ptxas for as many blocks an SM as shared memory allows, where registers alone held
-        the block below that and the capped build does not spill (occupancy.py); None otherwise."""
+        the block below that and the capped build compiles without spilling (occupancy.py), with the schedule
+        switches it was built with; None otherwise. Where the heaviest-first dispatch's indices (registers held
+        all kernel long) are what makes it spill, the build without that order is taken: a fifth 64x64 attention
+        block an SM measured +11 % on the H200, the order +2.8 % (the windowed block spills 140 bytes with both)."""
         want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared,
                                      archs.ARCHS.get(target.arch, archs.ARCHS[archs.DEFAULT]).sm_shared_bytes)
         if want is None:
             return None
-        again, _ = codegen.emit(program, target, min_blocks=want, fast_exp2=fast_exp2, **switches)
-        try:
-            retry, r2 = _nvrtc(again, target.arch, flags)
-        except compiler.CompileError:       # too few registers for an instruction (a wgmma's accumulator)
-            return None
-        if r2["spill_stores"] or r2["stack_bytes"] > resources["stack_bytes"]:
-            return None
-        return again, retry, r2, want
+        tries = [switches] + ([{**switches, "heavy_first": False}] if "dispatch_axis" in emitted.extras else [])
+        for sw in tries:
+            again, _ = codegen.emit(program, target, min_blocks=want, fast_exp2=fast_exp2, **sw)
+            try:
+                retry, r2 = _nvrtc(again, target.arch, flags)
+            except compiler.CompileError:       # too few registers for an instruction (a wgmma's accumulator)
+                return None
+            if not r2["spill_stores"] and r2["stack_bytes"] <= resources["stack_bytes"]:
+                return again, retry, r2, want, sw
+        return None
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
         emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **opts.schedule())

@@ -142,6 +142,8 @@ class CudaEmitter(CStyleEmitter):
             out["persistent"] = True
         if self.plan.producer_warps:
             out["producer_warps"] = self.plan.producer_warps   # a specialised block: it runs alone on its SM
+        if self.plan.dispatch_axis is not None:
+            out["dispatch_axis"] = self.plan.dispatch_axis     # heaviest first (hk::heavy_first_idx)
         return out
 
     def op_block_idx(self, op):
