@@ -639,7 +639,8 @@ def describe(program: Program, p: Plan, target: Target) -> str:
             lines.append(f"mma {names[id(op)]}: wgmma m64n{op.results[0].type.cols}k{k}, "
                          f"{mode[p.mma_modes.get(id(op), MMA_STANDALONE)]}")
     order = ("grouped (runs of 8 x-rows sweep y: operand tiles shared in L2)" if p.grouped_blocks
-             else f"heaviest first along axis {p.dispatch_axis} in runs of rows (hk::heavy_first_idx)"
+             else f"heaviest first along axis {p.dispatch_axis} in runs of rows (hk::heavy_first_idx; given up where "
+                  "only the build without it fills the SM: backend._fill_sm)"
              if p.dispatch_axis is not None else "hardware (x fastest)")
     if p.persistent:
         order = (f"persistent, longest first once axis {p.work_axis} has {p.longest_first} blocks (then slowest, "
