@@ -11,6 +11,8 @@ inputs, with numbers that check themselves.
   over the rounds (the rounds' batch means are in the JSON as `rounds_ms`, the per-call times' p10 / p50 / p90 as
   `per_call_p10_p50_p90_ms`): a GPU whose clock moves under load (the H200 read cuBLAS 4096^3 at 787 and 699
   TFLOP/s minutes apart, 2026-12-04) moves every function and both methods alike instead of whichever ran last.
+  Each figure also says how long the host took to issue a call in the batches (`host_ms_per_call`): close to the
+  batch time, the host sets the pace, and per-call events may then time host work too.
 - Within a size sweep, a case with `SCALE_MIN_WORK`x the work of another or more must take at least the
   fourth root of that factor longer (a benchmark that times the same shape for every size fails this).
 - Outputs are compared with the baseline's (relative Frobenius error) before timing.
@@ -69,6 +71,8 @@ class Timing:
     rounds_ms: list[float] = field(default_factory=list)   # each round's batch mean: the drift over the case
     per_call_quantiles: list[float] = field(default_factory=list)   # p10, p50, p90 of every per-call time: a
     # bimodal function (a slow mode the median skips and the batch mean takes) shows as p90 far above p50
+    host_ms: float = float("nan")  # the host's time to issue one call in the batches (median over the rounds): near
+    # ms_batch, the host, not the device, sets the pace (on the CPU, where calls are synchronous, it always is)
 
     @property
     def spread(self) -> float:
@@ -102,6 +106,7 @@ def time_side_by_side(fns: dict[str, Callable[[int], object]], n_sets: int, devi
         reps[name] = int(min(200, max(5, budget_s / 2 / once))) // rounds + 1
     per_call = {name: [] for name in fns}
     batch = {name: [] for name in fns}
+    host = {name: [] for name in fns}
     names = list(fns)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
@@ -110,12 +115,14 @@ def time_side_by_side(fns: dict[str, Callable[[int], object]], n_sets: int, devi
             # H200's GQA causal row read 10 % slower in it, 2026-12-04)
             n = reps[name]
             per_call[name] += _per_call_ms(fns[name], n_sets, device, (n + 1) // 2)
-            batch[name].append(_batch_ms(fns[name], n_sets, device, n))
+            batch_ms, host_ms = _batch_ms(fns[name], n_sets, device, n)
+            batch[name].append(batch_ms)
+            host[name].append(host_ms)
             per_call[name] += _per_call_ms(fns[name], n_sets, device, n // 2)
     out = {}
     for name in fns:
         t = Timing(statistics.median(per_call[name]), statistics.median(batch[name]), True, batch[name],
-                   _quantiles(per_call[name]))
+                   _quantiles(per_call[name]), statistics.median(host[name]))
         t.agree = t.spread <= AGREE
         out[name] = t
     return out
@@ -160,13 +167,15 @@ def _head_start() -> None:
         sleep(HEAD_START_CYCLES)
 
 
-def _batch_ms(fn, n_sets: int, device: str, reps: int) -> float:
+def _batch_ms(fn, n_sets: int, device: str, reps: int) -> tuple[float, float]:
+    """(ms a call of `reps` back-to-back calls, ms a call the host took to issue them before the synchronize)."""
     _sync(device)
     t0 = time.perf_counter()
     for r in range(reps):
         fn(r % n_sets)
+    issued = time.perf_counter()
     _sync(device)
-    return (time.perf_counter() - t0) * 1e3 / reps
+    return (time.perf_counter() - t0) * 1e3 / reps, (issued - t0) * 1e3 / reps
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -467,7 +476,7 @@ def run_case(case: Case, device: str, budget_s: float) -> dict:
 def _figure(t: Timing, case: Case, per_unit: float) -> dict:
     return {"ms": t.ms, "ms_batch": t.ms_batch, "agree": t.agree, "spread": t.spread,
             "rate": case.work / (t.ms * 1e-3) / per_unit, "rounds_ms": t.rounds_ms,
-            "per_call_p10_p50_p90_ms": t.per_call_quantiles}
+            "per_call_p10_p50_p90_ms": t.per_call_quantiles, "host_ms_per_call": t.host_ms}
 
 
 def scaling_problems(entries: list[dict]) -> list[str]:

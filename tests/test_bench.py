@@ -68,6 +68,7 @@ def test_a_small_run_on_the_reference_is_correct_and_complete(tmp_path):
         assert e["hk"]["ms"] > 0 and e["baselines"] and e["ratio_hk_over_baseline"] > 0
         p10, p50, p90 = e["hk"]["per_call_p10_p50_p90_ms"]
         assert 0 < p10 <= p50 <= p90 and p10 <= e["hk"]["ms"] <= p90     # around the per-call median
+        assert 0 < e["hk"]["host_ms_per_call"] <= e["hk"]["ms_batch"] * 1.01   # synchronous on the CPU: all host
     path = tmp_path / "bench.json"
     B.to_json(report, str(path))
     assert json.loads(path.read_text())["results"][1]["Hkv"] == 2
@@ -108,3 +109,11 @@ def test_per_call_events_start_behind_a_spin_kernel(monkeypatch):
     assert log[0] == ("sleep", B.HEAD_START_CYCLES) and log[1] == "record" and log[-1] == "sync"
     assert [x for x in log if isinstance(x, tuple) and x[0] == "call"] == [("call", 0), ("call", 1), ("call", 0)]
     assert times == [2.0, 2.0, 2.0]          # each pair brackets exactly its own call
+
+
+def test_the_batch_separates_the_hosts_issue_time_from_the_devices(monkeypatch):
+    """bench._batch_ms: the host's time to issue the calls is read before the synchronize, so a device still busy
+    after the host is done (a fake 20 ms synchronize here) shows in the batch time and not in the host time."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: time.sleep(0.02))
+    batch, host = B._batch_ms(lambda i: time.sleep(0.001), 1, "cuda", 4)
+    assert host < 3.0 and batch > host + 3.0, (batch, host)
