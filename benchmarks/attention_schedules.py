@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from attention_configs import _parse as tile_config     # this folder is on sys.path when run as a script
 from hk_portable.backends.cuda.schedule import FA3
 
 VARIANTS = {
@@ -62,10 +63,7 @@ def _artifacts(be, target, n, d, causal, names, tile=None):
     sets = _inputs(64, d, causal, sets=1, device="cpu")          # tracing needs dtypes and ranks only
     cfg = attention.candidates({"D": d, "MASKED": causal})[0]
     if tile:                                                      # BMxBNsSwW, e.g. 64x64s2w4
-        bm, rest = tile.split("x")
-        bn, rest = rest.split("s")
-        stages, warps = rest.split("w")
-        cfg = {**cfg, "BM": int(bm), "BN": int(bn), "STAGES": int(stages), "num_warps": int(warps)}
+        cfg = {**cfg, **tile_config(tile)}
     if causal:                          # as the library builds a causal call: no left edge (attention.attention_fwd)
         cfg = {**cfg, "LEFT_BOUND": False}
     program = attention.attention_fwd_kernel.trace(*sets[0], **cfg)

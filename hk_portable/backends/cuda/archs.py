@@ -43,6 +43,11 @@ def shared_limit(arch: str) -> int:
     return ARCHS.get(arch, ARCHS[DEFAULT]).max_shared_bytes
 
 
+def sm_shared(arch: str) -> int:
+    """An SM's shared memory for occupancy planning (0: not planned for this arch)."""
+    return ARCHS.get(arch, ARCHS[DEFAULT]).sm_shared_bytes
+
+
 def make_target(arch: str, *, runs: bool, compile_only: bool = False, emulated: bool = False,
                 max_shared: int | None = None) -> Target:
     entry = ARCHS.get(arch, ARCHS[DEFAULT])

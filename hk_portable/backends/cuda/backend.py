@@ -189,8 +189,7 @@ class CudaBackend(Backend):
         switches it was built with; None otherwise. Where the heaviest-first dispatch's indices (registers held
         all kernel long) are what makes it spill, the build without that order is taken: a fifth 64x64 attention
         block an SM measured +11 % on the H200, the order +2.8 % (the windowed block spills 140 bytes with both)."""
-        want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared,
-                                     archs.ARCHS.get(target.arch, archs.ARCHS[archs.DEFAULT]).sm_shared_bytes)
+        want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared, archs.sm_shared(target.arch))
         if want is None:
             return None
         tries = [switches] + ([{**switches, "heavy_first": False}] if "dispatch_axis" in emitted.extras else [])
