@@ -39,6 +39,7 @@ VARIANTS = {
     "min-blocks-5": {"min_blocks": 5},            # __launch_bounds__(threads, 5): registers for a fifth 64x64 block
     "no-fill": {"fill_sm": False},                # ptxas's own registers, even where they cost blocks an SM
     "plain-dispatch": {"heavy_first": False},     # a dispatched causal grid in hardware order (not heaviest first)
+    "load-after": {"load_ahead": False},          # a non-specialised ring refills a stage after the step computes
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]

@@ -235,7 +235,8 @@ class CudaEmitter(CStyleEmitter):
             return self._prologue_release(op)
         self._tma_load_lambda(op, pp)
         self.compute_lambda(f"hk_compute{uid}", creg, carry)
-        self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}>({self.name(n)}, hk_tma_ok != 0, "
+        ahead = "" if self.plan.load_ahead else ", false"
+        self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}{ahead}>({self.name(n)}, hk_tma_ok != 0, "
                   f"hk_load{uid}, hk_load_tma{uid}, hk_compute{uid});")
 
     def _split_consumer(self, op, pp, carry: list[str], uid: int) -> None:

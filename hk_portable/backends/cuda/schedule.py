@@ -152,6 +152,8 @@ class Plan:
                                         # emitter takes it back to 1 where shared memory cannot hold the copy
     chained: dict[int, int] = field(default_factory=dict)   # pipeline op id -> the id of the pipeline just before it
                                         # whose last tail it issues in its first step (_chain_pipelines)
+    load_ahead: bool = True             # not specialised: a step whose mma waits for itself frees its stage at once,
+                                        # and the next step's copy is issued before it computes (hk_cuda/tma.cuh)
 
     @property
     def uses_tma(self) -> bool:
@@ -172,9 +174,9 @@ def grouped_blocks(program: Program) -> bool:
 def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
          split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False,
          longest_first: int = LONGEST_FIRST_MIN, free_turns: bool = True, prologue_stages: int = 2,
-         tma_store: bool = True, chain: int = CHAIN_PAIRS, heavy_first: bool = True,
+         tma_store: bool = True, chain: int = CHAIN_PAIRS, heavy_first: bool = True, load_ahead: bool = True,
          strips: frozenset = frozenset()) -> Plan:
-    out = Plan(grouped_blocks=grouped_blocks(program))
+    out = Plan(grouped_blocks=grouped_blocks(program), load_ahead=load_ahead)
     producers = {r.id: op for op in program.body.walk() for r in op.results}
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
     if heavy_first and not out.grouped_blocks:

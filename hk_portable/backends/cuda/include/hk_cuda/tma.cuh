@@ -89,33 +89,42 @@ HK_DEV void release_stage(u64* empty) {
 namespace detail {
 // S stages, each with a full barrier that thread 0 arms with the stage's byte count before issuing its
 // copies (everyone waits on its phase) and an empty barrier on which each warp arrives once it is done
-// with the stage: after compute(i) and, for an async mma chain, once wgmma group i-1 has retired, stage
-// (i-1) % S is free for this warp. Thread 0 refills it with step i + S - 1 when every warp has arrived.
-// No block barrier inside the loop: only thread 0 waits for the slowest warp, the others run ahead on
-// the S-1 stages in flight.
-template <int S, int TX, bool ASYNC> struct pipeline_tma {
+// with the stage. No block barrier inside the loop: only thread 0 waits for the slowest warp, the others run
+// ahead on the stages in flight. When a step's mma waits for itself (not ASYNC), the warp is done with stage
+// i % S when compute(i) returns and releases it then; with AHEAD, thread 0 refills the stage of step i - 1 with
+// step i + S - 1 before computing step i, so each copy has a whole step to land (after compute(i) instead, two
+// stages leave every step waiting on its own copy: 17 % of the 64x64 attention block's stall samples at D64
+// causal N1024, ncu, H200, 2026-12-04). ASYNC (an accumulator chain left in flight): stage i - 1 is free only
+// once compute(i)'s wait retired group i - 1, so its refill follows compute(i).
+template <int S, int TX, bool ASYNC, bool AHEAD = true> struct pipeline_tma {
     static_assert(S >= 2, "the TMA schedule prefetches S - 1 stages (schedule.py gives it 2 or more)");
+    // thread 0: step nx into its stage once every warp released the stage's previous step, nx - S
+    template <class L> static HK_DEV void refill(int nx, int n, u64* full, u64* empty, L& load) {
+        if (threadIdx.x != 0 || nx >= n) return;
+        const int t = nx % S;
+        if (nx >= S) mbar_wait(&empty[t], ((nx - S) / S) & 1);
+        mbar_expect_tx(&full[t], TX);
+        load(nx, t, &full[t]);
+    }
     template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
+        constexpr bool early = AHEAD && !ASYNC;
         __shared__ u64 full[S], empty[S];
         fence_proxy_async();                       // generic writes before the pipeline, then publish
         if (threadIdx.x == 0) init_ring<S>(full, empty);
         sync();
-        if (threadIdx.x == 0) {
 #pragma unroll
-            for (int p = 0; p < S - 1; ++p)
-                if (p < n) { mbar_expect_tx(&full[p], TX); load(p, p, &full[p]); }
-        }
+        for (int p = 0; p < S - 1; ++p) refill(p, n, full, empty, load);
         for (int i = 0; i < n; ++i) {
             const int s = i % S;
+            if constexpr (early) refill(i + S - 1, n, full, empty, load);
             mbar_wait(&full[s], (i / S) & 1);
             compute(i, s);
             if constexpr (ASYNC) wgmma_wait<1>();
-            if (i > 0) release_stage(&empty[(i - 1) % S]);   // this warp is done with step i - 1's stage
-            const int nx = i + S - 1, t = nx % S;
-            if (threadIdx.x == 0 && nx < n) {
-                if (nx >= S) mbar_wait(&empty[t], ((nx - S) / S) & 1);   // step nx - S's readers are done
-                mbar_expect_tx(&full[t], TX);
-                load(nx, t, &full[t]);
+            if constexpr (early) {
+                release_stage(&empty[s]);          // compute(i) waited for its own mma
+            } else {
+                if (i > 0) release_stage(&empty[(i - 1) % S]);   // this warp is done with step i - 1's stage
+                refill(i + S - 1, n, full, empty, load);
             }
         }
         if constexpr (NUM_WARPS % 4 == 0) wgmma_wait<0>();   // whole warpgroups only (synccheck: a 1-warp
@@ -376,9 +385,9 @@ HK_DEV void store_tma_drain() {
 }
 
 // Run on TMA when the launch encoded every tensor map (use_tma), else on the cp.async ring.
-template <int S, int TX, bool ASYNC, class L, class LT, class C>
+template <int S, int TX, bool ASYNC, bool AHEAD = true, class L, class LT, class C>
 HK_DEV void pipeline_tma(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {
-    if (use_tma) detail::pipeline_tma<S, TX, ASYNC>::run(n, load_tma, compute);
+    if (use_tma) detail::pipeline_tma<S, TX, ASYNC, AHEAD>::run(n, load_tma, compute);
     else pipeline<S>(n, load, compute);
 }
 #endif  // HK_TARGET_SM_90A
