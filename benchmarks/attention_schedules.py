@@ -40,6 +40,9 @@ VARIANTS = {
     "no-fill": {"fill_sm": False},                # ptxas's own registers, even where they cost blocks an SM
     "plain-dispatch": {"heavy_first": False},     # a dispatched causal grid in hardware order (not heaviest first)
     "load-after": {"load_ahead": False},          # a non-specialised ring refills a stage after the step computes
+    "ring-each": {"one_ring": False},             # each pipeline of such a block on a ring of its own
+    "ring-min5": {"min_blocks": 5},               # one ring, five 64x64 blocks an SM even where that build spills
+    "no-fill-ring-each": {"fill_sm": False, "one_ring": False},   # against no-fill: the ring at equal occupancy
 }
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]

@@ -662,6 +662,36 @@ def test_non_specialised_ring_refills_before_computing(load_ahead):
     assert art.resources["spill_stores"] == 0
 
 
+def test_consecutive_pipelines_share_one_ring_and_publish_q_with_its_first_copies():
+    """schedule._ring_runs: the 64x64 causal block's three pipelines (leading edge, full blocks, diagonal) form one run
+    whose trip counts are hoisted before the ring opens, and Q's load is published after the ring's first copies
+    (late_publish). The emitted kernel opens the ring once, runs three ring_steps and closes it; without one_ring (or
+    load_ahead) each pipeline has its own ring. The library's build keeps five blocks an SM: where the ring's build
+    spills at that count the fill takes separate rings (backend._fill_sm)."""
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    q = _meta(16, 16, 1024, 64)
+    args = (q, q, q, q, _meta(16, 16, 1024, dtype=torch.float32), 0.125, 0, 2048, 0)
+    program = attention.attention_fwd_kernel.trace(*args, **{**attention.config_for(64), "MASKED": True,
+                                                             "LEFT_BOUND": False})
+    p = schedule.plan(program, target)
+    pipes = [o for o in program.body.ops if o.opcode == "pipeline"]
+    assert p.ring_runs == [tuple(id(o) for o in pipes)] and len(p.ring_hoist) == 2
+    (q_load,) = [o for o in program.body.ops if o.opcode == "global_to_shared"]
+    assert p.late_publish == {id(q_load)}
+    for off in ({"one_ring": False}, {"load_ahead": False}):
+        assert not schedule.plan(program, target, **off).ring_runs
+    ring = be.compile(program, target, {"fill_sm": False})
+    src = ring.source
+    assert src.count("hk::ring_open<") == 1 and src.count("hk::ring_steps<") == 3 and src.count("hk::ring_close<") == 1
+    assert src.index("hk::ring_open<") < src.index("hk::publish_copies();") < src.index("hk::ring_steps<")
+    assert "hk::pipeline_tma<" not in src and ring.resources["spill_stores"] == 0
+    lib = be.compile(program, target)
+    assert lib.options["launch_bounds_min_blocks"] == 5 and lib.resources["spill_stores"] == 0, lib.resources
+    if "hk::ring_steps<" not in lib.source:
+        assert lib.options["schedule"]["one_ring"] is False and lib.source.count("hk::pipeline_tma<") == 3
+
+
 def test_single_stage_pipelines_keep_the_ring():
     """A one-stage TMA pipeline would wait on a copy nobody issued yet (it hung on the H200)."""
     from hk_portable.backends.cuda.backend import CudaBackend
@@ -673,13 +703,17 @@ def test_single_stage_pipelines_keep_the_ring():
     assert isinstance(be, CudaBackend)
 
 
+RINGS = {"ahead": {}, "after": {"load_ahead": False}, "one-ring": {"fill_sm": False}, "ring-each": {"one_ring": False}}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("load_ahead", [True, False])
+@pytest.mark.parametrize("ring", list(RINGS))
 @pytest.mark.parametrize("mask", ["causal", "window", "none"])
-def test_non_specialised_ring_matches_float64(hopper, load_ahead, mask):
-    """The 64x64 block's TMA ring in both refill orders, on the GPU against float64: ragged N (a partial last key
-    block), GQA, a causal band or a window (three pipelines over one ring's stages), the outputs poisoned first."""
-    torch.manual_seed(7 + load_ahead)
+def test_non_specialised_ring_matches_float64(hopper, ring, mask):
+    """The 64x64 block's TMA rings on the GPU against float64: refilled before or after a step, one ring across its
+    pipelines (the build that keeps it: four blocks an SM) or one each; ragged N (a partial last key block), GQA, a
+    causal band or a window (up to three pipelines), the outputs poisoned first."""
+    torch.manual_seed(7 + len(ring))
     n, d = 1000, 64
     q = torch.randn(2, 8, n, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(2, 4, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -690,8 +724,10 @@ def test_non_specialised_ring_matches_float64(hopper, load_ahead, mask):
     args = (q, k, v, o, lse, d ** -0.5, shift, left, right)
     cfg = {**attention.config_for(d), "MASKED": mask != "none", "LEFT_BOUND": mask == "window"}
     program = attention.attention_fwd_kernel.trace(*args, **cfg)
-    art = hopper.compile(program, hopper.target("sm_90a"), {"load_ahead": load_ahead})
+    art = hopper.compile(program, hopper.target("sm_90a"), RINGS[ring])
     assert not art.launch.get("producer_warps") and art.launch.get("tma")
+    if ring != "ahead":                 # (the library's own build: one ring where it fits five blocks an SM)
+        assert ("hk::ring_steps<" in art.source) is (ring == "one-ring")
     hopper.launch(art, args, (-(-n // cfg["BM"]), 8, 2))
     torch.cuda.synchronize()
     ref, ref_lse = attention.reference(q, k, v, causal=causal, window=window)

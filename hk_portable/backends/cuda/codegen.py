@@ -88,6 +88,7 @@ class CudaEmitter(CStyleEmitter):
         self._acquired: set[int] = set()                    # split ring: groups acquired in this load lambda
         self._emitted_prologue: list = []                   # prologue loads the producer issued so far (this tile)
         self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
+        self._late_publish = False                          # loads issued whose wait the next ring_open does
 
     def emit(self, program: Program) -> EmittedKernel:
         self.plan = self.make_plan(program)
@@ -144,6 +145,8 @@ class CudaEmitter(CStyleEmitter):
             out["producer_warps"] = self.plan.producer_warps   # a specialised block: it runs alone on its SM
         if self.plan.dispatch_axis is not None:
             out["dispatch_axis"] = self.plan.dispatch_axis     # heaviest first (hk::heavy_first_idx)
+        if self.plan.ring_runs:
+            out["ring_runs"] = len(self.plan.ring_runs)        # pipelines sharing one ring (schedule._ring_runs)
         return out
 
     def op_block_idx(self, op):
@@ -196,6 +199,8 @@ class CudaEmitter(CStyleEmitter):
                     self.emit_ops([op], in_pipeline_load)
             return
         if not self._ring_readers:
+            if self.plan.ring_runs and not in_pipeline_load:
+                return self._emit_around_rings(ops)
             return super().emit_ops(ops, in_pipeline_load)
         for op in ops:                          # a group's reader: wait before it, release once it retired
             g = self._ring_readers.get(id(op))
@@ -204,6 +209,20 @@ class CudaEmitter(CStyleEmitter):
             super().emit_ops([op], in_pipeline_load)
             if g is not None:
                 self._ring_release(g, cond="if (hk_tma_ok != 0) ")
+
+    def _emit_around_rings(self, ops) -> None:
+        """Ops one at a time, as a run's ring_open may hoist some (schedule.Plan.ring_hoist); the loads in
+        Plan.late_publish are issued without their wait and barrier: the run's ring_open publishes them after
+        its own first copies (hk::publish_copies)."""
+        for op in ops:
+            if id(op) in self._hoisted:
+                continue
+            if id(op) in self.plan.late_publish:
+                self.line("hk::sync();")           # earlier readers of the buffer are done
+                getattr(self, "op_" + op.opcode)(op)
+                self._late_publish = True
+            else:
+                super().emit_ops([op])
 
     @property
     def _stages(self) -> int:
@@ -233,11 +252,54 @@ class CudaEmitter(CStyleEmitter):
                           f"hk_full, hk_empty, hk_compute{uid});")
             self.line(f"else hk::pipeline<{stages}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
             return self._prologue_release(op)
+        run = next((r for r in self.plan.ring_runs if id(op) in r), None)
+        if run is not None:
+            return self._ring_pipeline(op, pp, run, carry)
         self._tma_load_lambda(op, pp)
         self.compute_lambda(f"hk_compute{uid}", creg, carry)
         ahead = "" if self.plan.load_ahead else ", false"
         self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}{ahead}>({self.name(n)}, hk_tma_ok != 0, "
                   f"hk_load{uid}, hk_load_tma{uid}, hk_compute{uid});")
+
+    # ---- a run of pipelines on one ring (schedule._ring_runs; hk::ring_open / ring_steps / ring_close)
+    def _ring_pipeline(self, op, pp, run: tuple, carry: list[str]) -> None:
+        """One pipeline of a run: the run's first opens the ring (every pipeline's load lambdas, its trip counts and
+        the loader by global step are emitted there), each runs its steps, the last closes the ring. Without
+        tensor maps each pipeline runs on its own cp.async ring, as outside a run."""
+        pipes = {id(o): o for o in self.p.body.ops if o.opcode == "pipeline"}
+        r, stages, uid = self.plan.ring_runs.index(run), op.attrs["stages"], self.pipeline_uid(op)
+        full, empty, it = f"hk_rfull{r}", f"hk_rempty{r}", f"hk_rit{r}"
+        count = {p: f"hk_rn{r}_{k}" for k, p in enumerate(run)}
+        if id(op) == run[0]:
+            first, last = (self.p.body.ops.index(pipes[p]) for p in (run[0], run[-1]))
+            hoist = [o for o in self.p.body.ops[first:last] if id(o) in set(self.plan.ring_hoist)]
+            self.emit_ops(hoist)                   # later pipelines' trip counts, before the ring's first copies
+            self._hoisted = self._hoisted | {id(o) for o in hoist}
+            for p in run:                          # (each pipeline's cp.async form: op_pipeline, at its place)
+                o = pipes[p]
+                self._tma_load_lambda(o, self.plan.pipelines[p])
+                n = self.name(o.operands[0])
+                self.line(f"const int {count[p]} = {n} > 0 ? {n} : 0;")
+            self.line(f"const int hk_rtotal{r} = {' + '.join(count.values())};")
+            self.line(f"auto hk_rload{r} = [&](int hk_t, int hk_s, hk::u64* hk_bar) {{")
+            for p in run[:-1]:
+                self.line(f"  if (hk_t < {count[p]}) return hk_load_tma{self.pipeline_uid(pipes[p])}(hk_t, hk_s, hk_bar);")
+                self.line(f"  hk_t -= {count[p]};")
+            self.line(f"  hk_load_tma{self.pipeline_uid(pipes[run[-1]])}(hk_t, hk_s, hk_bar);")
+            self.line("};")
+            self.line(f"__shared__ hk::u64 {full}[{stages}], {empty}[{stages}];")
+            self.line(f"int {it} = 0;")
+            self.line(f"if (hk_tma_ok != 0) hk::ring_open<{stages}, {pp.tx_bytes}>({full}, {empty}, hk_rtotal{r}, hk_rload{r});")
+            if self._late_publish:
+                self.line("hk::publish_copies();   // the loads before the run, in flight with its first copies")
+                self._late_publish = False
+        self.compute_lambda(f"hk_compute{uid}", op.regions[1], carry)
+        async_mma = "true" if pp.async_mma else "false"
+        self.line(f"if (hk_tma_ok != 0) hk::ring_steps<{stages}, {pp.tx_bytes}, {async_mma}>({full}, {empty}, {it}, "
+                  f"hk_rtotal{r}, {count[id(op)]}, hk_rload{r}, hk_compute{uid});")
+        self.line(f"else hk::pipeline<{stages}>({count[id(op)]}, hk_load{uid}, hk_compute{uid});")
+        if id(op) == run[-1]:
+            self.line(f"if (hk_tma_ok != 0) hk::ring_close<{stages}>({full}, {empty});")
 
     def _split_consumer(self, op, pp, carry: list[str], uid: int) -> None:
         """The consumers of a pipeline on a split ring: each group's reader waits for its group's stage and

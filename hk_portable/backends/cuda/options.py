@@ -49,11 +49,13 @@ class CudaOptions(BackendOptions):
                                        # blocks first, in runs of rows (hk::heavy_first_idx)
     load_ahead: bool = True            # a non-specialised TMA ring issues step i + S - 1's copy before computing step i
                                        # where step i's mma waits for itself (False: after it, as before 2026-12-04)
+    one_ring: bool = True              # with load_ahead: consecutive TMA pipelines of such a block share one ring, each
+                                       # one's first copies issued while the one before computes (schedule._ring_runs)
 
     def validate(self) -> None:
         self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "overlap", "persistent", "split_ring", "pingpong",
                           "producer_prologue", "free_turns", "auto_schedule", "tma_store", "fill_sm", "heavy_first",
-                          "load_ahead")
+                          "load_ahead", "one_ring")
         self._expect_int("longest_first", 0, 1 << 30)
         self._expect_int("prologue_stages", 1, 2)
         self._expect_int("chain", 0, 8)
@@ -68,7 +70,8 @@ class CudaOptions(BackendOptions):
                 "pingpong": self.pingpong, "producer_prologue": self.producer_prologue,
                 "longest_first": self.longest_first, "free_turns": self.free_turns,
                 "prologue_stages": self.prologue_stages, "tma_store": self.tma_store, "chain": self.chain,
-                "heavy_first": self.heavy_first, "load_ahead": self.load_ahead}
+                "heavy_first": self.heavy_first, "load_ahead": self.load_ahead,
+                "one_ring": self.one_ring}
 
     def nvrtc_flags(self) -> tuple[str, ...]:
         """NVRTC's options besides -arch, in the order they have always had."""

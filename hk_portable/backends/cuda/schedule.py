@@ -53,8 +53,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...codegen.patterns import use_counts
+from ...interface import opcodes
 from ...interface.backend import Target
-from ...interface.ir import GlobalType, Op, Program, SharedBufType, TileType, Value
+from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
 
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
@@ -154,6 +155,13 @@ class Plan:
                                         # whose last tail it issues in its first step (_chain_pipelines)
     load_ahead: bool = True             # not specialised: a step whose mma waits for itself frees its stage at once,
                                         # and the next step's copy is issued before it computes (hk_cuda/tma.cuh)
+    ring_runs: list[tuple[int, ...]] = field(default_factory=list)   # not specialised: runs of consecutive TMA
+                                        # pipelines (op ids) on one ring, each pipeline's first copies issued while
+                                        # the one before runs (hk::ring_open / ring_steps / ring_close: _ring_runs)
+    late_publish: set[int] = field(default_factory=set)   # loads before a run (attention's Q) published once the
+                                        # run's first copies are issued, so both land together (_ring_runs)
+    ring_hoist: list[int] = field(default_factory=list)   # quiet scalar ops inside a run that later pipelines' trip
+                                        # counts or loads read: emitted when the run opens its ring
 
     @property
     def uses_tma(self) -> bool:
@@ -175,7 +183,7 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
          split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False,
          longest_first: int = LONGEST_FIRST_MIN, free_turns: bool = True, prologue_stages: int = 2,
          tma_store: bool = True, chain: int = CHAIN_PAIRS, heavy_first: bool = True, load_ahead: bool = True,
-         strips: frozenset = frozenset()) -> Plan:
+         one_ring: bool = True, strips: frozenset = frozenset()) -> Plan:
     out = Plan(grouped_blocks=grouped_blocks(program), load_ahead=load_ahead)
     producers = {r.id: op for op in program.body.walk() for r in op.results}
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
@@ -187,6 +195,8 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
     for op in pipes:
         out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
     if not _specialisable(program, out, producers):
+        if one_ring and load_ahead:
+            _ring_runs(program, out, producers, params)
         return out
     out.producer_warps = PRODUCER_WARPS
     out.persistent = persistent
@@ -411,6 +421,82 @@ def _specialisable(program: Program, p: Plan, producers: dict) -> bool:
     others = [o for op in ops if op.opcode != "pipeline" for o in [op, *(n for r in op.regions for n in r.walk())]]
     return not any(_buffer(v, producers) in staged for o in others if o.opcode != "shared_stage"
                    for v in o.operands if isinstance(v.type, (TileType, SharedBufType)))
+
+
+def _quiet(op: Op) -> bool:
+    """An op that touches no memory and holds no regions (scalars, register tiles): it may run while a ring's
+    copies are in flight, and a load's publication may wait past it."""
+    spec = opcodes.spec(op.opcode)
+    return spec is not None and spec.effects == opcodes.NO_EFFECTS and not op.regions
+
+
+def _free_values(reg, producers: dict) -> list[Value]:
+    """Values a region reads that it does not define (its arguments and its ops' results are its own)."""
+    own = {a.id for a in reg.args} | {r.id for o in reg.walk() for r in o.results} | {
+        a.id for o in reg.walk() for r in o.regions for a in r.args}
+    return [v for o in reg.walk() for v in o.operands if v.id not in own]
+
+
+def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> None:
+    """Runs of consecutive top-level TMA pipelines of a block that is not specialised (attention's leading edge,
+    full blocks and diagonal) on one ring of stages: the ring's barriers are set up once, its step count runs
+    across the pipelines and each pipeline's first copies are issued while the one before computes, where
+    separate rings started each pipeline on a barrier, a fresh ring and a copy waited for at once. A run takes
+    pipelines with one stage count and one stage size, only quiet ops between them (_quiet), and later pipelines
+    whose trip counts and loads read only values defined before the run's first pipeline (their loads are issued
+    early). A global_to_shared before the run with only quiet ops between (attention's Q) is published once the
+    run's first copies are issued (late_publish): its copy and theirs are in flight together."""
+    ops = program.body.ops
+    index = {id(o): i for i, o in enumerate(ops)}
+
+    def early(v: Value, first: int) -> bool:
+        """Defined before ops[first] at the top level (or a param), or by a quiet scalar op after it from such
+        values (a later pipeline's trip count): the run's ring_open emits those first (ring_hoist)."""
+        o = producers.get(v.id)
+        if v.id in params or (o is not None and index.get(id(o), first) < first):
+            return True
+        if o is None or id(o) not in index or not _quiet(o) or not all(isinstance(r.type, ScalarType) for r in o.results):
+            return False
+        if all(early(w, first) for w in o.operands):
+            hoist.add(id(o))
+            return True
+        return False
+
+    hoist: set[int] = set()
+
+    runs, run = [], []
+    for i, op in enumerate(ops):
+        pp = out.pipelines.get(id(op)) if op.opcode == "pipeline" else None
+        if pp is not None and pp.schedule == "tma" and run and _joins(op, pp, ops[index[run[0]]], out, early,
+                                                                    index[run[0]], producers):
+            run.append(id(op))
+        elif pp is not None and pp.schedule == "tma":
+            runs.append(run)
+            run = [id(op)]
+        elif not _quiet(op):
+            runs.append(run)
+            run = []
+    runs.append(run)
+    out.ring_runs = [tuple(r) for r in runs if len(r) > 1]
+    members = {p for r in out.ring_runs for p in r}
+    out.ring_hoist = [id(o) for i, o in enumerate(ops) if id(o) in hoist and any(
+        index[r[0]] < i < index[r[-1]] for r in out.ring_runs)] if members else []
+    for r in out.ring_runs:
+        first = index[r[0]]
+        staged = set().union(*(_staged_buffers(ops[index[p]].regions[0], producers) for p in r))
+        for j in range(first - 1, -1, -1):
+            o = ops[j]
+            if o.opcode == "global_to_shared" and _buffer(o.operands[0], producers) not in staged:
+                out.late_publish.add(id(o))
+            elif not _quiet(o):
+                break
+
+
+def _joins(op: Op, pp: PipelinePlan, first_op: Op, out: Plan, early, first: int, producers: dict) -> bool:
+    """Whether pipeline `op` may join the run that began with `first_op` (at top-level index `first`)."""
+    head = out.pipelines[id(first_op)]
+    return (op.attrs["stages"] == first_op.attrs["stages"] and pp.tx_bytes == head.tx_bytes and not pp.groups
+            and early(op.operands[0], first) and all(early(v, first) for v in _free_values(op.regions[0], producers)))
 
 
 def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> PipelinePlan:

@@ -140,6 +140,61 @@ template <int S, int TX, bool ASYNC, bool AHEAD = true> struct pipeline_tma {
 };
 }  // namespace detail
 
+// One ring for a run of pipelines (schedule.py _ring_runs: attention's leading edge, full blocks and diagonal),
+// in a block that is not specialised: the barriers are set up once (ring_open) and torn down once (ring_close),
+// the step count `it` runs across the pipelines (ring_steps, one call each), and load(t, s, bar) takes the run's
+// global step t, so each pipeline's first copies are issued while the one before computes. Each step refills as
+// pipeline_tma does with AHEAD: before computing where the step's mma waits for itself, after it where it is left
+// in flight (ASYNC, released once retired: at the latest when its pipeline ends).
+template <int S, int TX, class L> HK_DEV void ring_refill(int nx, int total, u64* full, u64* empty, L& load) {
+    detail::pipeline_tma<S, TX, false>::refill(nx, total, full, empty, load);
+}
+template <int S, int TX, class L> HK_DEV void ring_open(u64* full, u64* empty, int total, L& load) {
+    fence_proxy_async();                       // generic writes before the run, then publish
+    if (threadIdx.x == 0) init_ring<S>(full, empty);
+    sync();
+#pragma unroll
+    for (int p = 0; p < S - 1; ++p) ring_refill<S, TX>(p, total, full, empty, load);
+}
+template <int S, int TX, bool ASYNC, class L, class C>
+HK_DEV void ring_steps(u64* full, u64* empty, int& it, int total, int n, L& load, C& compute) {
+    for (int i = 0; i < n; ++i, ++it) {
+        const int s = it % S;
+        if constexpr (!ASYNC) ring_refill<S, TX>(it + S - 1, total, full, empty, load);
+        mbar_wait(&full[s], (it / S) & 1);
+        compute(i, s);
+        if constexpr (ASYNC) {
+            wgmma_wait<1>();
+            if (i > 0) release_stage(&empty[(it - 1) % S]);
+            ring_refill<S, TX>(it + S - 1, total, full, empty, load);
+        } else {
+            release_stage(&empty[s]);
+        }
+    }
+    if constexpr (ASYNC) {                     // the carry is read after the pipeline: retire its last product
+        wgmma_wait<0>();
+        if (n > 0) release_stage(&empty[(it - 1) % S]);
+    }
+}
+template <int S> HK_DEV void ring_close(u64* full, u64* empty) {
+    if constexpr (NUM_WARPS % 4 == 0) wgmma_wait<0>();
+    sync();                                    // every wait is done; later code may reuse the buffers
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            mbar_inval(&full[s]);
+            mbar_inval(&empty[s]);
+        }
+    }
+}
+// Copies issued before a run (cp.async into buffers the run does not stage: attention's Q) become visible to every
+// thread, and to wgmma's async proxy, once the run's first copies are in flight too (schedule.py late_publish).
+HK_DEV void publish_copies() {
+    async_wait_all();
+    fence_proxy_async();
+    sync();
+}
+
 // Warp-specialised kernels (schedule.py's _specialisable; the emitter's _specialised_body): the block runs
 // one producer warpgroup after the Program's NUM_WARPS warps. Its first thread runs the Program's scalars
 // and issues every pipeline's TMA copies into one ring of S stages, each as soon as the stage's empty
