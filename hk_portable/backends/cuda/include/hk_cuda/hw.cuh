@@ -1,6 +1,6 @@
 // hk_cuda/hw.cuh -- the primitives the portable core (hk_core/) builds on, for CUDA (the core's hooks,
 // DEVICE_API.md): bit casts, correctly rounded f32 arithmetic that is never contracted (__f*_rn), the
-// accurate CUDA math library (no fast math, no flush to zero) except exp2 (one ex2.approx.ftz: see there),
+// accurate CUDA math library (no fast math, no flush to zero) except exp2 and log2 (one MUFU each: see there),
 // and PTX conversions where one instruction gives the core's bits.
 namespace hk {
 namespace hw {
@@ -48,7 +48,19 @@ HK_DEV float exp2(float x) {
 HK_DEV float exp2(float x) { return exp2f(x); }
 #endif
 HK_DEV float log(float x) { return logf(x); }
+#ifdef HK_PTX
+// One MUFU.LG2 (lg2.approx.f32, subnormals kept): log2f's software form runs some forty instructions, 3 % of the
+// 64x64 attention block's stall samples in its LSE epilogue (ncu, H200, 2026-12-04). CUDA's bound for it (__log2f:
+// 2^-22 absolute on [0.5, 2], 2 ulp elsewhere) is inside the interface's log2 bound (2^-20 relative, 2^-21
+// absolute near 1: conformance/tolerances.py).
+HK_DEV float log2(float x) {
+    float y;
+    asm("lg2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#else
 HK_DEV float log2(float x) { return log2f(x); }
+#endif
 HK_DEV float tanh(float x) { return tanhf(x); }
 #endif
 HK_HD float fdiv(float a, float b) {
