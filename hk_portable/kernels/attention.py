@@ -120,7 +120,8 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     schedule, 2026-12-04), below it the
     128x128 block on two (0.78 against 0.73 at N=1024); with one, from LONG_BAND queries on, the 128x128 block on
     FA3's schedule, longest tiles first (0.83 / 0.92 of cuDNN at N=4096 / 16384 against the baseline's 0.74 /
-    0.78), below it the baseline (0.70 against 0.69 at N=1024). After them, for the hip backend at D=128, HipKittens' attention
+    0.78), from MASKED_WIDE_BAND on the 192-row block before it, below LONG_BAND the baseline (0.70 against 0.69 at
+    N=1024; 0.86 once its ring refilled ahead, 2026-12-04). After them, for the hip backend at D=128, HipKittens' attention
     shape: 256 query rows on 8 waves (32 per wave), K/V blocks of 64 (cuda's choice never reaches it: a
     wide candidate before it runs on sm_90a, and elsewhere cuda takes the baseline)."""
     d, masked = consts["D"], consts.get("MASKED", False)
@@ -128,8 +129,9 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     if d > 64:
         wide = [dict(BM=128, BN=128, STAGES=2, num_warps=8), dict(BM=128, BN=64, STAGES=2, num_warps=8),
                 dict(BM=256, BN=64, STAGES=2, num_warps=8)]      # the last: HipKittens' AMD shape
-    elif masked:            # the 128x128 block on two consumer warpgroups pays once query blocks are many
-        wide = [dict(BM=128, BN=128, STAGES=2, num_warps=8)] if _long_band(args) else []
+    elif masked:            # the 128x128 block on two consumer warpgroups pays once query blocks are many, the
+        wide = ([dict(BM=192, BN=128, STAGES=2, num_warps=12)] if _band(args) == 2 else []   # 192-row one from
+                ) + ([dict(BM=128, BN=128, STAGES=2, num_warps=8)] if _long_band(args) else [])   # MASKED_WIDE_BAND
     else:                   # FA3's 192-row block on three warpgroups for long sequences, 128x128 on two for short
         wide = [dict(BM=192, BN=128, STAGES=2, num_warps=12) if _long_band(args) else
                 dict(BM=128, BN=128, STAGES=2, num_warps=8)]
@@ -137,6 +139,19 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
 
 
 LONG_BAND = 2048            # query rows from which D=64 takes its long-sequence blocks (H200, 2026-12-03)
+
+
+MASKED_WIDE_BAND = 16384    # query rows from which masked D=64 takes FA3's 192-row block: 1.03 of cuDNN at N=16384
+                            # against the 128x128 block's 0.97, 0.82 against 0.91 at N=4096 (H200, 2026-12-04)
+
+
+def _band(args: tuple) -> int:
+    """Which D=64 sequence band a call falls in: 0 short, 1 from LONG_BAND, 2 from MASKED_WIDE_BAND queries; 1
+    without arguments (the candidates _long_band names there)."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return 1
+    n = args[0].shape[2]
+    return 2 if n >= MASKED_WIDE_BAND else int(n >= LONG_BAND)
 
 
 def _long_band(args: tuple) -> bool:
@@ -265,7 +280,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
         consts = {"D": D, "MASKED": mask is not None, "LEFT_BOUND": bounded}
         cfg = attention_fwd_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
                                                  launch=launch, bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
-                                                 key=(*consts.items(), _long_band(args)))
+                                                 key=(*consts.items(), _band(args)))
     launch(cfg)
     return out, lse
 
