@@ -272,7 +272,8 @@ class CudaEmitter(CStyleEmitter):
         count = {p: f"hk_rn{r}_{k}" for k, p in enumerate(run)}
         if id(op) == run[0]:
             first, last = (self.p.body.ops.index(pipes[p]) for p in (run[0], run[-1]))
-            hoist = [o for o in self.p.body.ops[first:last] if id(o) in set(self.plan.ring_hoist)]
+            hoisted = set(self.plan.ring_hoist)
+            hoist = [o for o in self.p.body.ops[first:last] if id(o) in hoisted]
             self.emit_ops(hoist)                   # later pipelines' trip counts, before the ring's first copies
             self._hoisted = self._hoisted | {id(o) for o in hoist}
             for p in run:                          # (each pipeline's cp.async form: op_pipeline, at its place)

@@ -464,23 +464,22 @@ def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> No
 
     hoist: set[int] = set()
 
-    runs, run = [], []
-    for i, op in enumerate(ops):
+    runs, run = [], []                                  # run: the pipelines (op ids) of the run being built
+    for op in ops:
         pp = out.pipelines.get(id(op)) if op.opcode == "pipeline" else None
-        if pp is not None and pp.schedule == "tma" and run and _joins(op, pp, ops[index[run[0]]], out, early,
-                                                                    index[run[0]], producers):
-            run.append(id(op))
-        elif pp is not None and pp.schedule == "tma":
-            runs.append(run)
-            run = [id(op)]
-        elif not _quiet(op):
+        if pp is not None and pp.schedule == "tma":
+            if run and _joins(op, pp, ops[index[run[0]]], out, early, index[run[0]], producers):
+                run.append(id(op))
+            else:
+                runs.append(run)
+                run = [id(op)]
+        elif not _quiet(op):                            # anything else touching memory ends a run
             runs.append(run)
             run = []
     runs.append(run)
     out.ring_runs = [tuple(r) for r in runs if len(r) > 1]
-    members = {p for r in out.ring_runs for p in r}
     out.ring_hoist = [id(o) for i, o in enumerate(ops) if id(o) in hoist and any(
-        index[r[0]] < i < index[r[-1]] for r in out.ring_runs)] if members else []
+        index[r[0]] < i < index[r[-1]] for r in out.ring_runs)]
     for r in out.ring_runs:
         first = index[r[0]]
         staged = set().union(*(_staged_buffers(ops[index[p]].regions[0], producers) for p in r))
@@ -737,6 +736,14 @@ def describe(program: Program, p: Plan, target: Target) -> str:
     lines.append("block order: " + order)
     for b, a in p.chained.items():
         lines.append(f"pipeline {names[b]} issues the last tail of pipeline {names[a]} in its first step (chained)")
+    for run in p.ring_runs:
+        lines.append(f"pipelines {', '.join(names[i] for i in run)} share one ring (each one's first copies issued while "
+                     "the one before computes; the SM fill may take separate rings)")
+    if hopper and not p.producer_warps and any(pp.schedule == "tma" for pp in p.pipelines.values()):
+        lines.append("ring refills: " + ("before a step whose products wait for themselves (load_ahead)" if p.load_ahead
+                                         else "after each step"))
+    if p.late_publish:
+        lines.append(f"{len(p.late_publish)} load(s) before a ring published after its first copies")
     if p.tma_stores:
         lines.append(f"epilogue: {len(p.tma_stores)} store(s) through shared memory by TMA, each warpgroup its rows "
                      "in 64-column chunks")
