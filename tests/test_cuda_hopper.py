@@ -692,6 +692,48 @@ def test_consecutive_pipelines_share_one_ring_and_publish_q_with_its_first_copie
         assert lib.options["schedule"]["one_ring"] is False and lib.source.count("hk::pipeline_tma<") == 3
 
 
+@hk.kernel(num_warps=4)
+def _two_halves_gemm(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 64, BN: hk.const = 64, BK: hk.const = 64):
+    """C = A @ B with K walked in two pipelines on one accumulator (each an async wgmma chain): a ring run whose steps
+    leave their products in flight, which no library kernel has."""
+    m, n = hk.block_idx(0), hk.block_idx(1)
+    a_s = hk.shared(ST[a.dtype, BM, BK], stages=2)
+    b_s = hk.shared(ST[b.dtype, BK, BN], stages=2)
+    kt = hk.cdiv(a.shape[1], BK)
+    half = kt // 2
+
+    def blocks(lo, hi, acc):
+        def load(k, s):
+            hk.load(a_s[s], a, (m, lo + k))
+            hk.load(b_s[s], b, (lo + k, n))
+
+        def compute(k, s, acc):
+            return hk.mma(a_s[s], b_s[s], acc)
+
+        return hk.pipeline(hi - lo, load, compute, carry=acc, stages=2)
+
+    acc = blocks(half, kt, blocks(0, half, hk.zeros(RT[f32, BM, BN])))
+    hk.store(c, acc, (m, n))
+
+
+def _two_halves_program(m: int, n: int, k: int, device="meta"):
+    args = (torch.empty(m, k, dtype=torch.bfloat16, device=device), torch.empty(k, n, dtype=torch.bfloat16, device=device),
+            torch.empty(m, n, dtype=torch.float32, device=device))
+    return args, _two_halves_gemm.trace(*args)
+
+
+def test_a_ring_run_of_async_chains_compiles():
+    """Two accumulator-chain pipelines of a 4-warp block form one ring run; each keeps its async wgmma (ring_steps
+    with ASYNC retires and releases its last step when it ends), and the build neither spills nor loses the ring."""
+    _, program = _two_halves_program(300, 520, 1000)
+    be = hk.get_backend("cuda")
+    p = schedule.plan(program, be.target("sm_90a"))
+    assert len(p.ring_runs) == 1 and len(p.ring_runs[0]) == 2 and not p.producer_warps
+    assert all(p.pipelines[i].async_mma for i in p.ring_runs[0])
+    art = be.compile(program, be.target("sm_90a"), {"fill_sm": False})
+    assert art.source.count("hk::ring_steps<2, 16384, true>(") == 2 and art.resources["spill_stores"] == 0
+
+
 def test_single_stage_pipelines_keep_the_ring():
     """A one-stage TMA pipeline would wait on a copy nobody issued yet (it hung on the H200)."""
     from hk_portable.backends.cuda.backend import CudaBackend
@@ -733,6 +775,23 @@ def test_non_specialised_ring_matches_float64(hopper, ring, mask):
     ref, ref_lse = attention.reference(q, k, v, causal=causal, window=window)
     assert float((o.double() - ref).abs().max()) < 2e-2
     assert float((lse.double() - ref_lse).abs().max()) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("switches", [{"fill_sm": False}, {"one_ring": False}], ids=["one-ring", "ring-each"])
+def test_a_ring_run_of_async_chains_matches_float64(hopper, switches):
+    """The ring run whose steps leave their products in flight (test_a_ring_run_of_async_chains_compiles) on the GPU
+    against float64: ragged M, N and K (an odd number of key tiles, so the halves differ), the output poisoned."""
+    torch.manual_seed(11)
+    (a, b, c), program = _two_halves_program(300, 520, 1000, device="cuda")
+    a.copy_(torch.randn_like(a, dtype=torch.float32))
+    b.copy_(torch.randn_like(b, dtype=torch.float32))
+    c.fill_(float("nan"))
+    art = hopper.compile(program, hopper.target("sm_90a"), switches)
+    hopper.launch(art, (a, b, c), (-(-300 // 64), -(-520 // 64), 1))
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    assert float((c.double() - ref).abs().max() / ref.abs().max()) < 1e-5
 
 
 @pytest.mark.gpu
