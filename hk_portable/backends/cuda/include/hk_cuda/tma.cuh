@@ -86,76 +86,37 @@ HK_DEV void release_stage(u64* empty) {
     if (lane_id() == 0) mbar_arrive(empty);
 }
 
-namespace detail {
-// S stages, each with a full barrier that thread 0 arms with the stage's byte count before issuing its
-// copies (everyone waits on its phase) and an empty barrier on which each warp arrives once it is done
-// with the stage. No block barrier inside the loop: only thread 0 waits for the slowest warp, the others run
-// ahead on the stages in flight. When a step's mma waits for itself (not ASYNC), the warp is done with stage
-// i % S when compute(i) returns and releases it then; with AHEAD, thread 0 refills the stage of step i - 1 with
-// step i + S - 1 before computing step i, so each copy has a whole step to land (after compute(i) instead, two
-// stages leave every step waiting on its own copy: 17 % of the 64x64 attention block's stall samples at D64
-// causal N1024, ncu, H200, 2026-12-04). ASYNC (an accumulator chain left in flight): stage i - 1 is free only
-// once compute(i)'s wait retired group i - 1, so its refill follows compute(i).
-template <int S, int TX, bool ASYNC, bool AHEAD = true> struct pipeline_tma {
-    static_assert(S >= 2, "the TMA schedule prefetches S - 1 stages (schedule.py gives it 2 or more)");
-    // thread 0: step nx into its stage once every warp released the stage's previous step, nx - S
-    template <class L> static HK_DEV void refill(int nx, int n, u64* full, u64* empty, L& load) {
-        if (threadIdx.x != 0 || nx >= n) return;
-        const int t = nx % S;
-        if (nx >= S) mbar_wait(&empty[t], ((nx - S) / S) & 1);
-        mbar_expect_tx(&full[t], TX);
-        load(nx, t, &full[t]);
-    }
-    template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
-        constexpr bool early = AHEAD && !ASYNC;
-        __shared__ u64 full[S], empty[S];
-        fence_proxy_async();                       // generic writes before the pipeline, then publish
-        if (threadIdx.x == 0) init_ring<S>(full, empty);
-        sync();
-#pragma unroll
-        for (int p = 0; p < S - 1; ++p) refill(p, n, full, empty, load);
-        for (int i = 0; i < n; ++i) {
-            const int s = i % S;
-            if constexpr (early) refill(i + S - 1, n, full, empty, load);
-            mbar_wait(&full[s], (i / S) & 1);
-            compute(i, s);
-            if constexpr (ASYNC) wgmma_wait<1>();
-            if constexpr (early) {
-                release_stage(&empty[s]);          // compute(i) waited for its own mma
-            } else {
-                if (i > 0) release_stage(&empty[(i - 1) % S]);   // this warp is done with step i - 1's stage
-                refill(i + S - 1, n, full, empty, load);
-            }
-        }
-        if constexpr (NUM_WARPS % 4 == 0) wgmma_wait<0>();   // whole warpgroups only (synccheck: a 1-warp
-        sync();                                    // block may not execute it); later code may reuse the buffers
-        if (threadIdx.x == 0) {
-#pragma unroll
-            for (int s = 0; s < S; ++s) {
-                mbar_inval(&full[s]);
-                mbar_inval(&empty[s]);
-            }
-        }
-    }
-};
-}  // namespace detail
-
-// One ring for a run of pipelines (schedule.py _ring_runs: attention's leading edge, full blocks and diagonal),
-// in a block that is not specialised: the barriers are set up once (ring_open) and torn down once (ring_close),
-// the step count `it` runs across the pipelines (ring_steps, one call each), and load(t, s, bar) takes the run's
-// global step t, so each pipeline's first copies are issued while the one before computes. Each step refills as
-// pipeline_tma does with AHEAD: before computing where the step's mma waits for itself, after it where it is left
-// in flight (ASYNC, released once retired: at the latest when its pipeline ends).
+// A TMA ring of S stages, each with a full barrier that thread 0 arms with the stage's byte count before issuing
+// its copies (everyone waits on its phase) and an empty barrier on which each warp arrives once it is done with
+// the stage. No block barrier inside the loop: only thread 0 waits for the slowest warp, the others run ahead on
+// the stages in flight. The step count `it` may run across a run of pipelines on one ring (schedule.py
+// _ring_runs: attention's leading edge, full blocks and diagonal): the barriers are set up once (ring_open) and
+// torn down once (ring_close), ring_steps runs each pipeline's steps, and load(t, s, bar) takes the ring's step t,
+// so each pipeline's first copies are issued while the one before computes. A pipeline on a ring of its own is the
+// same with one ring_steps (pipeline_tma).
+//
+// Thread 0: step nx of `total` into its stage once every warp released the stage's previous step, nx - S.
 template <int S, int TX, class L> HK_DEV void ring_refill(int nx, int total, u64* full, u64* empty, L& load) {
-    detail::pipeline_tma<S, TX, false>::refill(nx, total, full, empty, load);
+    if (threadIdx.x != 0 || nx >= total) return;
+    const int t = nx % S;
+    if (nx >= S) mbar_wait(&empty[t], ((nx - S) / S) & 1);
+    mbar_expect_tx(&full[t], TX);
+    load(nx, t, &full[t]);
 }
 template <int S, int TX, class L> HK_DEV void ring_open(u64* full, u64* empty, int total, L& load) {
-    fence_proxy_async();                       // generic writes before the run, then publish
+    static_assert(S >= 2, "the TMA schedule prefetches S - 1 stages (schedule.py gives it 2 or more)");
+    fence_proxy_async();                       // generic writes before the ring, then publish
     if (threadIdx.x == 0) init_ring<S>(full, empty);
     sync();
 #pragma unroll
     for (int p = 0; p < S - 1; ++p) ring_refill<S, TX>(p, total, full, empty, load);
 }
+// n steps. When a step's mma waits for itself (not ASYNC) the warp is done with stage it % S when compute returns
+// and releases it then, and thread 0 refills the stage of step it - 1 with step it + S - 1 before computing step
+// it, so each copy has a whole step to land (refilled after the step instead, two stages leave every step waiting
+// on its own copy: 17 % of the 64x64 attention block's stall samples at D64 causal N1024, ncu, H200, 2026-12-04).
+// ASYNC (an accumulator chain left in flight): stage it - 1 is free only once compute's wait retired group it - 1,
+// so its refill follows compute, and the last step is retired and released when the pipeline ends.
 template <int S, int TX, bool ASYNC, class L, class C>
 HK_DEV void ring_steps(u64* full, u64* empty, int& it, int total, int n, L& load, C& compute) {
     for (int i = 0; i < n; ++i, ++it) {
@@ -177,8 +138,8 @@ HK_DEV void ring_steps(u64* full, u64* empty, int& it, int total, int n, L& load
     }
 }
 template <int S> HK_DEV void ring_close(u64* full, u64* empty) {
-    if constexpr (NUM_WARPS % 4 == 0) wgmma_wait<0>();
-    sync();                                    // every wait is done; later code may reuse the buffers
+    if constexpr (NUM_WARPS % 4 == 0) wgmma_wait<0>();   // whole warpgroups only (synccheck: a 1-warp
+    sync();                                    // block may not execute it); every wait is done, buffers reusable
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < S; ++s) {
@@ -194,6 +155,30 @@ HK_DEV void publish_copies() {
     fence_proxy_async();
     sync();
 }
+
+namespace detail {
+// One pipeline on a ring of its own. Without AHEAD (CudaOptions.load_ahead=False, kept for the A/B) every step
+// releases the stage of step i - 1 and refills it after computing step i, the order before 2026-12-04.
+template <int S, int TX, bool ASYNC, bool AHEAD = true> struct pipeline_tma {
+    template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
+        __shared__ u64 full[S], empty[S];
+        ring_open<S, TX>(full, empty, n, load);
+        if constexpr (AHEAD) {
+            int it = 0;
+            ring_steps<S, TX, ASYNC>(full, empty, it, n, n, load, compute);
+        } else {
+            for (int i = 0; i < n; ++i) {
+                mbar_wait(&full[i % S], (i / S) & 1);
+                compute(i, i % S);
+                if constexpr (ASYNC) wgmma_wait<1>();
+                if (i > 0) release_stage(&empty[(i - 1) % S]);
+                ring_refill<S, TX>(i + S - 1, n, full, empty, load);
+            }
+        }
+        ring_close<S>(full, empty);
+    }
+};
+}  // namespace detail
 
 // Warp-specialised kernels (schedule.py's _specialisable; the emitter's _specialised_body): the block runs
 // one producer warpgroup after the Program's NUM_WARPS warps. Its first thread runs the Program's scalars
