@@ -28,6 +28,7 @@ import time
 import torch
 
 import hk_portable as hk
+from hk_portable.bench import rotated
 from hk_portable.interface import GL, RT, f32
 
 SHAPE = (256, 256)
@@ -53,7 +54,7 @@ def per_call_us(fns: dict, calls: int, repeats: int) -> dict:
     samples = {name: [] for name in fns}
     names = list(fns)
     for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in rotated(names, r):
             fn = fns[name]
             t0 = time.perf_counter()
             for _ in range(calls):

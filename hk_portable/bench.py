@@ -109,7 +109,7 @@ def time_side_by_side(fns: dict[str, Callable[[int], object]], n_sets: int, devi
     host = {name: [] for name in fns}
     names = list(fns)
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in rotated(names, r):
             # the batch sits between two halves of the per-call times, so that both methods sample the same
             # moment of a drifting clock (a batch that always followed its events ran on a hotter device: the
             # H200's GQA causal row read 10 % slower in it, 2026-12-04)
@@ -132,6 +132,12 @@ def _quantiles(xs: list[float]) -> list[float]:
     """p10, p50, p90 (nearest rank)."""
     xs = sorted(xs)
     return [xs[min(len(xs) - 1, int(q * len(xs)))] for q in (0.1, 0.5, 0.9)]
+
+
+def rotated(names: list, r: int) -> list:
+    """Round r's order of the functions timed side by side: each round starts one later, so none always runs first."""
+    k = r % len(names)
+    return names[k:] + names[:k]
 
 
 def _per_call_ms(fn, n_sets: int, device: str, reps: int) -> list[float]:
