@@ -146,8 +146,8 @@ MASKED_WIDE_BAND = 16384    # query rows from which masked D=64 takes FA3's 192-
 
 
 def _band(args: tuple) -> int:
-    """Which D=64 sequence band a call falls in: 0 short, 1 from LONG_BAND, 2 from MASKED_WIDE_BAND queries; 1
-    without arguments (the candidates _long_band names there)."""
+    """Which D=64 sequence band a call falls in (args: the kernel's, q first): 0 short, 1 from LONG_BAND, 2 from
+    MASKED_WIDE_BAND queries; without arguments 1, the long-sequence candidates (where a choice matters most)."""
     if not args or not isinstance(args[0], torch.Tensor):
         return 1
     n = args[0].shape[2]
@@ -155,9 +155,8 @@ def _band(args: tuple) -> int:
 
 
 def _long_band(args: tuple) -> bool:
-    """A call whose queries number LONG_BAND or more (args: the kernel's, q first); without arguments, the
-    long-sequence candidates (where a choice matters most)."""
-    return not args or not isinstance(args[0], torch.Tensor) or args[0].shape[2] >= LONG_BAND
+    """A call whose queries number LONG_BAND or more; without arguments, True (_band)."""
+    return _band(args) >= 1
 
 
 def check_qkv(fn: str, named: dict, ndim: int, what: str, unit_last_stride: bool = False) -> None:
