@@ -15,6 +15,7 @@ from .interface.ops import (abs, atomic_add, block_idx, bounds_mask, cast, causa
                             rsqrt, shared, sigmoid, sqrt, store, tanh, where, zeros)
 # hk.kernel and hk.use_backend("hip:gfx942:emulated"): the runtime (selection, compiling, launching)
 from .runtime import Kernel, kernel, use_backend  # noqa: E402
+from .runtime.precompile import precompile  # noqa: E402  (every kernel a step launches, compiled in parallel)
 from .runtime.tuning import bucket as shape_bucket  # noqa: E402  (autotuning: a call's shape bucket)
 
 

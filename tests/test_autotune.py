@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import hk_portable as hk
+from hk_portable.interface import GL, RT, f32
 from hk_portable.kernels import gemm as gemm_mod
 from hk_portable.runtime import tuning
 
@@ -100,3 +101,57 @@ def test_the_gemm_wrapper_tunes_under_HK_AUTOTUNE_and_stays_correct(tuning_dir, 
     assert float((out.double() - ref).abs().max() / ref.abs().max()) < 1e-5
     data = json.loads((tuning_dir / tuning.FILE).read_text())
     assert len(data) == 1 and "gemm_kernel" in next(iter(data))
+
+
+JUDGING_BACKEND = """
+import hk_portable
+from hk_portable.interface import Artifact, Backend, BackendStatus, Target
+
+
+class Judging(Backend):
+    '''Runs through the reference; rejects every build whose BM is 64 (as cuda rejects one that spills).'''
+    name = "judging"
+
+    def status(self):
+        return BackendStatus(True, None, "test double")
+
+    def targets(self):
+        return [Target(backend=self.name, arch="cpu", capabilities=("run",))]
+
+    def compile(self, program, target, options=None):
+        return Artifact(self.name, target.arch, program.name, program.hash, payload=program)
+
+    def launch(self, artifact, args, grid, stream=None):
+        ref = hk_portable.get_backend("reference")
+        ref.launch(ref.compile(artifact.payload, ref.default_target()), args, grid, stream)
+
+    def rejects(self, artifact, target):
+        return "spills 8 bytes" if artifact.payload.consts["BM"] == 64 else None
+
+    def cacheable(self):
+        return False
+"""
+
+
+def test_a_rejected_build_gives_way_to_the_next_configuration(fake_plugins):
+    """Backend.rejects: the chosen candidate's build is passed over for the next candidate, then the kernel's
+    fallbacks, in order; the note says which and why. A backend that judges nothing keeps its choice."""
+    fake_plugins.module("judging_backend", JUDGING_BACKEND)
+    fake_plugins.distribution("judging-dist", {"judging": "judging_backend:Judging"})
+    x = torch.randn(8, 8)
+
+    @hk.kernel
+    def k(x: GL[2], *, BM: hk.const = 64, S: hk.const = 1):
+        hk.store(x, hk.load(RT[f32, 8, 8], x, (0, 0)), (0, 0))
+
+    # the default choice is the baseline (last candidate): BM=64, rejected; no later candidate: the fallbacks
+    got = k.choose_config([dict(BM=64, S=2), dict(BM=64, S=1)], x, backend="judging",
+                          fallbacks=[dict(BM=64, S=3), dict(BM=32, S=1), dict(BM=16, S=1)])
+    assert got == dict(BM=32, S=1)
+    (note,) = k.config_notes.values()
+    assert "took {'BM': 32, 'S': 1}" in note and note.count("spills 8 bytes") == 2
+    # every build rejected: the choice stays (and a warning is logged)
+    assert k.choose_config([dict(BM=64, S=1)], x, backend="judging", fallbacks=[dict(BM=64, S=5)]) == dict(BM=64, S=1)
+    # the reference judges no build
+    assert k.choose_config([dict(BM=64, S=1)], x, backend="reference", fallbacks=[dict(BM=32, S=1)]) == dict(BM=64,
+                                                                                                              S=1)

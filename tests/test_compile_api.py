@@ -70,3 +70,25 @@ def test_hk_compile_a_users_module(capsys):
 def test_hk_compile_names_what_is_wrong(spec, match, capsys):
     assert main(["compile", spec, "--backend", "reference", "--emit", "ir"]) != 0
     assert match in capsys.readouterr().err
+
+
+def test_precompile_records_a_steps_kernels_and_compiles_them_before_it_runs(tmp_path, monkeypatch):
+    """hk.precompile runs the step with launches recorded (nothing compiled or run during it), compiles each
+    distinct build in worker processes through the cache, and leaves them in the kernels' memos: the real step
+    that follows compiles nothing."""
+    import hk_portable as hk
+    import hk_portable.torch_ops  # noqa: F401  (registers torch.ops.hk)
+    from hk_portable.runtime import launch
+    monkeypatch.setenv("HK_CACHE_DIR", str(tmp_path))
+    a = torch.randn(40, 24, dtype=torch.bfloat16)
+    w = torch.randn(16, 24, dtype=torch.bfloat16)
+    step = lambda: torch.ops.hk.gemm(a, w.t())        # noqa: E731  (the kernel's B_NK form)
+    with hk.use_backend("cuda:sm_80:emulated"):
+        report = hk.precompile(step, workers=2)
+        assert [(r["kernel"], r["target"], r["error"]) for r in report] == [
+            ("gemm_kernel", "cuda:sm_80:emulated", None)]
+        compiled = []
+        monkeypatch.setattr(launch, "compile_program", lambda *x: compiled.append(x) or 1 / 0)
+        out = step()
+    assert not compiled
+    assert torch.allclose(out.float(), a.float() @ w.float().t(), atol=1e-1, rtol=1e-2)

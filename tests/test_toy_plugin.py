@@ -1,14 +1,20 @@
-"""A third-party backend distribution (tests/plugins/hk_toy_backend, installed by .ci/run) is found
-through its entry point and runs the conformance suite, with capability skips for what its narrow
-target lacks."""
+"""A third-party backend distribution (tests/plugins/hk_toy_backend) is found through its entry point and
+runs the conformance suite, with capability skips for what its narrow target lacks.
+
+The distribution is laid out for these tests as pip lays out an installed one (the package on sys.path and a
+*.dist-info with its METADATA and entry_points.txt), so importlib.metadata and stevedore find it exactly as they
+find an installed plugin, and CI installs nothing beyond the README's own command."""
 from __future__ import annotations
 
 import ast
 import importlib.metadata
 import importlib.util
 import inspect
+import os
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +22,30 @@ from hk_portable.runtime import registry
 from hk_portable.conformance import run
 from hk_portable.conformance.runner import FAILED, PASSED, SKIPPED
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("hk_toy_backend") is None,
-    reason="the toy backend distribution is not installed (pip install -e tests/plugins/hk_toy_backend)")
+PLUGIN = Path(__file__).parent / "plugins" / "hk_toy_backend"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_distribution(tmp_path_factory):
+    """The toy distribution's files on sys.path (and on PYTHONPATH for the subprocesses), unless it is installed."""
+    if importlib.util.find_spec("hk_toy_backend") is not None:
+        yield os.environ.get("PYTHONPATH", "")
+        return
+    root = tmp_path_factory.mktemp("site")
+    info = root / "hk_toy_backend-0.1.0.dist-info"
+    info.mkdir()
+    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    lines = [f"{name} = {value}" for name, value in project["entry-points"]["hk_portable.backends"].items()]
+    (info / "entry_points.txt").write_text("[hk_portable.backends]\n" + "\n".join(lines) + "\n")
+    paths = [str(root), str(PLUGIN)]
+    sys.path[:0] = paths
+    registry.reset()
+    yield os.pathsep.join(paths + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    for p in paths:
+        sys.path.remove(p)
+    sys.modules.pop("hk_toy_backend", None)
+    registry.reset()
 
 
 def test_discovered_through_its_entry_point():
@@ -52,17 +79,19 @@ def test_it_runs_the_suite_with_passes_and_capability_skips():
     assert gemm.status == SKIPPED and "16384 bytes of shared memory (it declares 12288)" in gemm.reason
 
 
-def test_the_cli_runs_it():
+def test_the_cli_runs_it(toy_distribution):
     out = subprocess.run([sys.executable, "-m", "hk_portable.cli", "conformance", "--backend", "toy", "-k",
-                          "kernel/gemm/bf16-f32/1x1x1,op/unary/exp/f32"], capture_output=True, text=True)
+                          "kernel/gemm/bf16-f32/1x1x1,op/unary/exp/f32"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": toy_distribution})
     assert out.returncode == 0, out.stderr
     assert "CONFORMS: 2 passed, 0 failed, 1 skipped" in out.stdout
 
 
-def test_pytest_runs_it_through_the_plugin(tmp_path):
+def test_pytest_runs_it_through_the_plugin(tmp_path, toy_distribution):
     out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "hk_portable.conformance",
                           "-p", "no:cacheprovider",
                           "--hk-backend", "toy", "-q", "-rs", "-k", "kernel/gemm/bf16-f32 or op/unary/exp/"],
-                         capture_output=True, text=True, cwd=tmp_path)
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": toy_distribution})
     assert out.returncode == 0, out.stdout[-2000:]
     assert "6 passed, 4 skipped" in out.stdout and "16384 bytes of shared memory" in out.stdout

@@ -112,6 +112,12 @@ class Backend(abc.ABC):
         picks among them (cuda on sm_90a: the first whose pipelines all run on TMA and wgmma)."""
         return candidates[-1][0]
 
+    def rejects(self, artifact: Artifact, target: Target) -> str | None:
+        """Why a built Artifact should not run where a smaller configuration exists (cuda: it spills to
+        local memory), in words; None to accept it. Kernel.choose_config then takes the kernel's next
+        configuration. The default judges no build."""
+        return None
+
     def lowered(self, program: Program, target: Target) -> str:
         """The Program with this backend's lowering decisions for `target` (schedules, per-op
         instruction choices) as text: `hk compile --emit lowered`."""

@@ -158,6 +158,25 @@ def config_for(d: int) -> dict:
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=1)
 
 
+def fallbacks_for(d: int) -> list[dict]:
+    """Smaller dK/dV tiles, taken in order where a target's build of config_for(d) is rejected (cuda: it spills;
+    NVRTC 13.0 spills the masked f16 D = 64 kernel on sm_80 by 8 bytes at 255 registers, 13.5 does not).
+    One stage first (the same tiles: 243 registers there), then fewer query rows, then fewer keys."""
+    base = config_for(d)
+    smaller = [dict(base, STAGES=1), dict(base, BM=base["BM"] // 2), dict(base, BM=base["BM"] // 2, BN=base["BN"] // 2)]
+    return [c for c in smaller if c != base and min(c["BM"], c["BN"]) >= 16]
+
+
+def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None) -> dict:
+    """The dK/dV kernel's configuration for a call with these arguments: config_for(D), or where the selected
+    target rejects its build, the first of fallbacks_for(D) it accepts (Kernel.choose_config)."""
+    D = args[0].shape[-1]
+    flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
+    return attention_bwd_dkdv_kernel.choose_config(
+        lambda: [{**config_for(D), **flags}], *args, backend=backend, key=(D, masked, deterministic),
+        fallbacks=[{**c, **flags} for c in fallbacks_for(D)])
+
+
 def dq_config_for(d: int) -> dict:
     """The deterministic dQ kernel's tiles: q, dO single-buffered, k, v double-buffered; 48 KiB at D = 64.
     At D = 128 key blocks of 16 (32 KiB): with 32 the masked bf16 kernel spilled 68 registers on sm_80."""
@@ -214,21 +233,21 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     delta = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
     unused = delta.view(B, Hq, N, 1)        # the dQ accumulator argument when no kernel touches it
     dq_acc = unused if deterministic else torch.empty(B, Hq, N, D, device=q.device, dtype=torch.float32)
-    cfg = config_for(D)
-    q_grid = (hk.cdiv(N, cfg["BM"]), Hq, B)
+    rows = config_for(D)["BM"]              # the row kernels' block; the dK/dV kernel's tiles may be smaller
+    q_grid = (hk.cdiv(N, rows), Hq, B)
     attention_bwd_preprocess_kernel(o, do, delta, dq_acc, grid=q_grid, backend=backend,
-                                    D=D, BM=cfg["BM"], ZERO_DQ=not deterministic)
+                                    D=D, BM=rows, ZERO_DQ=not deterministic)
     if dlse is not None:
         _check_like("dlse", dlse, (B, Hq, N), torch.float32)
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))    # [B, Hq, N]: rows with no key stay inert
-    attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right,
-                              grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg,
-                              MASKED=masked, ATOMIC_DQ=not deterministic)
+    args = (q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right)
+    cfg = dkdv_config(args, masked, deterministic, backend)
+    attention_bwd_dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
     if deterministic:
         attention_bwd_dq_kernel(q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, grid=q_grid,
                                 backend=backend, **dq_config_for(D), MASKED=masked)
     else:
-        attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=cfg["BM"])
+        attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=rows)
     return outs["dq"], outs["dk"], outs["dv"]
 
 

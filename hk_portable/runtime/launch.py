@@ -8,6 +8,7 @@ backend with a fast_launch (cuda). Keep it that way: no per-call work belongs th
 call either (each costs ~0.1 us of a ~5 us budget)."""
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from typing import Any, Callable
@@ -20,6 +21,9 @@ from ..interface.ir import Program
 from ..interface.kernel import KernelDef
 from ..interface.verify import verify
 from . import cache, clauncher, registry, selection, tuning
+from .precompile import recording
+
+_CONFIG_LOG = logging.getLogger("hk_portable.config")
 
 
 def compile_program(program: Program, backend: Backend, target: str | Target | None = None):
@@ -40,11 +44,15 @@ class Kernel(KernelDef):
         self._artifacts: dict[tuple, Any] = {}
         self._launches: dict[tuple, tuple] = {}     # fast path: call key -> (backend, artifact, fast_launch)
         self._configs: dict[tuple, dict] = {}       # choose_config's answers
+        self.config_notes: dict[tuple, str] = {}    # (backend spec, chosen config) -> why an earlier one was passed over
         self._nargs = len(self.runtime_params)
         self._i32 = [(i, p.name) for i, p in enumerate(self.runtime_params) if p.kind == "i32"]
         _KERNELS.add(self)
 
     def __call__(self, *args, grid, backend=None, target: str | Target | None = None, stream=None, **kwargs):
+        rec = recording()
+        if rec is not None:         # hk.precompile: record the build this call needs, run nothing
+            return self._record(rec, args, kwargs, backend, target)
         try:
             # the key (_fast_key's), the lookup and, where the backend has a fast_launch and the grid is plain,
             # the launch, in one compiled call (clauncher.fastcall; its Python form only looks up)
@@ -83,6 +91,13 @@ class Kernel(KernelDef):
             return
         be.launch(art, runtime, grid3, stream)
 
+    def _record(self, rec: dict, args, kwargs, backend, target) -> None:
+        runtime, consts = self.bind(args, kwargs)
+        prog = self._program(runtime, consts)
+        selected = selection.select(backend, [v for v in runtime if isinstance(v, torch.Tensor)])
+        tgt = selected.backend.target(selection.target_for(selected, target))
+        rec.setdefault((self.name, selected.backend.name, tgt.spec, prog.hash), (self, prog, selected.backend.name, tgt))
+
     def _prepare(self, args, kwargs, backend, target):
         """The slow path of a call: bind, specialise, select the backend, check devices, compile.
         Returns (backend, artifact, runtime arguments in order)."""
@@ -120,7 +135,7 @@ class Kernel(KernelDef):
         return self.compile_for(prog, selected.backend, selection.target_for(selected, target))
 
     def choose_config(self, candidates, *args, backend=None, target: str | Target | None = None, launch=None,
-                      bucket: tuple | None = None, tune: bool | None = None, key=None) -> dict:
+                      bucket: tuple | None = None, tune: bool | None = None, key=None, fallbacks=()) -> dict:
         """The configuration (consts and num_warps) to call this kernel with on these arguments: among
         `candidates` (dicts, the kernel's portable baseline last), those the selected backend's target
         accepts; then a tuned winner for the shape `bucket` (runtime/tuning.py: looked up, or timed through
@@ -131,7 +146,13 @@ class Kernel(KernelDef):
         A wrapper on a hot path passes `key`, a hashable of everything its candidates depend on, and may pass
         `candidates` as a function that builds them: a repeat call is then answered from the call fast path's
         key (argument kinds, backend, target, context, HK_BACKEND) plus bucket and key, about 1 us, without
-        building candidates or selecting a backend."""
+        building candidates or selecting a backend.
+
+        Where the backend rejects the build of its choice (`Backend.rejects`: cuda's that spill to local memory,
+        as a newer or older NVRTC may), the next candidate after it whose build it accepts is taken, then the
+        kernel's `fallbacks` (smaller configurations, tried in order, offered for no other reason); what was
+        passed over and why is in `config_notes` and the `hk_portable.config` log. A tuned winner is kept as
+        measured."""
         fast = None
         if key is not None:
             fast = self._fast_key(args, {}, backend, target)
@@ -141,13 +162,14 @@ class Kernel(KernelDef):
                 return dict(hit)
         if callable(candidates):
             candidates = candidates()
-        choice = self._choose_config(tuple(dict(c) for c in candidates), args, backend, target, launch, bucket, tune)
+        choice = self._choose_config(tuple(dict(c) for c in candidates), args, backend, target, launch, bucket, tune,
+                                     tuple(dict(f) for f in fallbacks))
         if fast is not None:
             with self._lock:
                 self._configs[fast] = choice
         return dict(choice)
 
-    def _choose_config(self, candidates, args, backend, target, launch, bucket, tune) -> dict:
+    def _choose_config(self, candidates, args, backend, target, launch, bucket, tune, fallbacks=()) -> dict:
         if not candidates:
             raise ArgumentError(f"{self.name}: choose_config needs at least one candidate configuration")
         if isinstance(backend, str):
@@ -157,13 +179,28 @@ class Kernel(KernelDef):
         be = selected.backend
         tgt = be.target(selection.target_for(selected, target))
         sig = tuple((a.dtype, a.dim()) if isinstance(a, torch.Tensor) else type(a) for a in args)
-        key = (be.name, tgt.spec, sig, bucket, tuple(tuple(sorted(c.items())) for c in candidates))
+        key = (be.name, tgt.spec, sig, bucket, tuple(tuple(sorted(c.items())) for c in candidates + fallbacks))
         with self._lock:
             hit = self._configs.get(key)
         if hit is not None:
             return hit
+        ok, refusal = self._accepted(candidates, args, be, tgt)
+        if not ok:                  # the baseline's own reason (shared memory, tile shapes), as a call gives it
+            raise refusal
+        choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune)
+        if choice is None:
+            choice = dict(be.choose_config(ok, tgt))
+            configs = [c for c, _ in ok]
+            later = configs[configs.index(choice) + 1:] if choice in configs else []
+            choice = self._shippable(choice, later + list(fallbacks), args, be, tgt)
+        with self._lock:
+            self._configs[key] = choice
+        return choice
+
+    def _accepted(self, configs, args, be, tgt) -> tuple[list, UnsupportedError | None]:
+        """(config, Program) of each config whose Program verifies and the target takes; the last refusal."""
         ok, refusal = [], None
-        for cfg in candidates:
+        for cfg in configs:
             runtime, consts = self.bind(args, cfg)
             prog = self._program(runtime, consts)
             try:
@@ -173,11 +210,27 @@ class Kernel(KernelDef):
                 refusal = e
                 continue
             ok.append((cfg, prog))
-        if not ok:                  # the baseline's own reason (shared memory, tile shapes), as a call gives it
-            raise refusal
-        choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune) or dict(be.choose_config(ok, tgt))
-        with self._lock:
-            self._configs[key] = choice
+        return ok, refusal
+
+    def _shippable(self, choice: dict, later: list, args, be, tgt) -> dict:
+        """`choice`, or the first of `later` whose build the backend does not reject where it rejects the
+        choice's; the choice itself (with a warning) where it rejects them all."""
+        if type(be).rejects is Backend.rejects or recording() is not None:
+            return choice           # a backend that judges no build; hk.precompile's recording (the call judges)
+        why = be.rejects(self.compile_for(self._accepted([choice], args, be, tgt)[0][0][1], be, tgt), tgt)
+        if why is None:
+            return choice
+        passed = [f"{choice}: {why}"]
+        for cfg, prog in self._accepted(later, args, be, tgt)[0]:
+            again = be.rejects(self.compile_for(prog, be, tgt), tgt)
+            if again is None:
+                note = f"{self.name} on {tgt.spec}: took {cfg} over " + "; ".join(passed)
+                self.config_notes[(tgt.spec, tuple(sorted(cfg.items())))] = note
+                _CONFIG_LOG.info(note)
+                return cfg
+            passed.append(f"{cfg}: {again}")
+        _CONFIG_LOG.warning(f"{self.name} on {tgt.spec}: every configuration's build was rejected; running "
+                            f"{choice} ({'; '.join(passed)})")
         return choice
 
     def _tuned(self, ok, args, be, tgt, sig, bucket, launch, tune) -> dict | None:

@@ -162,7 +162,7 @@ def test_norm_kernels_choose_the_one_pass_strip_on_cuda_and_the_swept_baseline_e
         assert bool(cfg.get("ONE_PASS")) == one_pass, (spec, cfg)
 
 
-def test_a_keyed_config_choice_follows_the_selected_backend():
+def test_a_keyed_config_choice_follows_the_selected_backend(hip_emulator):
     """Wrappers memoise choose_config by `key` on the call fast path's key: a change of backend context must
     give that backend's choice, not the memo of another."""
     from hk_portable.kernels import load

@@ -104,6 +104,15 @@ class CudaBackend(Backend):
                 return cfg
         return super().choose_config(candidates, target)
 
+    def rejects(self, artifact: Artifact, target: Target) -> str | None:
+        """A build that keeps values in local memory after every fallback of _build (the compiler at hand
+        may spill where another did not): a smaller configuration is taken instead."""
+        r = artifact.resources
+        if target.emulated or not (r.get("spill_stores") or r.get("stack_bytes")):
+            return None
+        return (f"spills {r['spill_stores']} bytes ({r['stack_bytes']}-byte stack) at {r['registers']} registers "
+                f"under NVRTC {artifact.options.get('nvrtc')}")
+
     def lowered(self, program, target: Target) -> str:
         warps = codegen.num_warps(program, target)
         lay = layouts.describe(program, codegen.layouts(program, warps))

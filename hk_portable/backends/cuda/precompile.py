@@ -20,24 +20,37 @@ from ...interface.backend import Artifact, Backend, BackendStatus, Target
 
 
 class Capture(Backend):
-    """Records the Programs kernels would launch, and launches nothing."""
+    """Records the Programs kernels launch, and runs nothing. With `judge` (a cuda arch), a kernel's choice of
+    configuration follows what cuda rejects on that arch (Backend.rejects: a build that spills), so the
+    Programs recorded are the ones a call on that arch launches."""
     name = "capture"
 
-    def __init__(self):
-        self.programs = {}
+    def __init__(self, judge: str | None = None):
+        self.judge = judge
+        self.programs = {}          # hash -> Program, of those launched
+        self._built = {}
 
     def status(self):
         return BackendStatus(True)
 
     def targets(self):
-        return [Target("capture", "sm_80", "nvidia", 32, 1 << 30, capabilities=("run", "atomics", "dropout", "fp8"))]
+        return [Target("capture", self.judge or "sm_80", "nvidia", 32, 1 << 30,
+                       capabilities=("run", "atomics", "dropout", "fp8"))]
 
     def compile(self, program, target, options=None):
-        self.programs[program.hash] = program
-        return Artifact("capture", target.arch, program.name, program.hash)
+        self._built[program.hash] = program
+        return Artifact("capture", target.arch, program.name, program.hash, payload=program)
 
     def launch(self, artifact, args, grid, stream=None):
-        pass
+        self.programs[artifact.program_hash] = self._built[artifact.program_hash]
+
+    def rejects(self, artifact, target):
+        if self.judge is None:
+            return None
+        from ...runtime import cache, registry
+        cuda = registry.load("cuda")
+        real = cuda.target(self.judge)
+        return cuda.rejects(cache.compile_cached(cuda, artifact.payload, real), real)
 
     def cacheable(self):
         return False
@@ -70,12 +83,13 @@ def chosen_programs(arch: str) -> dict:
     return out
 
 
-def conformance_programs() -> dict:
-    """'kernel#hash' -> Program for every Program the conformance cases launch."""
+def conformance_programs(arch: str | None = None) -> dict:
+    """'kernel#hash' -> Program for every Program the conformance cases launch (on cuda:`arch`, where a
+    configuration's build there may be rejected for a smaller one)."""
     import torch
 
     from ...conformance.cases import all_cases
-    cap = Capture()
+    cap = Capture(arch)
     for case in all_cases():
         if case.missing:
             continue
@@ -131,10 +145,10 @@ def main(argv=None) -> int:
     from ...runtime import registry
     archs = args.arch or [registry.load("cuda").default_target().arch]
     t0 = time.perf_counter()
-    progs = {**library_programs(), **conformance_programs()}
-    results = compile_many(progs, archs, args.workers, cached=True)
+    results = compile_many(library_programs(), archs, args.workers, cached=True)
     for arch in archs:                      # what calls choose on each target, compiled for that target only
-        results += compile_many(chosen_programs(arch), [arch], args.workers, cached=True)
+        results += compile_many({**conformance_programs(arch), **chosen_programs(arch)}, [arch], args.workers,
+                                cached=True)
     errors = [r for r in results if r["error"]]
     spills = [r for r in results if not r["error"] and (r["resources"]["spill_stores"] or r["resources"]["stack_bytes"])]
     print(f"precompiled {len(results)} (program, arch) pairs for {archs} in {time.perf_counter() - t0:.1f} s: "
