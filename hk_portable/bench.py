@@ -39,6 +39,7 @@ AGREE = 0.10              # the two timing methods must agree within 10 %
 ROUNDS = 5                # interleaved timing rounds per case (time_side_by_side)
 SCALE_MIN_WORK = 1.9      # the scaling check compares cases whose work differs at least this much
 ROTATE_BYTES = 256 << 20  # input sets rotated so that one cycle moves at least this much (H200 L2: 50 MB)
+UNITS = {"TFLOP/s": 1e12, "GB/s": 1e9, "kcall/s": 1e3}     # a case's work per second in its unit
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Case:
     family: str
     name: str
     work: float                    # FLOPs or bytes
-    unit: str                      # "TFLOP/s" | "GB/s"
+    unit: str                      # a key of UNITS
     make: Callable[[str], "Bound"]
     size: dict = field(default_factory=dict)
     sweep: tuple = ()              # cases with the same family and sweep differ only in size: they must scale
@@ -61,6 +62,7 @@ class Bound:
     baselines: dict[str, Callable[[int], object]]
     check: Callable[[], float]
     n_sets: int = 1
+    profile: Callable[[], dict] | None = None   # where the time goes (the block family: a profiler table)
 
 
 @dataclass
@@ -201,11 +203,19 @@ def _randn(shape, device, dtype):
     return torch.randn(*shape, device=device, dtype=dtype)
 
 
-def gemm_case(M: int, N: int, K: int) -> Case:
+def _operand(rows: int, cols: int, transposed: bool, device) -> torch.Tensor:
+    """[rows, cols] bf16, row-major or a transposed view of a row-major [cols, rows] (W.t(), x.t())."""
+    return _randn((cols, rows), device, torch.bfloat16).t() if transposed else _randn((rows, cols), device, torch.bfloat16)
+
+
+def gemm_case(M: int, N: int, K: int, layout: str = "nn") -> Case:
+    """c = a @ b with a [M, K] and b [K, N] as given ("n") or transposed views ("t"): "nt" is x @ W.t() (a Linear's
+    forward), "tn" x.t() @ g (its weight gradient), "nn" g @ W (its input gradient)."""
     def make(device):
         from .kernels.gemm import gemm
         n = n_sets_for(2 * (M * K + K * N), device)
-        sets = [(_randn((M, K), device, torch.bfloat16), _randn((K, N), device, torch.bfloat16)) for _ in range(n)]
+        sets = [(_operand(M, K, layout[0] == "t", device), _operand(K, N, layout[1] == "t", device))
+                for _ in range(n)]
         outs = [torch.empty(M, N, device=device, dtype=torch.bfloat16) for _ in range(n)]
 
         def hk_fn(i):
@@ -215,7 +225,8 @@ def gemm_case(M: int, N: int, K: int) -> Case:
             a, b = sets[0]
             return rel_error(gemm(a, b, out=outs[0]), a.double() @ b.double())
         return Bound(hk_fn, {"torch.matmul (cuBLAS)": lambda i: torch.matmul(*sets[i])}, check, n)
-    return Case("gemm", f"gemm bf16 {M}x{N}x{K}", 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K))
+    name = f"gemm bf16 {M}x{N}x{K}" + ("" if layout == "nn" else f" {layout}")
+    return Case("gemm", name, 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K, layout=layout), sweep=(layout,))
 
 
 def attention_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> Case:
@@ -433,9 +444,16 @@ def copy_case(nbytes: int) -> Case:
 
 
 def default_cases(device: str, quick: bool = False) -> list[Case]:
-    """The issue's shapes on a GPU; small ones on the CPU (the harness check in CI)."""
+    """The kernels at the issue's shapes, then the model families (bench_model: a transformer block, ops' host
+    time), on a GPU; small ones on the CPU (the harness check in CI)."""
+    from .bench_model import model_cases
+    return kernel_bench_cases(device, quick) + model_cases(device, quick)
+
+
+def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
     if device != "cuda":
-        return [gemm_case(64, 64, 64), gemm_case(128, 128, 128), gemm_fp8_case(64, 64, 64),
+        return [gemm_case(64, 64, 64), gemm_case(128, 128, 128), gemm_case(64, 64, 64, "nt"), gemm_case(128, 128, 128, "nt"),
+                gemm_case(64, 64, 64, "tn"), gemm_case(128, 128, 128, "tt"), gemm_fp8_case(64, 64, 64),
                 gemm_fp8_case(128, 128, 128), attention_case(1, 2, 2, 64, 64, False),
                 attention_case(1, 2, 2, 128, 64, False), attention_bwd_case(1, 2, 2, 64, 64, False),
                 attention_bwd_case(1, 2, 2, 128, 64, False), layernorm_case(64, 256), layernorm_case(256, 256),
@@ -448,7 +466,13 @@ def default_cases(device: str, quick: bool = False) -> list[Case]:
         gemms, attn = gemms[:2], [a for a in attn if a[3] == 4096 and a[4] == 128]
     attn_bwd = [(4, 16, 16, 4096, 128, c) for c in (False, True)] + [(16, 16, 16, 1024, 64, False),
                                                                        (2, 16, 16, 8192, 128, True)]
-    return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + [gemm_fp8_case(*g) for g in gemms[:4]]
+    # every operand layout a Linear layer produces, at the shapes of a Llama block's products
+    layouts = [gemm_case(*g, lay) for g in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 5632, 2048),
+                                            (16384, 4096, 14336)) for lay in ("nt", "tn", "tt")]
+    layouts.insert(0, gemm_case(8192, 5632, 2048))
+    if quick:
+        layouts = layouts[:3]
+    return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + layouts + [gemm_fp8_case(*g) for g in gemms[:4]]
             + [attention_case(*a) for a in attn] + [attention_bwd_case(*a) for a in attn_bwd]
             + [layernorm_case(16384, 4096), layernorm_case(32768, 4096)]
             + [layernorm_bwd_case(16384, 4096), layernorm_bwd_case(32768, 4096)]
@@ -462,7 +486,7 @@ def run_case(case: Case, device: str, budget_s: float) -> dict:
     try:
         bound = case.make(device)
         entry["rel_error"] = bound.check()
-        per_unit = 1e12 if case.unit == "TFLOP/s" else 1e9
+        per_unit = UNITS[case.unit]
         entry["n_input_sets"] = bound.n_sets
         fns = {**({"hk": bound.hk} if bound.hk is not None else {}),
                **{f"baseline {name}": fn for name, fn in bound.baselines.items()}}
@@ -474,6 +498,9 @@ def run_case(case: Case, device: str, budget_s: float) -> dict:
         if entry["baselines"] and "hk" in entry:
             first = next(iter(entry["baselines"].values()))
             entry["ratio_hk_over_baseline"] = first["ms"] / entry["hk"]["ms"]
+            entry["ratios_hk_over_each_baseline"] = {n: b["ms"] / entry["hk"]["ms"] for n, b in entry["baselines"].items()}
+        if bound.profile is not None:
+            entry["profile"] = bound.profile()
     except Exception as e:  # noqa: BLE001 - one failing case must not hide the others
         entry["error"] = f"{type(e).__name__}: {e}"
     return entry

@@ -17,6 +17,12 @@ backend that claims the tensors' device (CPU tensors: the reference). Launches g
 Each op has a fake implementation (shapes, dtypes and strides of what the wrapper allocates, nothing run),
 so torch.compile traces through it without a graph break.
 
+The ops are defined on the dispatcher directly (`torch.library.Library`: a schema, one implementation for every
+device, a fake, an autograd kernel from `torch.library.register_autograd`), not through
+`torch.library.custom_op`: custom_op's per-call wrapper imports torch._dynamo at an op's first call (2.4 s and
+542 modules on a CPU, in a process that never compiles) and checks aliasing on every call. Every op here
+returns fresh tensors, never a view of an input, as its schema (no alias annotations) says.
+
 Autograd: gemm_fp8 has none (like torch._scaled_mm); gemm differentiates through two hk gemms, rotary through the inverse rotation, attention through
 the attention_bwd kernels, attention_varlen through the varlen backward kernels (attention_kvcache is forward
 only) and the two normalisations through the layernorm_bwd kernels: all hk kernels (the
@@ -43,12 +49,38 @@ from .kernels import layernorm as _layernorm
 from .kernels import layernorm_bwd as _layernorm_bwd
 from .kernels import rotary as _rotary
 
+_LIB = torch.library.Library("hk", "DEF")
+
+
+class _Op:
+    """An op `hk::<name>` with the schema of `fn`'s annotations, `fn` its implementation on every device; the
+    surface of torch.library.custom_op's result (call it; register_fake; register_autograd)."""
+
+    def __init__(self, fn):
+        self.name, self.__doc__ = fn.__name__, fn.__doc__
+        _LIB.define(self.name + torch.library.infer_schema(fn, mutates_args=()))
+        _LIB.impl(self.name, fn, "CompositeExplicitAutograd")
+        self.op = getattr(torch.ops.hk, self.name).default
+
+    def __call__(self, *args, **kwargs):
+        return self.op(*args, **kwargs)
+
+    def register_fake(self, fake):
+        torch.library.register_fake(f"hk::{self.name}", fake, lib=_LIB)
+        return fake
+
+    def register_autograd(self, backward, *, setup_context) -> None:
+        torch.library.register_autograd(f"hk::{self.name}", backward, setup_context=setup_context, lib=_LIB)
+
+
 # ------------------------------------------------------------------------------------------------ gemm
 def _rows(a: torch.Tensor) -> torch.Tensor:
     """a [..., K] as the kernel's [M, K] (a view where the strides allow; reshape copies otherwise)."""
+    if a.dim() == 2:
+        return a
     if a.dim() < 1:
         raise ArgumentError("hk::gemm: 'a' must have 1 or more dims ([..., K]), got a 0-dim tensor")
-    return a.reshape(-1, a.shape[-1])
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])       # not -1: [0, K] and [M, 0] are fine
 
 
 def _gemm_out_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
@@ -57,16 +89,19 @@ def _gemm_out_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
     return (*a.shape[:-1], b.shape[1])
 
 
-@torch.library.custom_op("hk::gemm", mutates_args=())
+@_Op
 def gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
          backend: str | None = None) -> torch.Tensor:
     """a @ b with f32 accumulation; a [..., K] (as matmul: [K] gives [N]), b [K, N] (bf16 or f16, any
-    strides); out [..., N] in out_dtype or a's. The op takes the leading dims itself, so that linear layers
-    return a fresh tensor as torch's do, not a view of one (FSDP2 warns on a module output that is a view:
-    an in-place op on it would bypass the hook that gathers the parameters for the backward)."""
+    strides; a transposed view of either runs the kernel's transposed-operand form, no copy); out [..., N] in
+    out_dtype or a's. The op takes the leading dims itself, so that linear layers return a fresh tensor as
+    torch's do, not a view of one (FSDP2 warns on a module output that is a view: an in-place op on it would
+    bypass the hook that gathers the parameters for the backward)."""
     rows = _rows(a)
-    out = torch.empty(_gemm_out_shape(a, b), device=a.device, dtype=out_dtype or a.dtype)
-    _gemm.gemm(rows, b, out=out.view(rows.shape[0], b.shape[1]), backend=backend)
+    shape = _gemm_out_shape(a, b)
+    _gemm.check_operands(rows, b)
+    out = a.new_empty(shape, dtype=out_dtype or a.dtype)
+    _gemm.gemm_into(rows, b, out if out.dim() == 2 else out.view(rows.shape[0], b.shape[1]), backend)
     return out
 
 
@@ -82,14 +117,23 @@ def _gemm_setup(ctx, inputs, output):
     ctx.backend = backend
 
 
+def _transposed_view(t: torch.Tensor) -> bool:
+    """t [K, N] is the transpose of a row-major [N, K] (a Linear's W.t())."""
+    return t.stride(0) == 1 and t.stride(1) != 1 and t.shape[1] > 1
+
+
 def _gemm_backward(ctx, grad_c):
     a, b = ctx.saved_tensors
     g = grad_c.to(a.dtype)          # the kernel takes one 16-bit dtype for both operands
     grad_a = grad_b = None
-    if ctx.needs_input_grad[0]:     # dA = dC @ Bᵀ: Bᵀ as a strided view, which the kernel's loads take
+    if ctx.needs_input_grad[0]:     # dA = dC @ Bᵀ: Bᵀ a view; b = W.t() makes it W itself, row-major
         grad_a = torch.ops.hk.gemm(g, b.t(), a.dtype, ctx.backend)
-    if ctx.needs_input_grad[1]:     # dB = Aᵀ @ dC over all leading dims (rows)
-        grad_b = torch.ops.hk.gemm(_rows(a).t(), _rows(g), b.dtype, ctx.backend)
+    if ctx.needs_input_grad[1]:     # dB = Aᵀ @ dC over all leading dims (rows); Aᵀ a view (the kernel's A_KM form)
+        rows_a, rows_g = _rows(a), _rows(g)
+        if _transposed_view(b):     # b = W.t(): W's gradient dCᵀ A, row-major as W is, so autograd copies nothing
+            grad_b = torch.ops.hk.gemm(rows_g.t(), rows_a, b.dtype, ctx.backend).t()
+        else:
+            grad_b = torch.ops.hk.gemm(rows_a.t(), rows_g, b.dtype, ctx.backend)
     return grad_a, grad_b, None, None
 
 
@@ -97,7 +141,7 @@ gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)
 
 
 # -------------------------------------------------------------------------------------------- gemm_fp8
-@torch.library.custom_op("hk::gemm_fp8", mutates_args=())
+@_Op
 def gemm_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
              out_dtype: torch.dtype = torch.bfloat16, backend: str | None = None) -> torch.Tensor:
     """(a @ b) * scale_a * scale_b: a [M, K], b [K, N] in float8_e4m3fn / float8_e5m2 (any pair), scales f32
@@ -120,7 +164,7 @@ def _window(window: Sequence[int] | None):
     return None if window is None else tuple(int(w) for w in window)
 
 
-@torch.library.custom_op("hk::attention", mutates_args=())
+@_Op
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
               backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,7 +189,7 @@ def _attention_setup(ctx, inputs, output):
     ctx.backend = inputs[-1]
 
 
-@torch.library.custom_op("hk::attention_backward", mutates_args=())
+@_Op
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                        do: torch.Tensor, dlse: torch.Tensor | None = None, causal: bool = False,
                        window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
@@ -161,10 +205,16 @@ def _(q, k, v, o, lse, do, dlse=None, causal=False, window=None, align=None, sca
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+def _unit_inner(t: torch.Tensor) -> torch.Tensor:
+    """t itself where its last dim is unit-stride (the kernels take any other strides: the gradient of o in a
+    block's [B, N, H, D] layout needs no copy), else a contiguous copy."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 def _attention_backward(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
     causal, window, align = ctx.mask
-    do = torch.zeros_like(o) if grad_o is None else grad_o.to(o.dtype).contiguous()
+    do = torch.zeros_like(o) if grad_o is None else _unit_inner(grad_o.to(o.dtype))
     dlse = None if grad_lse is None else grad_lse.float()
     dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
                                     align, ctx.scale, ctx.backend)
@@ -175,7 +225,7 @@ attention.register_autograd(_attention_backward, setup_context=_attention_setup)
 
 
 # ------------------------------------------------------------------------------- serving attention
-@torch.library.custom_op("hk::attention_varlen", mutates_args=())
+@_Op
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
@@ -200,7 +250,7 @@ def _attention_varlen_setup(ctx, inputs, output):
     ctx.same_cu = cu_q is cu_k          # one tensor for q and k: the forward needed no alignment, nor does this
 
 
-@torch.library.custom_op("hk::attention_varlen_backward", mutates_args=())
+@_Op
 def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                               do: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                               max_seqlen_q: int, max_seqlen_k: int, dlse: torch.Tensor | None = None,
@@ -233,7 +283,7 @@ def _attention_varlen_backward(ctx, grad_o, grad_lse):
 attention_varlen.register_autograd(_attention_varlen_backward, setup_context=_attention_varlen_setup)
 
 
-@torch.library.custom_op("hk::attention_kvcache", mutates_args=())
+@_Op
 def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                       block_table: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
                       num_splits: int | None = None,
@@ -251,7 +301,7 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=
 
 
 # ---------------------------------------------------------------------------------------------- rotary
-@torch.library.custom_op("hk::rotary", mutates_args=())
+@_Op
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "neox", offset: int = 0,
            heads_first: bool = False, inverse: bool = False, backend: str | None = None) -> torch.Tensor:
     """x [B, N, H, D] ([B, H, N, D] with heads_first) rotated by the f32 tables cos/sin [positions, D/2] at
@@ -282,7 +332,7 @@ rotary.register_autograd(_rotary_backward, setup_context=_rotary_setup)
 
 
 # --------------------------------------------------------------------------------------- normalisations
-@torch.library.custom_op("hk::dropout_residual_layernorm", mutates_args=())
+@_Op
 def dropout_residual_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                                bias: torch.Tensor | None = None, p: float = 0.0, seed: int = 0, offset: int = 0,
                                eps: float = 1e-5, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -292,7 +342,7 @@ def dropout_residual_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: 
                                                  backend=backend)
 
 
-@torch.library.custom_op("hk::rms_norm", mutates_args=())
+@_Op
 def rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              p: float = 0.0, seed: int = 0, offset: int = 0, eps: float = 1e-6,
              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -314,7 +364,7 @@ def _norm_setup(rms: bool):
     return setup
 
 
-@torch.library.custom_op("hk::norm_backward", mutates_args=())
+@_Op
 def norm_backward(dy: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, dh: torch.Tensor | None, rms: bool,
                   p: float, seed: int, offset: int, eps: float, x_dtype: torch.dtype, residual_dtype: torch.dtype,
                   bias_dtype: torch.dtype | None = None,

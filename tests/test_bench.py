@@ -117,3 +117,19 @@ def test_the_batch_separates_the_hosts_issue_time_from_the_devices(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: time.sleep(0.02))
     batch, host = B._batch_ms(lambda i: time.sleep(0.001), 1, "cuda", 4)
     assert host < 3.0 and batch > host + 3.0, (batch, host)
+
+
+def test_the_model_families_run_on_the_reference(tmp_path):
+    """bench_model's block (decode: the cheapest mode on the interpreter) and host cases: inputs, the check
+    against the torch block, two baselines' ratios, and the JSON; the profile is GPU-only (empty here)."""
+    from hk_portable.bench_model import block_case, host_case
+    tiny = dict(dim=256, num_heads=2, num_kv_heads=1, ffn_dim=256)
+    cases = [block_case("decode", decode_batch=2, context=32, **tiny), host_case("rms_norm")]
+    report = B.run(cases, "cpu", "reference", budget_s=0.01, progress=False)
+    block, host = report["results"]
+    assert "error" not in block and "error" not in host, report["results"]
+    assert block["rel_error"] < 1e-2 and host["rel_error"] < 1e-2
+    assert block["work"] > 0 and block["context"] == 32 and block["profile"] == {}
+    assert set(block["ratios_hk_over_each_baseline"]) == {"torch (cuBLAS, SDPA, F.rms_norm)"}
+    assert host["unit"] == "kcall/s" and host["hk"]["rate"] > 0
+    B.to_json(report, str(tmp_path / "m.json"))

@@ -107,3 +107,52 @@ def test_readme_torch_example_runs():
     scope = {"torch": torch, "x": torch.randn(2, 10, 128).to(bf16)}
     exec(compile(block, "README.md", "exec"), scope)
     assert scope["y"].shape == (2, 10, 128) and scope["y"].dtype == bf16
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_norm_defaults_are_torchs_for_every_dtype(dtype):
+    """Default eps where it decides the result (mean square ~1e-6): RMSNorm's None is the f32 epsilon torch
+    computes in, not the input dtype's (bf16's differed from torch by up to 1.9); LayerNorm's 1e-5."""
+    torch.manual_seed(4)
+    x = (torch.randn(3, 5, 96) * 1e-3).to(dtype)
+    tol = 1e-5 if dtype == torch.float32 else 2 ** -7
+    for ours, theirs in ((hnn.RMSNorm(96), nn.RMSNorm(96)), (hnn.LayerNorm(96), nn.LayerNorm(96)),
+                         (hnn.RMSNorm(96, elementwise_affine=False), nn.RMSNorm(96, elementwise_affine=False))):
+        assert ours.eps == theirs.eps
+        _close(ours.to(dtype)(x), theirs.to(dtype)(x), tol)
+
+
+def test_empty_batch_and_empty_sum_give_what_torch_gives():
+    """An MoE expert with no tokens ([0, K] input) gives [0, N]; K = 0 gives zeros, forward and backward."""
+    lin = hnn.Linear(64, 32, bias=False, dtype=bf16)
+    x = torch.randn(0, 64, dtype=bf16, requires_grad=True)
+    y = lin(x)
+    assert y.shape == (0, 32)
+    y.sum().backward()
+    assert x.grad.shape == (0, 64) and lin.weight.grad.abs().max() == 0
+    a = torch.randn(5, 0, dtype=bf16, requires_grad=True)
+    b = torch.randn(0, 7, dtype=bf16, requires_grad=True)
+    c = torch.ops.hk.gemm(a, b)
+    assert c.shape == (5, 7) and torch.equal(c, torch.zeros(5, 7, dtype=bf16))
+    c.sum().backward()
+    assert a.grad.shape == (5, 0) and b.grad.shape == (0, 7)
+    assert torch.ops.hk.gemm(torch.randn(2, 0, 3, 64, dtype=bf16), torch.randn(64, 8, dtype=bf16)).shape == (2, 0, 3, 8)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_gemm_op_in_every_layout_and_linear_gradients_keep_the_weights_layout(layout):
+    """torch.ops.hk.gemm on transposed views (the kernel's A_KM / B_NK forms) against float64; Linear's weight
+    gradient comes back row-major as the weight (dCᵀ A, not a transposed view autograd would copy)."""
+    torch.manual_seed(5)
+    a = torch.randn(48, 40).to(bf16).t() if layout[0] == "t" else torch.randn(40, 48).to(bf16)
+    b = torch.randn(24, 48).to(bf16).t() if layout[1] == "t" else torch.randn(48, 24).to(bf16)
+    a.requires_grad_(), b.requires_grad_()
+    c = torch.ops.hk.gemm(a, b)
+    _close(c, a.double() @ b.double(), 2 ** -7)
+    g = torch.randn_like(c)
+    c.backward(g)
+    _close(a.grad, g.double() @ b.double().t(), 2 ** -7)
+    _close(b.grad, a.double().t() @ g.double(), 2 ** -7)
+    lin = hnn.Linear(48, 24, bias=False, dtype=bf16)
+    lin(torch.randn(2, 40, 48, dtype=bf16)).sum().backward()
+    assert lin.weight.grad.is_contiguous()

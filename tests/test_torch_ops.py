@@ -237,3 +237,30 @@ def test_serving_ops_give_the_wrappers_results():
     o, lse = op(*args)
     o2, lse2 = attention_kvcache(*args[:5], num_splits=3)
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+def test_the_first_op_calls_import_no_dynamo(tmp_path):
+    """A process that never compiles loads nothing of torch._dynamo: the ops are registered on the dispatcher
+    directly (torch.library.custom_op's per-call wrapper imported it at an op's first call: 2.4 s and 542 modules
+    on a CPU). Each op and its backward, in a fresh process, with the compile cache of this test."""
+    import subprocess
+    import sys
+    code = """
+import sys, torch
+import hk_portable.nn as hnn
+from hk_portable.nn import functional as F
+from hk_portable.kernels.rotary import tables
+bf16 = torch.bfloat16
+x = torch.randn(2, 8, 64, dtype=bf16, requires_grad=True)
+lin = hnn.Linear(64, 64, bias=False, dtype=bf16)
+y = F.rms_norm(lin(x), (64,))
+q = torch.randn(1, 2, 8, 64, dtype=bf16, requires_grad=True)
+cos, sin = tables(16, 64)
+o = F.attention(F.rotary(q, cos, sin, heads_first=True), q, q, causal=True)
+(y.float().sum() + o.float().sum()).backward()
+print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**__import__("os").environ, "HK_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("no dynamo")

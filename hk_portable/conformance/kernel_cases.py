@@ -34,25 +34,30 @@ def _wrapper(module: str, name: str):
 
 # ============================================================================================== gemm
 GEMM_SHAPES = ((1, 1, 1), (17, 33, 65), (100, 70, 130), (256, 256, 256))
+# the operand layouts a Linear layer produces (A then B; t: a transposed view, as x.t() or W.t() give)
+GEMM_LAYOUT_SHAPES = ((17, 33, 65), (100, 70, 130), (256, 256, 256))
 
 
-def _gemm_case(dtype: str, out_dtype: str, shape) -> Case:
+def _gemm_case(dtype: str, out_dtype: str, shape, layout: str = "nn") -> Case:
     M, N, K = shape
 
     def make(gen):
-        a = rand_float(gen, (M, K), dtype, 0.1, 2.0)
-        b = rand_float(gen, (K, N), dtype, 0.1, 2.0)
+        a = rand_float(gen, (K, M), dtype, 0.1, 2.0).t() if layout[0] == "t" else rand_float(gen, (M, K), dtype, 0.1, 2.0)
+        b = rand_float(gen, (N, K), dtype, 0.1, 2.0).t() if layout[1] == "t" else rand_float(gen, (K, N), dtype, 0.1, 2.0)
         value = f64(a) @ f64(b)
         scale = f64(a).abs() @ f64(b).abs()
         gemm = _wrapper("gemm", "gemm")
         return Setup({"a": a, "b": b}, {"c": poisoned((M, N), out_dtype)},
                      lambda t, be: gemm(t["a"], t["b"], t["c"], backend=be),
                      [Check("c = a @ b", "c", value, bound_for("gemm", out_dtype), scale=scale, k=K)])
-    return _kernel_case("gemm", f"{dtype}-{out_dtype}/{M}x{N}x{K}", make, "gemm")
+    suffix = "" if layout == "nn" else f"_{layout}"
+    return _kernel_case("gemm", f"{dtype}-{out_dtype}/{M}x{N}x{K}{suffix}", make, "gemm")
 
 
 def gemm_cases() -> list[Case]:
-    return [_gemm_case(dt, out, s) for dt in ("bf16", "f16") for out in ("f32", dt) for s in GEMM_SHAPES]
+    return ([_gemm_case(dt, out, s) for dt in ("bf16", "f16") for out in ("f32", dt) for s in GEMM_SHAPES]
+            + [_gemm_case(dt, dt, s, lay) for dt in ("bf16", "f16") for s in GEMM_LAYOUT_SHAPES
+               for lay in ("nt", "tn", "tt")])
 
 
 # ========================================================================================== gemm_fp8

@@ -1,4 +1,10 @@
-"""C = A @ B with f32 accumulation: A [M, K], B [K, N] in bf16 or f16, C of any float dtype."""
+"""C = A @ B with f32 accumulation: A [M, K], B [K, N] in bf16 or f16, C of any float dtype.
+
+Which dimension of each operand is unit-stride is part of the specialisation (consts A_KM, B_NK): a transposed
+view is read as the contiguous tensor it views (`x.t()` as x [K, M], `W.t()` as W [N, K]), in whole tiles of
+that tensor, and the mma takes the operand transposed (mma_AtB, mma_ABt, mma_AtBt). So `x @ W.t()` (every
+Linear forward), `g @ W` (its input gradient) and `x.t() @ g` (its weight gradient) run the same pipeline as
+`a @ b`, with loads a backend can issue as bulk copies (TMA on sm_90a) instead of element-wise ones."""
 from __future__ import annotations
 
 import torch
@@ -10,19 +16,21 @@ from hk_portable.interface.kernel import check_no_overlap
 
 @hk.kernel(num_warps=4)
 def gemm_kernel(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 64, BN: hk.const = 64, BK: hk.const = 32,
-                STAGES: hk.const = 2):
+                STAGES: hk.const = 2, A_KM: hk.const = False, B_NK: hk.const = False):
+    """c = A @ B; A_KM: `a` holds A as [K, M] (A's transpose, contiguous); B_NK: `b` holds B as [N, K]."""
     m, n = hk.block_idx(0), hk.block_idx(1)
-    a_s = hk.shared(ST[a.dtype, BM, BK], stages=STAGES)
-    b_s = hk.shared(ST[b.dtype, BK, BN], stages=STAGES)
+    a_s = hk.shared(ST[a.dtype, BK, BM] if A_KM else ST[a.dtype, BM, BK], stages=STAGES)
+    b_s = hk.shared(ST[b.dtype, BN, BK] if B_NK else ST[b.dtype, BK, BN], stages=STAGES)
 
     def load(k, s):
-        hk.load(a_s[s], a, (m, k))       # rows/cols past the edge of A or B read 0
-        hk.load(b_s[s], b, (k, n))
+        hk.load(a_s[s], a, (k, m) if A_KM else (m, k))      # rows/cols past the edge of A or B read 0
+        hk.load(b_s[s], b, (n, k) if B_NK else (k, n))
 
     def compute(k, s, acc):
-        return hk.mma(a_s[s], b_s[s], acc)
+        return hk.mma(a_s[s], b_s[s], acc, trans_a=A_KM, trans_b=B_NK)
 
-    acc = hk.pipeline(hk.cdiv(a.shape[1], BK), load, compute, carry=hk.zeros(RT[f32, BM, BN]), stages=STAGES)
+    k_extent = a.shape[0] if A_KM else a.shape[1]
+    acc = hk.pipeline(hk.cdiv(k_extent, BK), load, compute, carry=hk.zeros(RT[f32, BM, BN]), stages=STAGES)
     hk.store(c, acc.to(c.dtype), (m, n))
 
 
@@ -52,9 +60,41 @@ def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16):
     return (a, b, torch.empty(M, N, device=device, dtype=torch.float32)), DEFAULT_CONFIG
 
 
+LAYOUTS = ("nn", "nt", "tn", "tt")      # A then B: n as given ([M, K], [K, N]), t a transposed view
+
+
+def operand(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(the tensor the kernel reads, whether it holds the operand transposed): a transposed view (unit stride
+    down its first dim, not along its rows) is read as the tensor it views; any other layout as given."""
+    if t.stride(1) != 1 and t.shape[1] > 1 and t.stride(0) == 1:
+        return t.t(), True
+    return t, False
+
+
+def layout_of(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
+    """(a, b, A_KM, B_NK) as the kernel takes them."""
+    a_in, a_km = operand(a)
+    b_in, b_nk = operand(b)
+    return a_in, b_in, a_km, b_nk
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, out_dtype=None, backend=None,
          **config) -> torch.Tensor:
     """out = a @ b (f32 accumulation). a: [M, K], b: [K, N], both bf16 or both f16."""
+    check_operands(a, b)
+    M, N = a.shape[0], b.shape[1]
+    if out is None:
+        out = a.new_empty((M, N), dtype=out_dtype or a.dtype)
+    else:
+        if tuple(out.shape) != (M, N):
+            raise ArgumentError(f"gemm: 'out' must have shape {(M, N)}, got {tuple(out.shape)}")
+        if not out.is_floating_point() or out.dtype == torch.float64:
+            raise ArgumentError(f"gemm: 'out' must be f32, bf16 or f16, got {out.dtype}")
+        check_no_overlap("gemm", {"out": out}, {"a": a, "b": b})
+    return gemm_into(a, b, out, backend, **config)
+
+
+def check_operands(a, b) -> None:
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise ArgumentError(f"gemm: '{name}' must be a 2-D tensor, got "
@@ -66,19 +106,35 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *, o
     if a.shape[1] != b.shape[0]:
         raise ArgumentError(f"gemm: 'a' is {tuple(a.shape)} and 'b' is {tuple(b.shape)}: a.shape[1] must equal "
                             "b.shape[0]")
-    M, N = a.shape[0], b.shape[1]
-    if out is None:
-        out = torch.empty(M, N, device=a.device, dtype=out_dtype or a.dtype)
-    elif tuple(out.shape) != (M, N):
-        raise ArgumentError(f"gemm: 'out' must have shape {(M, N)}, got {tuple(out.shape)}")
-    elif not out.is_floating_point() or out.dtype in (torch.float64,):
-        raise ArgumentError(f"gemm: 'out' must be f32, bf16 or f16, got {out.dtype}")
-    check_no_overlap("gemm", {"out": out}, {"a": a, "b": b})
+
+
+def gemm_into(a, b, out, backend=None, **config):
+    """out = a @ b for checked operands (check_operands) and an `out` [M, N] of a float dtype that overlaps
+    neither (one the caller allocated): the launch alone, what hk::gemm calls."""
+    M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    if K == 0:              # an empty sum: zeros, as torch gives
+        return out.zero_()
+    if M == 0 or N == 0:
+        return out
+    a, b, a_km, b_nk = layout_of(a, b)
+    flags = dict(A_KM=a_km, B_NK=b_nk)
+
     def launch(cfg):
         gemm_kernel(a, b, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
 
     if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        config = gemm_kernel.choose_config(lambda: candidates({}), a, b, out, backend=backend, launch=launch, key=(),
-                                           bucket=hk.shape_bucket(M, N, a.shape[1]))
-    launch({**DEFAULT_CONFIG, **config})
+        config = gemm_kernel.choose_config(lambda: candidates(flags), a, b, out, backend=backend, launch=launch,
+                                           key=(a_km, b_nk), bucket=hk.shape_bucket(M, N, K))
+    launch({**DEFAULT_CONFIG, **config, **flags})
+    return out
+    a, b, a_km, b_nk = layout_of(a, b)
+    flags = dict(A_KM=a_km, B_NK=b_nk)
+
+    def launch(cfg):
+        gemm_kernel(a, b, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
+
+    if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
+        config = gemm_kernel.choose_config(lambda: candidates(flags), a, b, out, backend=backend, launch=launch,
+                                           key=(a_km, b_nk), bucket=hk.shape_bucket(M, N, K))
+    launch({**DEFAULT_CONFIG, **config, **flags})
     return out

@@ -64,9 +64,11 @@ def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | Non
 
 def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
              eps: float | None = None) -> torch.Tensor:
-    """As torch.nn.functional.rms_norm (eps None: the input dtype's machine epsilon)."""
+    """As torch.nn.functional.rms_norm. eps None: torch's default, the machine epsilon of the dtype the norm is
+    computed in (f32 for bf16/f16/f32 inputs), not of the input's dtype (bf16's is 2^16 times larger)."""
     rows, d = _rows(input, normalized_shape)
-    eps = torch.finfo(input.dtype).eps if eps is None else eps
+    if eps is None:
+        eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
     y, _ = torch.ops.hk.rms_norm(rows, torch.zeros_like(rows), _vector(weight, d, rows, 1.0), None, 0.0, 0, 0, eps)
     return y.reshape(input.shape)
 
