@@ -12,7 +12,7 @@ set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
 export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
-STEPS=${STEPS:-"env precompile correct conformance gemm host first block"}
+STEPS=${STEPS:-"env precompile correct conformance gemm host hostprof first block"}
 SUMMARY="$OUT/summary.txt"
 LOG="$OUT/log.txt"
 touch "$SUMMARY" "$LOG"
@@ -57,11 +57,12 @@ step correct 300 python3 benchmarks/layout_check.py --json "$OUT/layout_check.js
 step conformance 300 $HK conformance --backend cuda -k kernel/gemm/ --json "$OUT/conformance_gemm.json"
 step gemm 420 $HK bench -k "gemm bf16" --json "$OUT/bench_gemm.json"
 step host 200 $HK bench -k "op call" --json "$OUT/bench_host.json"
-step first 400 python3 benchmarks/first_call.py --json "$OUT/first_call.json"
+step hostprof 150 python3 benchmarks/host_profile.py --out "$OUT/host_profile.txt"
+step first 300 python3 benchmarks/first_call.py --repeats 2 --json "$OUT/first_call.json"
 step block 560 $HK bench -k "llama block" --json "$OUT/bench_block.json"
 
 # the tables (the reply carries the end of the output)
-grep -E "layout_check:|model_precompile:|CONFORMS|FAILED" "$LOG" | tail -8
+grep -E "layout_check:|model_precompile:|CONFORMS|FAILED| us/call " "$LOG" | tail -14
 for f in bench_gemm bench_host bench_block; do
     [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'
 import json, sys

@@ -123,3 +123,27 @@ def test_a_failed_launch_is_an_error_that_names_the_driver_result(plan):
     y = torch.zeros(2, 2, 2)
     with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_701"):
         plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")
+
+
+def test_a_thread_without_a_current_context_gets_the_plans_and_launches(plan):
+    """torch's autograd device threads set the device without making a context current: the first launch there
+    returns CUDA_ERROR_INVALID_CONTEXT; the plan makes its context current and launches again (once)."""
+    x, y = torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2)
+    refused = []
+
+    def launch_kernel(*args):
+        if plan.drv.context == 0:
+            refused.append(1)
+            return plan.drv.CUDA_ERROR_INVALID_CONTEXT
+        return plan.launches.launch_kernel(*args)
+    plan.launches.c_function = fake_cuda.LaunchFunction(launch_kernel)
+    plan.drv.context = 0
+    plan.launch_kernel = plan.launches.c_function
+    if plan.c_launch is not None:
+        plan.drv.launch = plan.launches.c_function
+        plan.c_launch = plan._compiled_launcher()
+    plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")
+    assert refused == [1] and plan.drv.context == plan.ctx == 1 and len(plan.launches) == 1
+    plan.launches.rc = 5                              # any other error is still the driver's, in words
+    with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_5"):
+        plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")

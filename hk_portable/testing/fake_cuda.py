@@ -46,9 +46,15 @@ class FakeCudrv:
         self.launch = launch
         self.max_dynamic_shared = None
         self.unloaded = []
+        self.context = 1                # what cuCtxGetCurrent reports on every thread (0: none is current)
+
+    CUDA_ERROR_INVALID_CONTEXT = 201
 
     def current_context(self) -> int:
-        return 1
+        return self.context
+
+    def set_current_context(self, ctx: int) -> None:
+        self.context = ctx
 
     def load_module(self, image: bytes) -> int:
         return 7

@@ -13,6 +13,7 @@ from functools import lru_cache
 from ...interface.errors import BackendError
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CUDA_ERROR_INVALID_CONTEXT = 201
 _vp, _u32, _int = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
 _u32p, _u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
 
@@ -22,6 +23,7 @@ def lib() -> ctypes.CDLL:
     """libcuda with the argument types of the calls below (OSError where no driver is installed)."""
     cu = ctypes.CDLL("libcuda.so.1")
     for name, args in (("cuCtxGetCurrent", [ctypes.POINTER(_vp)]),
+                       ("cuCtxSetCurrent", [_vp]),
                        ("cuModuleLoadData", [ctypes.POINTER(_vp), ctypes.c_char_p]),
                        ("cuModuleGetFunction", [ctypes.POINTER(_vp), _vp, ctypes.c_char_p]),
                        ("cuFuncSetAttribute", [_vp, _int, _int]),
@@ -51,6 +53,10 @@ def current_context() -> int:
     ctx = _vp()
     check(lib().cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
     return ctx.value or 0
+
+
+def set_current_context(ctx: int) -> None:
+    check(lib().cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
 def load_module(binary: bytes) -> int:

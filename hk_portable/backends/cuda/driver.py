@@ -207,6 +207,8 @@ class LaunchPlan(_Packing):
         name = self.kernel_name
         if status == clauncher.STREAM_NOT_A_HANDLE:
             return self.c_launch(args, grid, self.stream_handle(stream))
+        if self._made_current(status):
+            return self.c_launch(args, grid, stream)
         if status == clauncher.GRID_REFUSED:
             self.check_grid(grid, name)
         if status < 0:
@@ -281,8 +283,18 @@ class LaunchPlan(_Packing):
             PERSISTENT_GRID.pack_into(slot[0], self.grid_at, gx, gy, gz)
             gx, gy, gz = min(gx * gy * gz, self.sms), 1, 1
         rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
+        if self._made_current(rc):
+            rc = self.launch_kernel(self.func, gx, gy, gz, self.threads, 1, 1, self.shared, handle, slot[1], slot[2])
         if rc:
             raise self._failed(rc, grid, kernel_name)
+
+    def _made_current(self, rc: int) -> bool:
+        """Whether a launch refused for want of a current context (a thread that has made none current: torch's
+        autograd device threads set the device without one) can be retried, the plan's context now current."""
+        if rc != cudrv.CUDA_ERROR_INVALID_CONTEXT or cudrv.current_context() != 0:
+            return False
+        cudrv.set_current_context(self.ctx)
+        return True
 
     def unload(self) -> None:
         try:

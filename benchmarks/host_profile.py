@@ -1,0 +1,88 @@
+"""Where a launch-bound op call's host microseconds go: each torch.ops.hk op at a tiny size timed over many calls
+(no synchronize inside: the host's time per call), beside the torch op it replaces, then the same calls under
+cProfile (the top functions by own time). On a GPU the launches are real; on a CPU machine the reference backend
+runs them (its interpreter, not the launch path, is then what shows).
+
+    python benchmarks/host_profile.py [--calls 2000] [--out host_profile.txt]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+import torch
+
+BF16 = torch.bfloat16
+
+
+def calls(device: str) -> dict:
+    import torch.nn.functional as TF
+
+    import hk_portable.nn  # noqa: F401
+    from hk_portable.kernels.rotary import tables
+    from hk_portable.nn import functional as F
+    x, w = torch.randn(8, 256, device=device, dtype=BF16), torch.randn(256, 256, device=device, dtype=BF16)
+    q, k = torch.randn(1, 8, 1, 128, device=device, dtype=BF16), torch.randn(1, 8, 256, 128, device=device, dtype=BF16)
+    xn, wn = torch.randn(8, 1024, device=device, dtype=BF16), torch.randn(1024, device=device, dtype=BF16)
+    xr = torch.randn(1, 8, 8, 128, device=device, dtype=BF16)
+    cos, sin = tables(64, 128, device=device)
+    return {
+        "gemm": (lambda: F.linear(x, w), lambda: TF.linear(x, w)),
+        "attention": (lambda: F.attention(q, k, k), lambda: TF.scaled_dot_product_attention(q, k, k)),
+        "rms_norm": (lambda: F.rms_norm(xn, (1024,), wn), lambda: TF.rms_norm(xn, (1024,), wn)),
+        "rotary": (lambda: F.rotary(xr, cos, sin), None),
+    }
+
+
+def per_call_us(fn, n: int, device: str) -> float:
+    for _ in range(20):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t = time.perf_counter() - t0
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return t / n * 1e6
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    n = args.calls if device == "cuda" else 20
+    report = io.StringIO()
+    rows = []
+    for name, (ours, theirs) in calls(device).items():
+        with torch.inference_mode():
+            hk_us = per_call_us(ours, n, device)
+            torch_us = per_call_us(theirs, n, device) if theirs else float("nan")
+            rows.append((name, hk_us, torch_us))
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(n):
+                ours()
+            prof.disable()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        print(f"\n===== {name}: hk {hk_us:.1f} us/call, torch {torch_us:.1f} us/call", file=report)
+        pstats.Stats(prof, stream=report).sort_stats("tottime").print_stats(18)
+    text = report.getvalue()
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    for name, hk_us, torch_us in rows:
+        print(f"{name:10} hk {hk_us:7.1f} us/call   torch {torch_us:7.1f} us/call   ratio {hk_us / torch_us:5.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
