@@ -332,35 +332,48 @@ rotary.register_autograd(_rotary_backward, setup_context=_rotary_setup)
 
 
 # --------------------------------------------------------------------------------------- normalisations
+def _no_h(x, residual, p) -> bool:
+    """A plain norm (no residual, no dropout): h would be x itself, so the kernel writes none and the op returns an
+    empty h (an op's outputs never alias its inputs); autograd saves x in its place."""
+    return residual is None and p == 0
+
+
+def _norm(fn, x, residual, weight, bias, p, seed, offset, eps, backend):
+    y, h = fn(x, residual, weight, bias, p=p, seed=seed, offset=offset, eps=eps, backend=backend)
+    return (y, x.new_empty(0)) if _no_h(x, residual, p) else (y, h)
+
+
 @_Op
-def dropout_residual_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+def dropout_residual_layernorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
                                bias: torch.Tensor | None = None, p: float = 0.0, seed: int = 0, offset: int = 0,
                                eps: float = 1e-5, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, h): h = dropout(x, p; Philox seed/offset) + residual, y = layernorm(h) * weight (+ bias); x, residual
-    [rows, d]; seed and offset < 2**63 (the schema's int)."""
-    return _layernorm.dropout_residual_layernorm(x, residual, weight, bias, p=p, seed=seed, offset=offset, eps=eps,
-                                                 backend=backend)
+    [rows, d]; seed and offset < 2**63 (the schema's int). residual None: none; then with p = 0 (a plain norm)
+    h is x and comes back empty ([0])."""
+    return _norm(_layernorm.dropout_residual_layernorm, x, residual, weight, bias, p, seed, offset, eps, backend)
 
 
 @_Op
-def rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+def rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None = None,
              p: float = 0.0, seed: int = 0, offset: int = 0, eps: float = 1e-6,
              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y, h): h = dropout(x, p) + residual, y = h / sqrt(mean(h²) + eps) * weight (+ bias)."""
-    return _layernorm.dropout_residual_rmsnorm(x, residual, weight, bias, p=p, seed=seed, offset=offset, eps=eps,
-                                               backend=backend)
+    """(y, h): h = dropout(x, p) + residual, y = h / sqrt(mean(h²) + eps) * weight (+ bias); residual None and
+    p = 0: h comes back empty, as for hk::dropout_residual_layernorm."""
+    return _norm(_layernorm.dropout_residual_rmsnorm, x, residual, weight, bias, p, seed, offset, eps, backend)
 
 
 def _norm_fake(x, residual, weight, bias=None, p=0.0, seed=0, offset=0, eps=1e-5, backend=None):
-    return torch.empty_like(x), torch.empty_like(x)
+    return torch.empty_like(x), (x.new_empty(0) if _no_h(x, residual, p) else torch.empty_like(x))
 
 
 def _norm_setup(rms: bool):
     def setup(ctx, inputs, output):
         x, residual, weight, bias, p, seed, offset, eps, backend = inputs
-        ctx.save_for_backward(output[1], weight)           # h and w: enough to recompute the statistics
-        ctx.args = (rms, p, seed, offset, eps, x.dtype, residual.dtype, None if bias is None else bias.dtype,
-                    backend)
+        # h (x itself for a plain norm) and w: enough to recompute the statistics
+        ctx.save_for_backward(x if _no_h(x, residual, p) else output[1], weight)
+        ctx.has_residual = residual is not None
+        ctx.args = (rms, p, seed, offset, eps, x.dtype, x.dtype if residual is None else residual.dtype,
+                    None if bias is None else bias.dtype, backend)
     return setup
 
 
@@ -392,10 +405,11 @@ def _norm_backward(ctx, grad_y, grad_h):
     h, weight = ctx.saved_tensors
     rms, p, seed, offset, eps, x_dtype, res_dtype, bias_dtype, backend = ctx.args
     dy = torch.zeros_like(h) if grad_y is None else grad_y.contiguous()
-    dh = None if grad_h is None else grad_h.contiguous()
+    dh = None if grad_h is None or grad_h.numel() != h.numel() else grad_h.contiguous()
     dx, dres, dw, db = norm_backward(dy, h, weight, dh, rms, p, seed, offset, eps, x_dtype, res_dtype, bias_dtype,
                                      backend)
-    return dx, dres, dw, None if bias_dtype is None else db, None, None, None, None, None
+    return (dx, dres if ctx.has_residual else None, dw, None if bias_dtype is None else db,
+            None, None, None, None, None)
 
 
 for _op, _rms in ((dropout_residual_layernorm, False), (rms_norm, True)):

@@ -44,3 +44,28 @@ def test_errors_name_the_rmsnorm_entry_point():
         dropout_residual_rmsnorm(x, x.clone(), torch.ones(63))
     with pytest.raises(ArgumentError, match=r"dropout_residual_rmsnorm: 'seed' must be an int in \[0, 2\*\*64\)"):
         dropout_residual_rmsnorm(x, x.clone(), torch.ones(64), seed=-1)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cuda:sm_80:emulated", "hip:gfx942:emulated"])
+def test_a_norm_without_residual_reads_none_and_writes_no_h(backend, request):
+    """residual=None: the kernel reads no residual (RESIDUAL=False); with p = 0 it writes no h either
+    (STORE_H=False) and h is x itself; with dropout h is written. Both against float64 math, one-pass and
+    swept shapes, poisoned outputs."""
+    from hk_portable.kernels.layernorm import dropout_residual_layernorm, reference
+    if backend.startswith("hip"):
+        request.getfixturevalue("hip_emulator")
+    torch.manual_seed(7)
+    for d in (300, 4100):
+        x = torch.randn(5, d).to(torch.bfloat16)
+        w, b = torch.randn(d), torch.randn(d)
+        for rms, p in ((True, 0.0), (False, 0.0), (True, 0.25)):
+            fn = dropout_residual_rmsnorm if rms else dropout_residual_layernorm
+            out = torch.full_like(x, float("nan"))
+            y, h = fn(x, None, w, None if rms else b, p=p, seed=3, eps=1e-6, out=out, backend=backend)
+            y_ref, h_ref = reference(x, None, w, None if rms else b, p=p, seed=3, eps=1e-6, rms=rms)
+            assert y is out and not y.isnan().any()
+            assert (y.double() - y_ref).abs().max() < 2e-2 * y_ref.abs().max(), (d, rms, p)
+            if p == 0:
+                assert h is x
+            else:
+                assert (h.double() - h_ref).abs().max() <= 1e-2 * h_ref.abs().max()

@@ -110,31 +110,38 @@ def check_operands(a, b) -> None:
 
 def gemm_into(a, b, out, backend=None, **config):
     """out = a @ b for checked operands (check_operands) and an `out` [M, N] of a float dtype that overlaps
-    neither (one the caller allocated): the launch alone, what hk::gemm calls."""
+    neither (one the caller allocated): the launch alone, what hk::gemm calls. A call without `config` reuses
+    what the last call with the same shapes, strides, dtypes, device and backend selection decided (the
+    layout, the configuration and the grid): a repeat call is the views and the launch."""
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     if K == 0:              # an empty sum: zeros, as torch gives
         return out.zero_()
     if M == 0 or N == 0:
         return out
-    a, b, a_km, b_nk = layout_of(a, b)
-    flags = dict(A_KM=a_km, B_NK=b_nk)
+    plan = None
+    if not config:
+        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, out.dtype, a.device, backend,
+               hk.selection_key())
+        plan = _PLANS.get(key)
+    if plan is None:
+        a_in, b_in, a_km, b_nk = layout_of(a, b)
+        flags = dict(A_KM=a_km, B_NK=b_nk)
 
-    def launch(cfg):
-        gemm_kernel(a, b, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
+        def launch(cfg):
+            gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
 
-    if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        config = gemm_kernel.choose_config(lambda: candidates(flags), a, b, out, backend=backend, launch=launch,
-                                           key=(a_km, b_nk), bucket=hk.shape_bucket(M, N, K))
-    launch({**DEFAULT_CONFIG, **config, **flags})
+        if config:
+            return launch({**DEFAULT_CONFIG, **config, **flags})
+        # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
+        chosen = gemm_kernel.choose_config(lambda: candidates(flags), a_in, b_in, out, backend=backend,
+                                           launch=launch, key=(a_km, b_nk), bucket=hk.shape_bucket(M, N, K))
+        cfg = {**DEFAULT_CONFIG, **chosen, **flags}
+        plan = _PLANS[key] = (a_km, b_nk, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), cfg)
+        if len(_PLANS) > 4096:
+            _PLANS.pop(next(iter(_PLANS)))
+    a_km, b_nk, grid, cfg = plan
+    gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, out, grid=grid, backend=backend, **cfg)
     return out
-    a, b, a_km, b_nk = layout_of(a, b)
-    flags = dict(A_KM=a_km, B_NK=b_nk)
 
-    def launch(cfg):
-        gemm_kernel(a, b, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
 
-    if not config:          # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        config = gemm_kernel.choose_config(lambda: candidates(flags), a, b, out, backend=backend, launch=launch,
-                                           key=(a_km, b_nk), bucket=hk.shape_bucket(M, N, K))
-    launch({**DEFAULT_CONFIG, **config, **flags})
-    return out
+_PLANS: dict = {}       # gemm_into's per-signature decisions (bounded; a tuning change clears Kernel memos too)

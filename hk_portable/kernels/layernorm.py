@@ -1,6 +1,10 @@
 """Fused dropout + residual + layernorm or RMSNorm: h = dropout(x, p) + residual;
 y = layernorm(h) * w + b, or y = h / sqrt(mean(h²) + eps) * w (+ b).
 
+Without a residual (residual=None: RESIDUAL=False) none is read; where h is x itself (no residual, p = 0: a plain
+norm) it is not written either (STORE_H=False) and the wrappers return x as h: a plain norm reads x once and
+writes y, as torch's does.
+
 Two shapes of the same math, chosen by the ONE_PASS const: where a block's rows fit one column tile
 (BC >= d_model), h stays in registers and x and residual are read once; wider rows are swept in column
 tiles, three passes for layernorm (mean, variance, output; two for RMSNorm) recomputing h from x and
@@ -26,7 +30,8 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
                                       h_out: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                                       offset_lo: int, offset_hi: int, *, BR: hk.const = 64,
                                       BC: hk.const = 128, DROPOUT: hk.const = True, RMS: hk.const = False,
-                                      BIAS: hk.const = True, ONE_PASS: hk.const = False):
+                                      BIAS: hk.const = True, ONE_PASS: hk.const = False,
+                                      RESIDUAL: hk.const = True, STORE_H: hk.const = True):
     r = hk.block_idx(0)
     d = x.shape[1]
     n_tiles = hk.cdiv(d, BC)
@@ -39,12 +44,13 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
         if DROPOUT:
             keep = hk.dropout_mask(xt, p, (seed_lo, seed_hi), (offset_lo, offset_hi), r * BR, c * BC, d)
             xt = hk.where(keep, xt * inv_keep, 0.0)
-        return xt + hk.load(RT[f32, BR, BC], residual, (r, c))
+        return xt + hk.load(RT[f32, BR, BC], residual, (r, c)) if RESIDUAL else xt
 
     def sum_pass(c, total):
         """h written out; its row sum (layernorm's mean) or sum of squares (RMSNorm's); padding is 0."""
         h = h_tile(c)
-        hk.store(h_out, h.to(h_out.dtype), (r, c))
+        if STORE_H:
+            hk.store(h_out, h.to(h_out.dtype), (r, c))
         return total + hk.row_sum(h * h if RMS else h)
 
     def normalise(centred_of, rstd, c):
@@ -59,7 +65,8 @@ def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], 
 
     if ONE_PASS:            # the whole row in one tile (BC >= d): h never leaves registers
         h = h_tile(0)
-        hk.store(h_out, h.to(h_out.dtype), (r, 0))
+        if STORE_H:
+            hk.store(h_out, h.to(h_out.dtype), (r, 0))
         if RMS:
             normalise(lambda: h, hk.rsqrt(hk.row_sum(h * h) * inv_d + eps), 0)
         else:
@@ -122,13 +129,13 @@ def _words(value: int, what: str, fn: str = "dropout_residual_layernorm") -> tup
 
 
 def _check(fn, x, residual, weight, bias, p, eps):
-    for name, t in (("x", x), ("residual", residual)):
+    for name, t in (("x", x), ("residual", x if residual is None else residual)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise ArgumentError(f"{fn}: '{name}' must be a 2-D tensor [rows, d_model], got "
                                 f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
         if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise ArgumentError(f"{fn}: '{name}' must be bf16, f16 or f32, got {t.dtype}")
-    if residual.shape != x.shape:
+    if residual is not None and residual.shape != x.shape:
         raise ArgumentError(f"{fn}: 'residual' must have the shape of 'x' {tuple(x.shape)}, "
                             f"got {tuple(residual.shape)}")
     d = x.shape[1]
@@ -151,7 +158,7 @@ def _check(fn, x, residual, weight, bias, p, eps):
 def dropout_residual_layernorm(x, residual, weight, bias, *, p: float = 0.0, seed: int = 0, offset: int = 0,
                                eps: float = 1e-5, out=None, h_out=None, backend=None, **config):
     """Returns (y, h): h = dropout(x, p) + residual, y = layernorm(h) * weight + bias (bias may be None),
-    both in x's dtype."""
+    both in x's dtype. residual=None: no residual (h is x itself where p = 0)."""
     return _fused("dropout_residual_layernorm", False, x, residual, weight, bias, p, seed, offset, eps, out, h_out,
                   backend, config)
 
@@ -166,18 +173,24 @@ def dropout_residual_rmsnorm(x, residual, weight, bias=None, *, p: float = 0.0, 
 
 def _fused(fn, rms, x, residual, weight, bias, p, seed, offset, eps, out, h_out, backend, config):
     _check(fn, x, residual, weight, bias, p, eps)
+    given = out is not None or h_out is not None    # fresh outputs overlap nothing: no check (host time)
+    store_h = residual is not None or p > 0 or h_out is not None
     y = torch.empty_like(x) if out is None else out
-    h = torch.empty_like(x) if h_out is None else h_out
+    h = h_out if h_out is not None else torch.empty_like(x) if store_h else x
     for name, t in (("out", y), ("h_out", h)):
         if t.shape != x.shape or not t.is_floating_point():
             raise ArgumentError(f"{fn}: '{name}' must be a float tensor of shape {tuple(x.shape)}, got "
                                 f"{tuple(t.shape)} {t.dtype}")
-    inputs = {"x": x, "residual": residual, "weight": weight, **({"bias": bias} if bias is not None else {})}
-    check_no_overlap(fn, {"out": y, "h_out": h}, inputs)
-    flags = {"DROPOUT": p > 0, "RMS": rms, "BIAS": bias is not None}
+    inputs = {"x": x, **({"residual": residual} if residual is not None else {}), "weight": weight,
+              **({"bias": bias} if bias is not None else {})}
+    if given:
+        check_no_overlap(fn, {"out": y, **({"h_out": h} if store_h else {})}, inputs)
+    flags = {"DROPOUT": p > 0, "RMS": rms, "BIAS": bias is not None, "RESIDUAL": residual is not None,
+             "STORE_H": store_h}
     s_lo, s_hi = _words(seed, "seed", fn)
     o_lo, o_hi = _words(offset, "offset", fn)
-    args = (x, residual, weight, weight if bias is None else bias, y, h, float(p), float(eps), s_lo, s_hi, o_lo, o_hi)
+    args = (x, x if residual is None else residual, weight, weight if bias is None else bias, y, h, float(p),
+            float(eps), s_lo, s_hi, o_lo, o_hi)
 
     def launch(cfg):
         dropout_residual_layernorm_kernel(*args, grid=(hk.cdiv(x.shape[0], cfg["BR"]),), backend=backend, **cfg)
@@ -199,7 +212,7 @@ def reference(x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5, rms=
         idx = offset + torch.arange(rows).view(-1, 1) * d + torch.arange(d).view(1, -1)
         keep = dropout_keep(p, seed, idx.to(torch.int64)).to(x.device)
         xd = torch.where(keep, xd / (1 - p), torch.zeros_like(xd))
-    h = xd + residual.double()
+    h = xd if residual is None else xd + residual.double()
     centred = h if rms else h - h.mean(-1, keepdim=True)
     y = centred / torch.sqrt((centred ** 2).mean(-1, keepdim=True) + eps) * weight.double()
     return (y if bias is None else y + bias.double()), h

@@ -96,7 +96,7 @@ def candidates(consts: dict, args: tuple) -> list[dict]:
 def _halves(t: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     half = t.shape[-1] // 2
     if layout == "neox":
-        return t[..., :half], t[..., half:]
+        return t.narrow(-1, 0, half), t.narrow(-1, half, half)      # narrow: a view, cheaper than indexing
     return t[..., 0::2], t[..., 1::2]
 
 
@@ -146,14 +146,15 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str
     xv, ov = (x, out) if heads_first else (x.transpose(1, 2), out.transpose(1, 2))   # views [B, H, N, D]
     B, H, N, D = xv.shape
     flags = {"HALF": D // 2, "INVERSE": bool(inverse)}
-    c, s = cos[offset:offset + N], sin[offset:offset + N]
+    c, s = cos.narrow(0, offset, N), sin.narrow(0, offset, N)
     args = (*_halves(xv, layout), c, s, *_halves(ov, layout))
 
     def launch(cfg):
         cfg = {**DEFAULT_CONFIG, **cfg, **flags}
         views = args
         if cfg["HEADS"]:                    # [B, N, H, HALF]: a tile's rows are heads at one position
-            views = tuple(t.transpose(1, 2) if t.dim() == 4 else t for t in args)
+            xh, oh = (x.transpose(1, 2), out.transpose(1, 2)) if heads_first else (x, out)
+            views = (*_halves(xh, layout), c, s, *_halves(oh, layout))
         grid = (hk.cdiv(N, cfg["BN"]), hk.cdiv(H, cfg["BH"]), B)
         rotary_kernel(*views, grid=grid, backend=backend, **cfg)
 

@@ -57,7 +57,7 @@ def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | Non
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     """As torch.nn.functional.layer_norm, over the trailing `normalized_shape` dims."""
     rows, d = _rows(input, normalized_shape)
-    y, _ = torch.ops.hk.dropout_residual_layernorm(rows, torch.zeros_like(rows), _vector(weight, d, rows, 1.0),
+    y, _ = torch.ops.hk.dropout_residual_layernorm(rows, None, _vector(weight, d, rows, 1.0),
                                                    _vector(bias, d, rows, None), 0.0, 0, 0, eps)
     return y.reshape(input.shape)
 
@@ -69,7 +69,7 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     rows, d = _rows(input, normalized_shape)
     if eps is None:
         eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
-    y, _ = torch.ops.hk.rms_norm(rows, torch.zeros_like(rows), _vector(weight, d, rows, 1.0), None, 0.0, 0, 0, eps)
+    y, _ = torch.ops.hk.rms_norm(rows, None, _vector(weight, d, rows, 1.0), None, 0.0, 0, 0, eps)
     return y.reshape(input.shape)
 
 

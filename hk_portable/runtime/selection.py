@@ -143,6 +143,12 @@ def current_context() -> str | None:
     return _context.get()
 
 
+def selection_key() -> tuple:
+    """What picks a call's backend besides its arguments and tensors' devices (the use_backend context,
+    HK_BACKEND): part of a wrapper's per-signature memo key (kernels/gemm.py), as it is of the fast path's."""
+    return _context.get(), env_backend_raw()
+
+
 @contextlib.contextmanager
 def use_backend(spec: str):
     """Within this block, kernels run on the backend (and target) `spec` names unless a call names one."""

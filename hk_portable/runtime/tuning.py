@@ -11,6 +11,7 @@ starts with the tuned choice and no timing. Without a device, or with tuning off
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -30,6 +31,7 @@ def enabled(tune: bool | None) -> bool:
     return bool(tune) if tune is not None else os.environ.get(ENV, "") not in ("", "0")
 
 
+@functools.lru_cache(maxsize=4096)      # every wrapper call asks; a hit is a fraction of the computation
 def bucket(*sizes: int) -> tuple[int, ...]:
     """Shape bucket: each size rounded up to a power of two (a tuned choice holds for its bucket)."""
     return tuple(1 << max(int(s) - 1, 0).bit_length() for s in sizes)
