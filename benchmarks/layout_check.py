@@ -32,7 +32,8 @@ def gemm_rows(device: str) -> list[dict]:
     gen = torch.Generator(device=device).manual_seed(0)
     rows = []
     for (M, N, K), (ta, tb) in itertools.product(((1, 1, 1), (17, 33, 65), (100, 72, 130), (1000, 1000, 1000),
-                                                  (4096, 4096, 4096), (8192, 5632, 2048), (333, 4096, 520)),
+                                                  (4096, 4096, 4096), (8192, 5632, 2048), (333, 4096, 520),
+                                                  (64, 5632, 2048), (8, 2048, 2048)),
                                                  itertools.product((False, True), repeat=2)):
         a, b = operand(M, K, ta, device, gen), operand(K, N, tb, device, gen)
         out = torch.full((M, N), float("nan"), device=device, dtype=BF16)

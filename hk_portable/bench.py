@@ -470,6 +470,7 @@ def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
     layouts = [gemm_case(*g, lay) for g in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 5632, 2048),
                                             (16384, 4096, 14336)) for lay in ("nt", "tn", "tt")]
     layouts.insert(0, gemm_case(8192, 5632, 2048))
+    layouts += [gemm_case(64, N, 2048, "nt") for N in (2048, 5632)]     # a decode step's projections (64 tokens)
     if quick:
         layouts = layouts[:3]
     return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + layouts + [gemm_fp8_case(*g) for g in gemms[:4]]

@@ -147,3 +147,27 @@ def test_a_thread_without_a_current_context_gets_the_plans_and_launches(plan):
     plan.launches.rc = 5                              # any other error is still the driver's, in words
     with pytest.raises(BackendError, match="cuLaunchKernel failed: CUDA_ERROR_5"):
         plan.launch([x, y, 1, 1.0], (1, 1, 1), 0, "k")
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_a_tensor_passed_twice_packs_as_itself_twice(path, monkeypatch):
+    """The compiled launcher reads a tensor passed for two parameters once (the norms pass x as the residual and
+    the weight as the bias): both parameters' words are that tensor's, as the Python packer writes them."""
+    if path == "python":
+        monkeypatch.setattr(clauncher, "load", lambda build_if_missing=True: None)
+    elif clauncher.load() is None:
+        pytest.skip(f"no compiled launcher here: {clauncher.reason()}")
+    launches = RecordedLaunches()
+    monkeypatch.setattr(driver, "cudrv", fake_cuda.FakeCudrv(launches.c_function))
+    params2 = [("a", GlobalType(f32, 2)), ("b", GlobalType(f32, 2)), ("c", GlobalType(f32, 2))]
+    fmt, size, params = param_layout(params2)
+    art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
+                   launch={"threads": 128, "shared_bytes": 0, "params": params, "param_format": fmt,
+                           "param_size": size})
+    p = driver.LaunchPlan(art, device_index=-1)
+    x = torch.zeros(6, 10)[1:, ::2]
+    z = torch.zeros(3, 4)
+    p.launch([x, z, x], (1, 1, 1), 0, "k")
+    vals = struct.unpack(p.packer.format, launches[0]["bytes"])
+    words = (x.data_ptr(), 5, 5, 10, 2)
+    assert vals == words + (z.data_ptr(), 3, 4, 4, 1) + words

@@ -48,10 +48,17 @@ CONFIGS = (
 )
 
 
+# A product of at most SKINNY_ROWS rows (a decode step's tokens) fills few 128-row tiles: 64x64 tiles first there
+# (M=64, N=2048: 32 blocks against 128x256's 8). TMA + wgmma on sm_90a (one warpgroup).
+SKINNY_ROWS = 64
+SKINNY = (dict(BM=64, BN=64, BK=64, STAGES=4, num_warps=4),)
+
+
 def candidates(consts: dict, args: tuple = ()) -> list[dict]:
-    """The candidate configurations for a call with these consts and arguments (what `hk compile` and the
-    wrapper pass to choose_config; a GEMM's do not depend on the shapes)."""
-    return [{**DEFAULT_CONFIG, **consts, **c} for c in CONFIGS]
+    """The candidate configurations for a call with these consts and arguments (a, b, out: what `hk compile`
+    and the wrapper pass to choose_config): CONFIGS, with SKINNY first where out has at most SKINNY_ROWS rows."""
+    skinny = SKINNY if args and args[2].shape[0] <= SKINNY_ROWS else ()
+    return [{**DEFAULT_CONFIG, **consts, **c} for c in skinny + CONFIGS]
 
 
 def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16):
@@ -133,8 +140,9 @@ def gemm_into(a, b, out, backend=None, **config):
         if config:
             return launch({**DEFAULT_CONFIG, **config, **flags})
         # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        chosen = gemm_kernel.choose_config(lambda: candidates(flags), a_in, b_in, out, backend=backend,
-                                           launch=launch, key=(a_km, b_nk), bucket=hk.shape_bucket(M, N, K))
+        chosen = gemm_kernel.choose_config(lambda: candidates(flags, (a_in, b_in, out)), a_in, b_in, out,
+                                           backend=backend, launch=launch, key=(a_km, b_nk, M <= SKINNY_ROWS),
+                                           bucket=hk.shape_bucket(M, N, K))
         cfg = {**DEFAULT_CONFIG, **chosen, **flags}
         plan = _PLANS[key] = (a_km, b_nk, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), cfg)
         if len(_PLANS) > 4096:
