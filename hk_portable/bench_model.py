@@ -164,7 +164,7 @@ def host_case(op: str) -> Case:
         else:
             raise ValueError(f"host_case: no op {op!r}")
         return Bound(ours, {f"torch {op}": theirs}, lambda: rel_error(ours(0).float(), theirs(0).double()))
-    return Case("host", f"op call {op} (launch-bound)", 1.0, "kcall/s", make, dict(op=op), sweep=(op,))
+    return Case("host", f"op call {op} (launch-bound)", 1.0, "kcall/s", make, dict(op=op), sweep=(op,), by_batch=True)
 
 
 HOST_OPS = ("gemm", "attention", "rms_norm", "rotary")

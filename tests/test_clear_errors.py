@@ -270,3 +270,19 @@ def test_overlap_check_agrees_with_the_byte_spans_of_strided_views():
             except ArgumentError:
                 got = True
             assert got == expect, (i, j, sa, sb)
+
+
+def test_wrappers_with_call_plans_still_name_a_non_tensor_argument():
+    """attention_fwd and the norms memoise per call signature; an argument that is not a tensor never reaches
+    the memo's key (an AttributeError there would hide the argument's name)."""
+    import torch
+
+    from hk_portable.interface import ArgumentError
+    from hk_portable.kernels.attention import attention_fwd
+    from hk_portable.kernels.layernorm import dropout_residual_rmsnorm
+    with pytest.raises(ArgumentError, match="'q' must be a 4-D tensor"):
+        attention_fwd("q", 1, 2)
+    with pytest.raises(ArgumentError, match="'x' must be a 2-D tensor"):
+        dropout_residual_rmsnorm([1], None, 3)
+    with pytest.raises(ArgumentError, match="'weight' must have shape"):
+        dropout_residual_rmsnorm(torch.ones(2, 4), None, "w")

@@ -69,3 +69,17 @@ def test_a_norm_without_residual_reads_none_and_writes_no_h(backend, request):
                 assert h is x
             else:
                 assert (h.double() - h_ref).abs().max() <= 1e-2 * h_ref.abs().max()
+
+
+def test_a_repeat_call_still_checks_what_its_plan_does_not_hold():
+    """_fused memoises its checks and configuration per shapes/dtypes/flags: a repeat call with a bad p or eps, or
+    a weight of another shape, is still refused with the argument named."""
+    x, w = torch.randn(4, 64).to(torch.bfloat16), torch.ones(64)
+    for _ in range(2):
+        dropout_residual_rmsnorm(x, None, w, p=0.1, seed=1)
+    with pytest.raises(ArgumentError, match="'p' must be in"):
+        dropout_residual_rmsnorm(x, None, w, p=1.5)
+    with pytest.raises(ArgumentError, match="'eps' must be finite"):
+        dropout_residual_rmsnorm(x, None, w, p=0.1, eps=0.0)
+    with pytest.raises(ArgumentError, match=r"'weight' must have shape \(64,\)"):
+        dropout_residual_rmsnorm(x, None, torch.ones(63), p=0.1)

@@ -253,11 +253,22 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     causal: key j <= query i (+ the alignment's shift); window=(left, right): keys within left before and
     right after the (shifted) diagonal; align: "top_left" | "bottom_right", needed when N != Nkv and a mask
     is asked for. Rows that see no key: o = 0, lse = -inf."""
+    fresh = out is None and lse is None and not config and all(isinstance(t, torch.Tensor) for t in (q, k, v))
+    key = (_kind(q), _kind(k), _kind(v), causal, None if window is None else tuple(window), align, backend,
+           hk.selection_key()) if fresh else None
+    plan = _PLANS.get(key) if fresh else None
+    if plan is not None:    # a call like the last with these shapes, strides and mask: the launch alone
+        mask, grid, cfg = plan
+        B, Hq, N, D = q.shape
+        out, lse = torch.empty_like(q), q.new_empty((B, Hq, N), dtype=torch.float32)
+        shift, left, right = mask or (0, 0, 0)
+        attention_fwd_kernel(q, k, v, out, lse, scale_value(scale, D), shift, left, right, grid=grid,
+                             backend=backend, **cfg)
+        return out, lse
     _check(q, k, v)
     mask = band(q.shape[2], k.shape[2], causal, window, align)
     B, Hq, N, D = q.shape
     scale = scale_value(scale, D)
-    given = out is not None or lse is not None      # fresh outputs overlap nothing: no check (host time)
     if out is None:
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype:
@@ -267,7 +278,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
         lse = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
     elif tuple(lse.shape) != (B, Hq, N) or lse.dtype != torch.float32:
         raise ArgumentError(f"attention_fwd: 'lse' must be {(B, Hq, N)} float32, got {tuple(lse.shape)} {lse.dtype}")
-    if given:
+    if not fresh:           # fresh outputs overlap nothing: no check (host time)
         check_no_overlap("attention_fwd", {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
     shift, left, right = mask or (0, 0, 0)
     args = (q, k, v, out, lse, scale, shift, left, right)
@@ -282,8 +293,20 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
         cfg = attention_fwd_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
                                                  launch=launch, bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
                                                  key=(*consts.items(), _band(args)))
+    if fresh:
+        _PLANS[key] = (mask, (hk.cdiv(N, cfg["BM"]), Hq, B), cfg)
+        if len(_PLANS) > 4096:
+            _PLANS.pop(next(iter(_PLANS)))
     launch(cfg)
     return out, lse
+
+
+_PLANS: dict = {}       # attention_fwd's checked mask and chosen configuration per call signature (bounded)
+
+
+def _kind(t):
+    """What attention_fwd's checks and choice read of a tensor argument (not its data)."""
+    return type(t), t.shape, t.stride(), t.dtype, t.device
 
 
 def reference(q, k, v, causal=False, scale=None, window=None, align=None):
