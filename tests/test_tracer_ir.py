@@ -40,7 +40,7 @@ def test_program_text_is_readable():
     text = str(_gemm_program())
     lines = text.splitlines()
     assert lines[0] == ("kernel @gemm_kernel(%0 a: gl<bf16,2>, %1 b: gl<bf16,2>, %2 c: gl<f32,2>) "
-                        "consts{BK=32, BM=64, BN=64, STAGES=2} warps=4 {")
+                        "consts{A_KM=False, BK=32, BM=64, BN=64, B_NK=False, STAGES=2} warps=4 {")
     assert lines[-1] == "}"
     # one op per line, typed results, attributes in braces, regions indented under their op
     pipe = next(i for i, line in enumerate(lines) if " = pipeline " in line)

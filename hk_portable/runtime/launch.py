@@ -215,8 +215,9 @@ class Kernel(KernelDef):
     def _shippable(self, choice: dict, later: list, args, be, tgt) -> dict:
         """`choice`, or the first of `later` whose build the backend does not reject where it rejects the
         choice's; the choice itself (with a warning) where it rejects them all."""
-        if type(be).rejects is Backend.rejects or recording() is not None:
-            return choice           # a backend that judges no build; hk.precompile's recording (the call judges)
+        if not later or type(be).rejects is Backend.rejects or recording() is not None:
+            return choice           # nothing to take instead; a backend that judges no build; hk.precompile's
+                                    # recording (the call judges)
         why = be.rejects(self.compile_for(self._accepted([choice], args, be, tgt)[0][0][1], be, tgt), tgt)
         if why is None:
             return choice

@@ -106,10 +106,16 @@ class CudaBackend(Backend):
 
     def rejects(self, artifact: Artifact, target: Target) -> str | None:
         """A build that keeps values in local memory after every fallback of _build (the compiler at hand
-        may spill where another did not): a smaller configuration is taken instead."""
+        may spill where another did not): a smaller configuration is taken instead. Not FA3's schedule within
+        the spill it is allowed (schedule.FA3_SPILL_BYTES: measured faster with it than without)."""
         r = artifact.resources
-        if target.emulated or not (r.get("spill_stores") or r.get("stack_bytes")):
+        spill = max(r.get("spill_stores", 0), r.get("stack_bytes", 0))
+        if target.emulated or not spill:
             return None
+        if (artifact.options.get("schedule") or {}).get("why") == schedule.FA3_WHY:
+            consumers = artifact.launch["threads"] // 32 // schedule.PRODUCER_WARPS - 1
+            if spill <= schedule.FA3_SPILL_BYTES.get(consumers, 0):
+                return None
         return (f"spills {r['spill_stores']} bytes ({r['stack_bytes']}-byte stack) at {r['registers']} registers "
                 f"under NVRTC {artifact.options.get('nvrtc')}")
 

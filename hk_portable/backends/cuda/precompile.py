@@ -28,21 +28,20 @@ class Capture(Backend):
     def __init__(self, judge: str | None = None):
         self.judge = judge
         self.programs = {}          # hash -> Program, of those launched
-        self._built = {}
 
     def status(self):
         return BackendStatus(True)
 
     def targets(self):
-        return [Target("capture", self.judge or "sm_80", "nvidia", 32, 1 << 30,
+        # the arch names the judge, so that kernels' memos of one capture's choices never answer another's
+        return [Target("capture", self.judge or "any", "nvidia", 32, 1 << 30,
                        capabilities=("run", "atomics", "dropout", "fp8"))]
 
     def compile(self, program, target, options=None):
-        self._built[program.hash] = program
         return Artifact("capture", target.arch, program.name, program.hash, payload=program)
 
     def launch(self, artifact, args, grid, stream=None):
-        self.programs[artifact.program_hash] = self._built[artifact.program_hash]
+        self.programs[artifact.program_hash] = artifact.payload
 
     def rejects(self, artifact, target):
         if self.judge is None:
