@@ -39,30 +39,7 @@ step() {
 }
 
 # ---------------------------------------------------------------------------------------------- install
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/env.txt" 2>&1; then
-    # no usable setuptools: register the package's entry points by hand (stevedore reads dist-info)
-    mkdir -p /tmp/site/hk_portable-0.0.dist-info
-    printf 'Metadata-Version: 2.1\nName: hk-portable\nVersion: 0.0\n' > /tmp/site/hk_portable-0.0.dist-info/METADATA
-    python3 - <<'PY' > /tmp/site/hk_portable-0.0.dist-info/entry_points.txt
-import tomllib
-eps = tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"]
-for group, items in eps.items():
-    print(f"[{group}]")
-    for k, v in items.items():
-        print(f"{k} = {v}")
-    print()
-PY
-    export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-    note "install: editable install failed (see env.txt); using PYTHONPATH + a hand-made dist-info"
-fi
-HK="python3 -m hk_portable.cli"
-# bytecode, as a wheel install writes it: without it each new process compiles the package's sources again, which
-# the launch benchmark's "first call in a new process" would count (65 ms on the H200, 2026-12-04)
-python3 -m compileall -q hk_portable >/dev/null 2>&1 || note "compileall failed: first-call figures include compiling"
+source benchmarks/device_install.sh
 # the GPU tests on several workers where pytest-xdist is installed (.whl may carry it with execnet)
 XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_WORKERS:-6}")
 # the sanitizers follow TMA's bulk copies too where this compute-sanitizer can (initcheck sees a tensor written by

@@ -29,22 +29,8 @@ step() {    # step NAME LIMIT CMD...: run with a time limit into log.txt; status
     note "$(printf '%-12s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")"
 }
 
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$LOG" 2>&1; then
-    mkdir -p /tmp/site/hk_portable-0.0.dist-info
-    printf 'Metadata-Version: 2.1\nName: hk-portable\nVersion: 0.0\n' > /tmp/site/hk_portable-0.0.dist-info/METADATA
-    python3 -c 'import tomllib
-eps = tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"]
-for group, items in eps.items():
-    print(f"[{group}]"); [print(f"{k} = {v}") for k, v in items.items()]; print()' \
-        > /tmp/site/hk_portable-0.0.dist-info/entry_points.txt
-    export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m compileall -q hk_portable >/dev/null 2>&1
-HK="python3 -m hk_portable.cli"
+source benchmarks/device_install.sh
+cat "$OUT/env.txt" >> "$LOG" && rm -f "$OUT/env.txt"     # 8 files come back at most
 
 if want env; then
     { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv

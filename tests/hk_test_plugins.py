@@ -56,6 +56,14 @@ class Recording(Backend):
         return False
 
 
+class Judging(Recording):
+    '''Rejects every build whose BM is 64, as cuda rejects one that spills (Backend.rejects).'''
+    name = "judging"
+
+    def rejects(self, artifact, target):
+        return "spills 8 bytes" if artifact.payload.consts.get("BM") == 64 else None
+
+
 class Alpha(Recording):
     name = "alpha"
 

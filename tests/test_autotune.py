@@ -13,6 +13,8 @@ from hk_portable.interface import GL, RT, f32
 from hk_portable.kernels import gemm as gemm_mod
 from hk_portable.runtime import tuning
 
+from hk_test_plugins import RECORDING_BACKEND
+
 
 @pytest.fixture
 def tuning_dir(tmp_path, monkeypatch):
@@ -103,41 +105,11 @@ def test_the_gemm_wrapper_tunes_under_HK_AUTOTUNE_and_stays_correct(tuning_dir, 
     assert len(data) == 1 and "gemm_kernel" in next(iter(data))
 
 
-JUDGING_BACKEND = """
-import hk_portable
-from hk_portable.interface import Artifact, Backend, BackendStatus, Target
-
-
-class Judging(Backend):
-    '''Runs through the reference; rejects every build whose BM is 64 (as cuda rejects one that spills).'''
-    name = "judging"
-
-    def status(self):
-        return BackendStatus(True, None, "test double")
-
-    def targets(self):
-        return [Target(backend=self.name, arch="cpu", capabilities=("run",))]
-
-    def compile(self, program, target, options=None):
-        return Artifact(self.name, target.arch, program.name, program.hash, payload=program)
-
-    def launch(self, artifact, args, grid, stream=None):
-        ref = hk_portable.get_backend("reference")
-        ref.launch(ref.compile(artifact.payload, ref.default_target()), args, grid, stream)
-
-    def rejects(self, artifact, target):
-        return "spills 8 bytes" if artifact.payload.consts["BM"] == 64 else None
-
-    def cacheable(self):
-        return False
-"""
-
-
 def test_a_rejected_build_gives_way_to_the_next_configuration(fake_plugins):
     """Backend.rejects: the chosen candidate's build is passed over for the next candidate, then the kernel's
     fallbacks, in order; the note says which and why. A backend that judges nothing keeps its choice."""
-    fake_plugins.module("judging_backend", JUDGING_BACKEND)
-    fake_plugins.distribution("judging-dist", {"judging": "judging_backend:Judging"})
+    fake_plugins.module("hk_fake_backends", RECORDING_BACKEND)
+    fake_plugins.distribution("judging-dist", {"judging": "hk_fake_backends:Judging"})
     x = torch.randn(8, 8)
 
     @hk.kernel
