@@ -4,6 +4,8 @@ Inputs of any rank are flattened here to the kernels' forms (rows x features for
 linear's leading dims itself), and the result is given back in the input's shape."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import torch_ops  # noqa: F401  (registers the hk:: ops)
@@ -16,8 +18,11 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     """input @ weight.T (+ bias), as torch.nn.functional.linear; weight [out, in], bf16 or f16."""
     # weight.T as a strided view (the kernel takes strides); the op takes input's leading dims itself and
     # returns a fresh tensor, not a view (as torch's linear does: FSDP2 warns on a view)
-    out = torch.ops.hk.gemm(input, weight.t())
+    out = _GEMM(input, weight.t())
     return out if bias is None else out + bias
+
+
+_GEMM = torch.ops.hk.gemm.default       # the overload itself: the packet's lookup costs a call
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, window=None,
@@ -44,13 +49,28 @@ def _rows(x: torch.Tensor, normalized_shape) -> tuple[torch.Tensor, int]:
     d = 1
     for s in shape:
         d *= s
-    return x.reshape(-1, d), d
+    return (x if x.dim() == 2 and len(shape) == 1 else x.reshape(-1, d)), d
 
 
 def _vector(t: torch.Tensor | None, d: int, like: torch.Tensor, fill: float | None) -> torch.Tensor | None:
     if t is None:
-        return None if fill is None else torch.full((d,), fill, device=like.device, dtype=like.dtype)
-    return t.reshape(d)
+        return None if fill is None else _filled(d, fill, like.device, like.dtype)
+    return t if t.dim() == 1 else t.reshape(d)
+
+
+@functools.lru_cache(maxsize=64)
+def _filled(d: int, fill: float, device, dtype) -> torch.Tensor:
+    """A constant vector (the weight of a norm without one), made once per shape, device and dtype: the kernels only
+    read it."""
+    return torch.full((d,), fill, device=device, dtype=dtype)
+
+
+def _shaped(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return y if y.dim() == like.dim() else y.reshape(like.shape)
+
+
+_EPS = {torch.float64: torch.finfo(torch.float64).eps}
+_EPS_DEFAULT = torch.finfo(torch.float32).eps       # what torch's rms_norm computes bf16/f16/f32 in
 
 
 def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
@@ -59,7 +79,7 @@ def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | Non
     rows, d = _rows(input, normalized_shape)
     y, _ = torch.ops.hk.dropout_residual_layernorm(rows, None, _vector(weight, d, rows, 1.0),
                                                    _vector(bias, d, rows, None), 0.0, 0, 0, eps)
-    return y.reshape(input.shape)
+    return _shaped(y, input)
 
 
 def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
@@ -68,9 +88,12 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     computed in (f32 for bf16/f16/f32 inputs), not of the input's dtype (bf16's is 2^16 times larger)."""
     rows, d = _rows(input, normalized_shape)
     if eps is None:
-        eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps
-    y, _ = torch.ops.hk.rms_norm(rows, None, _vector(weight, d, rows, 1.0), None, 0.0, 0, 0, eps)
-    return y.reshape(input.shape)
+        eps = _EPS.get(input.dtype, _EPS_DEFAULT)
+    y, _ = _RMS_NORM(rows, None, _vector(weight, d, rows, 1.0), None, 0.0, 0, 0, eps)
+    return _shaped(y, input)
+
+
+_RMS_NORM = torch.ops.hk.rms_norm.default
 
 
 def dropout_residual_layer_norm(x, residual, weight, bias=None, *, p: float = 0.0, seed: int = 0, offset: int = 0,
