@@ -122,6 +122,7 @@ def test_a_rejected_build_gives_way_to_the_next_configuration(fake_plugins):
     assert got == dict(BM=32, S=1)
     (note,) = k.config_notes.values()
     assert "took {'BM': 32, 'S': 1}" in note and note.count("spills 8 bytes") == 2
+    assert k.compile(x, backend="judging", BM=32, S=1).options["passed_over"] == note     # on the Artifact too
     # every build rejected: the choice stays (and a warning is logged)
     assert k.choose_config([dict(BM=64, S=1)], x, backend="judging", fallbacks=[dict(BM=64, S=5)]) == dict(BM=64, S=1)
     # the reference judges no build

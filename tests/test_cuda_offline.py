@@ -238,4 +238,5 @@ def test_attention_bwd_runs_a_configuration_whose_build_does_not_spill(arch, dty
                 note = ab.attention_bwd_dkdv_kernel.config_notes[(f"cuda:{arch}", tuple(sorted(cfg.items())))]
                 assert "spills" in note and "NVRTC" in note, note
             art = ab.attention_bwd_dkdv_kernel.compile(*args, backend=f"cuda:{arch}", **cfg)
+            assert art.options.get("passed_over") == (None if cfg == offered[0] else note)
             assert not art.resources["spill_stores"] and not art.resources["stack_bytes"], (D, cfg, art.resources)

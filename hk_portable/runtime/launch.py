@@ -227,6 +227,7 @@ class Kernel(KernelDef):
             if again is None:
                 note = f"{self.name} on {tgt.spec}: took {cfg} over " + "; ".join(passed)
                 self.config_notes[(tgt.spec, tuple(sorted(cfg.items())))] = note
+                self.compile_for(prog, be, tgt).options["passed_over"] = note     # on the Artifact a call runs
                 _CONFIG_LOG.info(note)
                 return cfg
             passed.append(f"{cfg}: {again}")
