@@ -17,7 +17,7 @@ from .interface.ops import (abs, atomic_add, block_idx, bounds_mask, cast, causa
 from .runtime import Kernel, kernel, use_backend  # noqa: E402
 from .runtime.precompile import precompile  # noqa: E402  (every kernel a step launches, compiled in parallel)
 from .runtime.tuning import bucket as shape_bucket  # noqa: E402  (autotuning: a call's shape bucket)
-from .runtime.selection import selection_key  # noqa: E402  (a wrapper's memo key: use_backend context, HK_BACKEND)
+from .runtime.plans import CallPlans  # noqa: E402  (a wrapper's decisions per call signature)
 
 
 # hk.backends(): every installed backend with whether it can run here and why not (list of BackendInfo).

@@ -117,11 +117,6 @@ def _gemm_setup(ctx, inputs, output):
     ctx.backend = backend
 
 
-def _transposed_view(t: torch.Tensor) -> bool:
-    """t [K, N] is the transpose of a row-major [N, K] (a Linear's W.t())."""
-    return t.stride(0) == 1 and t.stride(1) != 1 and t.shape[1] > 1
-
-
 def _gemm_backward(ctx, grad_c):
     a, b = ctx.saved_tensors
     g = grad_c.to(a.dtype)          # the kernel takes one 16-bit dtype for both operands
@@ -130,7 +125,7 @@ def _gemm_backward(ctx, grad_c):
         grad_a = torch.ops.hk.gemm(g, b.t(), a.dtype, ctx.backend)
     if ctx.needs_input_grad[1]:     # dB = Aᵀ @ dC over all leading dims (rows); Aᵀ a view (the kernel's A_KM form)
         rows_a, rows_g = _rows(a), _rows(g)
-        if _transposed_view(b):     # b = W.t(): W's gradient dCᵀ A, row-major as W is, so autograd copies nothing
+        if _gemm.is_transposed_view(b):     # b = W.t(): W's gradient dCᵀ A, row-major as W is, so autograd copies nothing
             grad_b = torch.ops.hk.gemm(rows_g.t(), rows_a, b.dtype, ctx.backend).t()
         else:
             grad_b = torch.ops.hk.gemm(rows_a.t(), rows_g, b.dtype, ctx.backend)

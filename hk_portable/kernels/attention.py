@@ -254,8 +254,8 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     right after the (shifted) diagonal; align: "top_left" | "bottom_right", needed when N != Nkv and a mask
     is asked for. Rows that see no key: o = 0, lse = -inf."""
     fresh = out is None and lse is None and not config and all(isinstance(t, torch.Tensor) for t in (q, k, v))
-    key = (_kind(q), _kind(k), _kind(v), causal, None if window is None else tuple(window), align, backend,
-           hk.selection_key()) if fresh else None
+    key = _PLANS.key(_kind(q), _kind(k), _kind(v), causal, None if window is None else tuple(window), align,
+                     backend) if fresh else None
     plan = _PLANS.get(key) if fresh else None
     if plan is not None:    # a call like the last with these shapes, strides and mask: the launch alone
         mask, grid, cfg = plan
@@ -294,14 +294,12 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
                                                  launch=launch, bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
                                                  key=(*consts.items(), _band(args)))
     if fresh:
-        _PLANS[key] = (mask, (hk.cdiv(N, cfg["BM"]), Hq, B), cfg)
-        if len(_PLANS) > 4096:
-            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS.put(key, (mask, (hk.cdiv(N, cfg["BM"]), Hq, B), cfg))
     launch(cfg)
     return out, lse
 
 
-_PLANS: dict = {}       # attention_fwd's checked mask and chosen configuration per call signature (bounded)
+_PLANS = hk.CallPlans()     # attention_fwd's checked mask, configuration and grid per call signature
 
 
 def _kind(t):

@@ -67,15 +67,16 @@ def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16):
     return (a, b, torch.empty(M, N, device=device, dtype=torch.float32)), DEFAULT_CONFIG
 
 
-LAYOUTS = ("nn", "nt", "tn", "tt")      # A then B: n as given ([M, K], [K, N]), t a transposed view
+def is_transposed_view(t: torch.Tensor) -> bool:
+    """t [R, C] is the transpose of a row-major [C, R] (W.t(), x.t()): unit stride down its first dim, not along
+    its rows."""
+    return t.stride(1) != 1 and t.shape[1] > 1 and t.stride(0) == 1
 
 
 def operand(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """(the tensor the kernel reads, whether it holds the operand transposed): a transposed view (unit stride
-    down its first dim, not along its rows) is read as the tensor it views; any other layout as given."""
-    if t.stride(1) != 1 and t.shape[1] > 1 and t.stride(0) == 1:
-        return t.t(), True
-    return t, False
+    """(the tensor the kernel reads, whether it holds the operand transposed): a transposed view is read as the
+    tensor it views; any other layout as given."""
+    return (t.t(), True) if is_transposed_view(t) else (t, False)
 
 
 def layout_of(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
@@ -127,8 +128,7 @@ def gemm_into(a, b, out, backend=None, **config):
         return out
     plan = None
     if not config:
-        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, out.dtype, a.device, backend,
-               hk.selection_key())
+        key = _PLANS.key(a.shape, a.stride(), b.shape, b.stride(), a.dtype, out.dtype, a.device, backend)
         plan = _PLANS.get(key)
     if plan is None:
         a_in, b_in, a_km, b_nk = layout_of(a, b)
@@ -144,12 +144,10 @@ def gemm_into(a, b, out, backend=None, **config):
                                            backend=backend, launch=launch, key=(a_km, b_nk, M <= SKINNY_ROWS),
                                            bucket=hk.shape_bucket(M, N, K))
         cfg = {**DEFAULT_CONFIG, **chosen, **flags}
-        plan = _PLANS[key] = (a_km, b_nk, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), cfg)
-        if len(_PLANS) > 4096:
-            _PLANS.pop(next(iter(_PLANS)))
+        plan = _PLANS.put(key, (a_km, b_nk, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), cfg))
     a_km, b_nk, grid, cfg = plan
     gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, out, grid=grid, backend=backend, **cfg)
     return out
 
 
-_PLANS: dict = {}       # gemm_into's per-signature decisions (bounded; a tuning change clears Kernel memos too)
+_PLANS = hk.CallPlans()     # gemm_into's layout, configuration and grid per call signature

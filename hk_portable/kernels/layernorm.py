@@ -177,9 +177,7 @@ def _fused(fn, rms, x, residual, weight, bias, p, seed, offset, eps, out, h_out,
              and isinstance(x, torch.Tensor))
     key = _plan_key(rms, x, residual, weight, bias, p, backend) if fresh else None
     plan = _PLANS.get(key) if fresh else None
-    if plan is None:
-        _check(fn, x, residual, weight, bias, p, eps)
-    elif not 0.0 <= p < 1.0 or not 0 < eps < math.inf:      # the values the key does not hold
+    if plan is None or not 0.0 <= p < 1.0 or not 0 < eps < math.inf:     # a plan's key holds neither value
         _check(fn, x, residual, weight, bias, p, eps)
     store_h = residual is not None or p > 0 or h_out is not None
     y = torch.empty_like(x) if out is None else out
@@ -211,14 +209,12 @@ def _fused(fn, rms, x, residual, weight, bias, p, seed, offset, eps, out, h_out,
             bucket=hk.shape_bucket(*x.shape), key=(tuple(flags.items()), x.shape[1]))
     cfg = {**DEFAULT_CONFIG, **config, **flags}
     if fresh:
-        _PLANS[key] = ((hk.cdiv(x.shape[0], cfg["BR"]),), cfg)
-        if len(_PLANS) > 4096:
-            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS.put(key, ((hk.cdiv(x.shape[0], cfg["BR"]),), cfg))
     launch(cfg)
     return y, h
 
 
-_PLANS: dict = {}       # _fused's decisions per _plan_key (bounded)
+_PLANS = hk.CallPlans()     # _fused's configuration and grid per _plan_key
 
 
 def _plan_key(rms, x, residual, weight, bias, p, backend):
@@ -226,7 +222,7 @@ def _plan_key(rms, x, residual, weight, bias, p, backend):
     the same key skips both (a call with outputs given or a config never uses a plan)."""
     def kind(t):
         return None if t is None else (type(t), t.shape, t.dtype, t.device)
-    return (rms, kind(x), x.stride(), kind(residual), kind(weight), kind(bias), p > 0, backend, hk.selection_key())
+    return _PLANS.key(rms, kind(x), x.stride(), kind(residual), kind(weight), kind(bias), p > 0, backend)
 
 
 def reference(x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5, rms=False):

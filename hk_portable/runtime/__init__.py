@@ -5,6 +5,8 @@ nothing from here) and reaches backends only through the registry's entry points
   selection.py  argument > hk.use_backend() > HK_BACKEND > the device's claimant; backend specs
   launch.py     Kernel (what `hk.kernel` returns): fast path, device checks, compile_program
   cache.py      the on-disk compile cache
+  plans.py      CallPlans: a library wrapper's decisions per call signature
+  precompile.py hk.precompile: a step's kernels recorded, then compiled in parallel
 """
 from .launch import Kernel, compile_program, kernel
 from .selection import select, use_backend

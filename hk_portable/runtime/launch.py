@@ -190,9 +190,9 @@ class Kernel(KernelDef):
         choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune)
         if choice is None:
             choice = dict(be.choose_config(ok, tgt))
-            configs = [c for c, _ in ok]
-            later = configs[configs.index(choice) + 1:] if choice in configs else []
-            choice = self._shippable(choice, later + list(fallbacks), args, be, tgt)
+            at = next((i for i, (c, _) in enumerate(ok) if c == choice), None)
+            if at is not None:
+                choice = self._shippable(ok[at:], fallbacks, args, be, tgt)
         with self._lock:
             self._configs[key] = choice
         return choice
@@ -212,17 +212,19 @@ class Kernel(KernelDef):
             ok.append((cfg, prog))
         return ok, refusal
 
-    def _shippable(self, choice: dict, later: list, args, be, tgt) -> dict:
-        """`choice`, or the first of `later` whose build the backend does not reject where it rejects the
-        choice's; the choice itself (with a warning) where it rejects them all."""
-        if not later or type(be).rejects is Backend.rejects or recording() is not None:
+    def _shippable(self, ranked: list, fallbacks: tuple, args, be, tgt) -> dict:
+        """The backend's choice (`ranked[0]`, a (config, Program) the target accepted), or where the backend rejects
+        its build, the first after it in `ranked`, then in the kernel's `fallbacks`, whose build it does not reject;
+        the choice itself (with a warning) where it rejects them all."""
+        choice, prog = ranked[0]
+        if (len(ranked) == 1 and not fallbacks) or type(be).rejects is Backend.rejects or recording() is not None:
             return choice           # nothing to take instead; a backend that judges no build; hk.precompile's
                                     # recording (the call judges)
-        why = be.rejects(self.compile_for(self._accepted([choice], args, be, tgt)[0][0][1], be, tgt), tgt)
+        why = be.rejects(self.compile_for(prog, be, tgt), tgt)
         if why is None:
             return choice
         passed = [f"{choice}: {why}"]
-        for cfg, prog in self._accepted(later, args, be, tgt)[0]:
+        for cfg, prog in ranked[1:] + self._accepted(fallbacks, args, be, tgt)[0]:
             again = be.rejects(self.compile_for(prog, be, tgt), tgt)
             if again is None:
                 note = f"{self.name} on {tgt.spec}: took {cfg} over " + "; ".join(passed)

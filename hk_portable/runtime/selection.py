@@ -145,7 +145,7 @@ def current_context() -> str | None:
 
 def selection_key() -> tuple:
     """What picks a call's backend besides its arguments and tensors' devices (the use_backend context,
-    HK_BACKEND): part of a wrapper's per-signature memo key (kernels/gemm.py), as it is of the fast path's."""
+    HK_BACKEND): part of a wrapper's per-signature plan key (runtime/plans.py), as it is of the fast path's."""
     return _context.get(), env_backend_raw()
 
 
