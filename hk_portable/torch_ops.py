@@ -50,6 +50,14 @@ from .kernels import layernorm_bwd as _layernorm_bwd
 from .kernels import rotary as _rotary
 
 _LIB = torch.library.Library("hk", "DEF")
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+# what may lie below the Autograd key besides a device: if the highest of these is a device key (CPU, CUDA; a ROCm
+# build's tensors are CUDA), no mode, subclass, functionalisation or conjugate view sits between the call and the
+# device kernel, so calling the implementation directly is what the redispatch would do
+_BELOW_AUTOGRAD = _AFTER_AUTOGRAD.remove(torch._C.DispatchKey.ADInplaceOrView)
+_DEVICE_KEYS = frozenset((torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA))
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", None) or (
+    lambda *args: any(isinstance(a, torch.Tensor) and a.requires_grad for a in args))
 
 
 class _Op:
@@ -57,10 +65,11 @@ class _Op:
     surface of torch.library.custom_op's result (call it; register_fake; register_autograd)."""
 
     def __init__(self, fn):
-        self.name, self.__doc__ = fn.__name__, fn.__doc__
+        self.name, self.__doc__, self.fn = fn.__name__, fn.__doc__, fn
         _LIB.define(self.name + torch.library.infer_schema(fn, mutates_args=()))
         _LIB.impl(self.name, fn, "CompositeExplicitAutograd")
         self.op = getattr(torch.ops.hk, self.name).default
+        self.defaults = tuple(a.default_value for a in self.op._schema.arguments)
 
     def __call__(self, *args, **kwargs):
         return self.op(*args, **kwargs)
@@ -70,23 +79,46 @@ class _Op:
         return fake
 
     def register_autograd(self, backward, *, setup_context) -> None:
-        torch.library.register_autograd(f"hk::{self.name}", backward, setup_context=setup_context, lib=_LIB)
+        """The op's Autograd kernel: torch.library.register_autograd's contract (setup_context(ctx, inputs, output),
+        backward(ctx, *grads) -> a gradient or None per input), in a kernel that costs a call needing no gradient
+        one check: it then calls the implementation itself where nothing lies between it and the device (no
+        second boxed dispatch), and redispatches below autograd otherwise (fake tensors, modes, functionalisation)."""
+        fn, op, defaults = self.fn, self.op, self.defaults
+
+        def forward(ctx, *args):
+            keyset, args = args[-1], args[:-1]
+            with torch._C._AutoDispatchBelowAutograd():
+                out = op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+            ctx.hk_inputs = len(args)
+            setup_context(ctx, args + defaults[len(args):], out)     # the dispatcher drops trailing defaults
+            return out
+
+        def backward_(ctx, *grads):
+            needs = ctx.needs_input_grad
+            ctx.needs_input_grad = needs[:-1]
+            try:
+                grads_in = backward(ctx, *grads)
+            finally:
+                ctx.needs_input_grad = needs
+            return (*grads_in[:ctx.hk_inputs], None)
+
+        function = type(f"hk_{self.name}_autograd", (torch.autograd.Function,),
+                        {"forward": staticmethod(forward), "backward": staticmethod(backward_)})
+
+        def autograd_kernel(keyset, *args):
+            if torch.is_grad_enabled() and _any_requires_grad(*args):
+                return function.apply(*args, keyset)
+            below = keyset & _AFTER_AUTOGRAD
+            if (below & _BELOW_AUTOGRAD).highestPriorityTypeId() in _DEVICE_KEYS:
+                return fn(*args)
+            with torch._C._AutoDispatchBelowAutograd():
+                return op.redispatch(below, *args)
+
+        _LIB.impl(self.name, autograd_kernel, "Autograd", with_keyset=True)
 
 
 # ------------------------------------------------------------------------------------------------ gemm
-def _rows(a: torch.Tensor) -> torch.Tensor:
-    """a [..., K] as the kernel's [M, K] (a view where the strides allow; reshape copies otherwise)."""
-    if a.dim() == 2:
-        return a
-    if a.dim() < 1:
-        raise ArgumentError("hk::gemm: 'a' must have 1 or more dims ([..., K]), got a 0-dim tensor")
-    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])       # not -1: [0, K] and [M, 0] are fine
-
-
-def _gemm_out_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
-    if b.dim() != 2:
-        raise ArgumentError(f"hk::gemm: 'b' must be 2-D ([K, N]), got shape {tuple(b.shape)}")
-    return (*a.shape[:-1], b.shape[1])
+_rows = _gemm.rows_of
 
 
 @_Op
@@ -97,18 +129,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
     out_dtype or a's. The op takes the leading dims itself, so that linear layers return a fresh tensor as
     torch's do, not a view of one (FSDP2 warns on a module output that is a view: an in-place op on it would
     bypass the hook that gathers the parameters for the backward)."""
-    rows = _rows(a)
-    shape = _gemm_out_shape(a, b)
-    _gemm.check_operands(rows, b)
-    out = a.new_empty(shape, dtype=out_dtype or a.dtype)
-    _gemm.gemm_into(rows, b, out if out.dim() == 2 else out.view(rows.shape[0], b.shape[1]), backend)
-    return out
+    return _gemm.matmul(a, b, out_dtype, backend)
 
 
 @gemm.register_fake
 def _(a, b, out_dtype=None, backend=None):
     _rows(a)
-    return a.new_empty(_gemm_out_shape(a, b), dtype=out_dtype or a.dtype)
+    return a.new_empty(_gemm.matmul_shape(a, b), dtype=out_dtype or a.dtype)
 
 
 def _gemm_setup(ctx, inputs, output):

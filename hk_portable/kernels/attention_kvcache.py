@@ -140,6 +140,67 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     second kernel. Returns (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]); a row that sees no key gives o = 0,
     lse = -inf. Page ids outside [0, num_pages) read zeros (their keys are masked only by L_b: keep them valid)."""
     fn = "attention_kvcache"
+    T = torch.Tensor
+    key = None
+    if not config and isinstance(q, T) and isinstance(k_cache, T) and isinstance(v_cache, T) and \
+            isinstance(cache_seqlens, T) and (block_table is None or isinstance(block_table, T)):
+        key = _PLANS.key(q.shape, q.stride(), q.dtype, q.device, k_cache.shape, k_cache.stride(), k_cache.dtype,
+                         k_cache.device, v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
+                         cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device,
+                         None if block_table is None else (block_table.shape, block_table.dtype, block_table.device),
+                         causal, causal.__class__, scale, num_splits, num_splits.__class__, backend)
+    plan = None if key is None else _PLANS.get(key)
+    if plan is None:
+        plan = _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits, config)
+        if key is not None:
+            _PLANS.put(key, plan)
+    cfg, num_splits, scale, paged, page_size, capacity = plan
+    if cache_seqlens.device.type == "cpu" and cache_seqlens.numel() and \
+            (int(cache_seqlens.min()) < 0 or int(cache_seqlens.max()) > capacity):
+        raise _fn_error(fn, f"cache_seqlens must be in [0, {capacity}] (the cache's capacity), got "
+                        f"{cache_seqlens.tolist()}")
+    B, Nq, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    g = Hq // Hkv
+    R = Nq * g
+    BM, BN = cfg["BM"], cfg["BN"]
+    row_tiles = hk.cdiv(R, BM)
+    if out is not None or lse is not None:
+        check_no_overlap(fn, {k: t for k, t in (("out", out), ("lse", lse)) if t is not None},
+                         {"q": q, "k_cache": k_cache, "v_cache": v_cache})
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype:
+        raise _fn_error(fn, f"'out' must be {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)} {out.dtype}")
+    if lse is None:
+        lse = torch.empty(B, Hq, Nq, device=q.device, dtype=torch.float32)
+    elif tuple(lse.shape) != (B, Hq, Nq) or lse.dtype != torch.float32:
+        raise _fn_error(fn, f"'lse' must be {(B, Hq, Nq)} float32, got {tuple(lse.shape)} {lse.dtype}")
+    dev = q.device
+    # the query heads of a group as rows: [B, Hkv, Nq·g, D], row n·g + h_in_group
+    q_rows = q.reshape(B, Nq, Hkv, g, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, R, D)
+    table = block_table if paged else _row_pos(1, 1, dev).view(1, 1)     # contiguous: no table is read
+    o_part = torch.empty(B * Hkv * num_splits, R, D, device=dev, dtype=torch.float32)
+    lse_part = torch.empty(B * Hkv * num_splits, R, device=dev, dtype=torch.float32)
+    attention_kvcache_kernel(q_rows, k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3), o_part, lse_part,
+                             table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles,
+                             grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
+                             TPP=page_size // BN if paged else 1, **cfg)
+    # one query per sequence: rows are the heads of a group, so the outputs' own memory has the rows' layout
+    direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
+    o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
+    lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
+    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, BM), Hkv, B), backend=backend,
+                             D=D, BM=BM, num_warps=cfg["num_warps"])
+    if not direct:
+        out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
+        lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))
+    return out, lse
+
+
+def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits, config) -> tuple:
+    """attention_kvcache's checks of everything but cache_seqlens' values, and its choices: (config, num_splits,
+    scale, paged, page_size, capacity), decided once per call signature."""
     check_qkv(fn, {"q": q, "k_cache": k_cache, "v_cache": v_cache}, 4, "4-D tensor", unit_last_stride=True)
     B, Nq, Hq, D = q.shape
     if D not in (64, 128):
@@ -169,10 +230,6 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
         if k_cache.shape[0] != B:
             raise _fn_error(fn, f"a contiguous cache must be [B={B}, S, Hkv, D], got {tuple(k_cache.shape)}")
         capacity = page_size
-    if cache_seqlens.device.type == "cpu" and cache_seqlens.numel() and \
-            (int(cache_seqlens.min()) < 0 or int(cache_seqlens.max()) > capacity):
-        raise _fn_error(fn, f"cache_seqlens must be in [0, {capacity}] (the cache's capacity), got "
-                        f"{cache_seqlens.tolist()}")
     if not isinstance(causal, bool):
         raise _fn_error(fn, f"'causal' must be a bool, got {causal!r}")
     if capacity >= 2**30:
@@ -190,35 +247,10 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
         num_splits = max(1, min(hk.cdiv(TARGET_BLOCKS, blocks), hk.cdiv(capacity, 8 * BN)))
     elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
         raise _fn_error(fn, f"'num_splits' must be an int >= 1 or None, got {num_splits!r}")
-    if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype:
-        raise _fn_error(fn, f"'out' must be {tuple(q.shape)} {q.dtype}, got {tuple(out.shape)} {out.dtype}")
-    if lse is None:
-        lse = torch.empty(B, Hq, Nq, device=q.device, dtype=torch.float32)
-    elif tuple(lse.shape) != (B, Hq, Nq) or lse.dtype != torch.float32:
-        raise _fn_error(fn, f"'lse' must be {(B, Hq, Nq)} float32, got {tuple(lse.shape)} {lse.dtype}")
-    check_no_overlap(fn, {"out": out, "lse": lse}, {"q": q, "k_cache": k_cache, "v_cache": v_cache})
-    dev = q.device
-    # the query heads of a group as rows: [B, Hkv, Nq·g, D], row n·g + h_in_group
-    q_rows = q.reshape(B, Nq, Hkv, g, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, R, D)
-    table = block_table if paged else _row_pos(1, 1, dev).view(1, 1)     # contiguous: no table is read
-    o_part = torch.empty(B * Hkv * num_splits, R, D, device=dev, dtype=torch.float32)
-    lse_part = torch.empty(B * Hkv * num_splits, R, device=dev, dtype=torch.float32)
-    attention_kvcache_kernel(q_rows, k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3), o_part, lse_part,
-                             table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles,
-                             grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
-                             TPP=page_size // BN if paged else 1, **cfg)
-    # one query per sequence: rows are the heads of a group, so the outputs' own memory has the rows' layout
-    direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
-    o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
-    lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
-    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, BM), Hkv, B), backend=backend,
-                             D=D, BM=BM, num_warps=cfg["num_warps"])
-    if not direct:
-        out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
-        lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))
-    return out, lse
+    return cfg, num_splits, scale, paged, page_size, capacity
+
+
+_PLANS = hk.CallPlans()     # _decide's answer per call signature
 
 
 def kvcache_reference(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None):

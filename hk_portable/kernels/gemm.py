@@ -7,6 +7,8 @@ Linear forward), `g @ W` (its input gradient) and `x.t() @ g` (its weight gradie
 `a @ b`, with loads a backend can issue as bulk copies (TMA on sm_90a) instead of element-wise ones."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 import hk_portable as hk
@@ -118,36 +120,86 @@ def check_operands(a, b) -> None:
 
 def gemm_into(a, b, out, backend=None, **config):
     """out = a @ b for checked operands (check_operands) and an `out` [M, N] of a float dtype that overlaps
-    neither (one the caller allocated): the launch alone, what hk::gemm calls. A call without `config` reuses
-    what the last call with the same shapes, strides, dtypes, device and backend selection decided (the
-    layout, the configuration and the grid): a repeat call is the views and the launch."""
+    neither (one the caller allocated): the launch alone. A call without `config` reuses what the last call with
+    the same shapes, strides, dtypes, device and backend selection decided (`_plan`)."""
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     if K == 0:              # an empty sum: zeros, as torch gives
         return out.zero_()
     if M == 0 or N == 0:
         return out
-    plan = None
-    if not config:
-        key = _PLANS.key(a.shape, a.stride(), b.shape, b.stride(), a.dtype, out.dtype, a.device, backend)
-        plan = _PLANS.get(key)
-    if plan is None:
+    if config:
         a_in, b_in, a_km, b_nk = layout_of(a, b)
-        flags = dict(A_KM=a_km, B_NK=b_nk)
-
-        def launch(cfg):
-            gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
-
-        if config:
-            return launch({**DEFAULT_CONFIG, **config, **flags})
-        # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        chosen = gemm_kernel.choose_config(lambda: candidates(flags, (a_in, b_in, out)), a_in, b_in, out,
-                                           backend=backend, launch=launch, key=(a_km, b_nk, M <= SKINNY_ROWS),
-                                           bucket=hk.shape_bucket(M, N, K))
-        cfg = {**DEFAULT_CONFIG, **chosen, **flags}
-        plan = _PLANS.put(key, (a_km, b_nk, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), cfg))
-    a_km, b_nk, grid, cfg = plan
+        cfg = {**DEFAULT_CONFIG, **config, "A_KM": a_km, "B_NK": b_nk}
+        gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
+        return out
+    a_km, b_nk, grid, cfg = _plan(a, b, out, backend)
     gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, out, grid=grid, backend=backend, **cfg)
     return out
 
 
-_PLANS = hk.CallPlans()     # gemm_into's layout, configuration and grid per call signature
+def _plan(a, b, out, backend) -> tuple:
+    """(A_KM, B_NK, grid, config) for checked, non-empty operands: the layout and the configuration choice (tuned
+    per shape bucket where HK_AUTOTUNE is on, else the backend's), decided once per call signature."""
+    key = _PLANS.key(a.shape, a.stride(), b.shape, b.stride(), a.dtype, out.dtype, a.device, backend)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    a_in, b_in, a_km, b_nk = layout_of(a, b)
+    flags = dict(A_KM=a_km, B_NK=b_nk)
+
+    def launch(cfg):
+        gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
+
+    chosen = gemm_kernel.choose_config(lambda: candidates(flags, (a_in, b_in, out)), a_in, b_in, out,
+                                       backend=backend, launch=launch, key=(a_km, b_nk, M <= SKINNY_ROWS),
+                                       bucket=hk.shape_bucket(M, N, K))
+    cfg = {**DEFAULT_CONFIG, **chosen, **flags}
+    return _PLANS.put(key, (a_km, b_nk, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), cfg))
+
+
+def rows_of(a: torch.Tensor) -> torch.Tensor:
+    """a [..., K] as the kernel's [M, K] (a view where the strides allow; reshape copies otherwise)."""
+    if a.dim() == 2:
+        return a
+    if a.dim() < 1:
+        raise ArgumentError("hk::gemm: 'a' must have 1 or more dims ([..., K]), got a 0-dim tensor")
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])       # not -1: [0, K] and [M, 0] are fine
+
+
+def matmul_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
+    if b.dim() != 2:
+        raise ArgumentError(f"hk::gemm: 'b' must be 2-D ([K, N]), got shape {tuple(b.shape)}")
+    return (*a.shape[:-1], b.shape[1])
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, out_dtype=None, backend=None) -> torch.Tensor:
+    """hk::gemm: a [..., K] @ b [K, N] into a fresh [..., N] in out_dtype or a's. A repeat call with the same
+    shapes, strides, dtypes, devices and backend selection is a new_empty, the views and the launch."""
+    key = _PLANS.key(matmul, a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
+                     out_dtype, backend)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        rows, shape, dtype, a_km, b_nk, grid, cfg = plan
+        out = a.new_empty(shape, dtype=dtype)
+        c = out
+        if rows is not None:
+            a, c = a.view(rows), out.view(rows[0], shape[-1])
+        gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, c, grid=grid, backend=backend, **cfg)
+        return out
+    rows, shape = rows_of(a), matmul_shape(a, b)
+    check_operands(rows, b)
+    out = a.new_empty(shape, dtype=out_dtype or a.dtype)
+    c = out if out.dim() == 2 else out.view(rows.shape[0], b.shape[1])
+    M, K, N = rows.shape[0], rows.shape[1], b.shape[1]
+    if K == 0 or M == 0 or N == 0:
+        gemm_into(rows, b, c, backend)
+        return out
+    a_km, b_nk, grid, cfg = _plan(rows, b, c, backend)
+    gemm_kernel(rows.t() if a_km else rows, b.t() if b_nk else b, c, grid=grid, backend=backend, **cfg)
+    if rows is a or rows._base is not None and rows.data_ptr() == a.data_ptr():     # a itself or a view of it
+        _PLANS.put(key, (None if rows is a else tuple(rows.shape), shape, out.dtype, a_km, b_nk, grid, cfg))
+    return out
+
+
+_PLANS = hk.CallPlans()     # _plan's decisions per call signature; matmul's per op signature

@@ -172,9 +172,9 @@ def dropout_residual_rmsnorm(x, residual, weight, bias=None, *, p: float = 0.0, 
 
 
 def _fused(fn, rms, x, residual, weight, bias, p, seed, offset, eps, out, h_out, backend, config):
-    fresh = (out is None and h_out is None and not config
-             and all(t is None or isinstance(t, torch.Tensor) for t in (residual, weight, bias))
-             and isinstance(x, torch.Tensor))
+    T = torch.Tensor
+    fresh = (out is None and h_out is None and not config and isinstance(x, T) and isinstance(weight, T)
+             and (residual is None or isinstance(residual, T)) and (bias is None or isinstance(bias, T)))
     key = _plan_key(rms, x, residual, weight, bias, p, backend) if fresh else None
     plan = _PLANS.get(key) if fresh else None
     if plan is None or not 0.0 <= p < 1.0 or not 0 < eps < math.inf:     # a plan's key holds neither value
@@ -182,8 +182,11 @@ def _fused(fn, rms, x, residual, weight, bias, p, seed, offset, eps, out, h_out,
     store_h = residual is not None or p > 0 or h_out is not None
     y = torch.empty_like(x) if out is None else out
     h = h_out if h_out is not None else torch.empty_like(x) if store_h else x
-    s_lo, s_hi = _words(seed, "seed", fn)
-    o_lo, o_hi = _words(offset, "offset", fn)
+    if seed.__class__ is int and offset.__class__ is int and not seed and not offset:   # the plain norm's
+        s_lo = s_hi = o_lo = o_hi = 0
+    else:
+        s_lo, s_hi = _words(seed, "seed", fn)
+        o_lo, o_hi = _words(offset, "offset", fn)
     args = (x, x if residual is None else residual, weight, weight if bias is None else bias, y, h, float(p),
             float(eps), s_lo, s_hi, o_lo, o_hi)
     if plan is not None:    # a call like the last with these shapes, dtypes and flags: the launch alone
@@ -220,9 +223,9 @@ _PLANS = hk.CallPlans()     # _fused's configuration and grid per _plan_key
 def _plan_key(rms, x, residual, weight, bias, p, backend):
     """What _fused's checks and configuration choice depend on, besides p's and eps's values: a repeat call with
     the same key skips both (a call with outputs given or a config never uses a plan)."""
-    def kind(t):
-        return None if t is None else (type(t), t.shape, t.dtype, t.device)
-    return _PLANS.key(rms, kind(x), x.stride(), kind(residual), kind(weight), kind(bias), p > 0, backend)
+    return _PLANS.key(rms, x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.dtype, weight.device,
+                      None if residual is None else (residual.shape, residual.dtype, residual.device),
+                      None if bias is None else (bias.shape, bias.dtype, bias.device), p > 0, backend)
 
 
 def reference(x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5, rms=False):

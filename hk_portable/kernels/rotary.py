@@ -131,6 +131,19 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str
     """x rotated by the tables' angles at positions offset.. (see the module docstring); returns the result
     (x itself when inplace). `inverse=True` is the backward: the gradient of rotary(x) w.r.t. x, applied to
     an upstream gradient, is rotary(grad, ..., inverse=True)."""
+    fresh = not inplace and out is None and not config and isinstance(x, torch.Tensor) and x.dim() == 4
+    if fresh:
+        key = _PLANS.key(x.shape, x.stride(), x.dtype, x.device, cos.shape, cos.stride(), cos.dtype, cos.device,
+                         sin.shape, sin.stride(), sin.dtype, sin.device, layout, heads_first, bool(inverse), backend)
+        plan = _PLANS.get(key)
+        n = x.shape[2] if heads_first else x.shape[1]
+        if plan is not None and offset.__class__ is int and 0 <= offset and offset + n <= cos.shape[0]:
+            by_heads, grid, cfg = plan      # a call like the last with these shapes: the views and the launch
+            out = torch.empty_like(x)
+            xk, ok = (x, out) if by_heads != heads_first else (x.transpose(1, 2), out.transpose(1, 2))
+            rotary_kernel(*_halves(xk, layout), cos.narrow(0, offset, n), sin.narrow(0, offset, n),
+                          *_halves(ok, layout), grid=grid, backend=backend, **cfg)
+            return out
     _check(x, cos, sin, layout, offset, heads_first)
     if inplace and out is not None:
         raise ArgumentError("rotary: pass either inplace=True or out=, not both")
@@ -157,13 +170,22 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str
             views = (*_halves(xh, layout), c, s, *_halves(oh, layout))
         grid = (hk.cdiv(N, cfg["BN"]), hk.cdiv(H, cfg["BH"]), B)
         rotary_kernel(*views, grid=grid, backend=backend, **cfg)
+        return grid, cfg
 
-    if not config:          # the backend's choice (tuned per shape bucket where HK_AUTOTUNE is on)
-        config = rotary_kernel.choose_config(
-            lambda: candidates(flags, args), *args, backend=backend, launch=launch,
-            bucket=hk.shape_bucket(B, H, N, D), key=(H, D, tuple(flags.items())))
-    launch(config)
+    if config:
+        launch(config)
+        return out
+    # the backend's choice (tuned per shape bucket where HK_AUTOTUNE is on), then the plan of a fresh call
+    config = rotary_kernel.choose_config(
+        lambda: candidates(flags, args), *args, backend=backend, launch=launch,
+        bucket=hk.shape_bucket(B, H, N, D), key=(H, D, tuple(flags.items())))
+    grid, cfg = launch(config)
+    if fresh:
+        _PLANS.put(key, (cfg["HEADS"], grid, cfg))
     return out
+
+
+_PLANS = hk.CallPlans()     # rotary's configuration and grid (and which view it launches on) per call signature
 
 
 def tables(n_positions: int, dim: int, base: float = 10000.0, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,11 +19,18 @@ class CallPlans:
         return (*parts, selection_key())
 
     def get(self, key):
-        return self._plans.get(key)
+        """The plan of `key`, None where there is none (or the key holds an unhashable value: no plan for it)."""
+        try:
+            return self._plans.get(key)
+        except TypeError:
+            return None
 
     def put(self, key, plan):
-        """Stores and returns `plan`."""
-        self._plans[key] = plan
+        """Stores and returns `plan` (an unhashable key stores nothing)."""
+        try:
+            self._plans[key] = plan
+        except TypeError:
+            return plan
         if len(self._plans) > self.size:
             self._plans.pop(next(iter(self._plans)))
         return plan
