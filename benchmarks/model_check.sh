@@ -2,17 +2,21 @@
 # "Fast in a model" on one NVIDIA GPU, in one or two device calls (STEPS picks): install, hk.precompile of what
 # the model benchmarks launch (cold cache, in parallel), GPU correctness of the GEMM layouts and the block
 # (benchmarks/layout_check.py), the cuda conformance cases of the GEMM, `hk bench` over the GEMM layouts, the ops'
-# host time, the first call in a new process (benchmarks/first_call.py), and the Llama block against torch and
-# torch.compile. Results under $OUT (8 files at most); a summary last.
+# host time, the first call in a new process (benchmarks/first_call.py), the Llama block against torch and
+# torch.compile, and transformers' generate with hk attention against SDPA (benchmarks/generate_tokens.py; needs
+# the transformers wheels in .whl/hf, see below). Results under $OUT (8 files at most); a summary last.
 #
 #   run (device tool): carry [".whl"], command: STEPS="env precompile correct conformance gemm host" bash benchmarks/model_check.sh
 #   then (same warm machine, the cache kept in /tmp): STEPS="first block" bash benchmarks/model_check.sh
-#   (.whl holds the stevedore wheel the device image lacks, as for benchmarks/h200_cuda_check.sh)
+#   (.whl holds the stevedore wheel the device image lacks, as for benchmarks/h200_cuda_check.sh; .whl/hf the
+#   wheels of transformers 5.25.0 and its dependencies but numpy, filelock, fsspec and typing_extensions, which the
+#   image has: pip download --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
+#   --platform manylinux_2_17_x86_64 -d .whl/hf transformers==5.25.0, then delete those four)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
 export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
-STEPS=${STEPS:-"env precompile correct conformance gemm host hostprof first block"}
+STEPS=${STEPS:-"env precompile correct conformance gemm host hostprof first block generate"}
 SUMMARY="$OUT/summary.txt"
 LOG="$OUT/log.txt"
 touch "$SUMMARY" "$LOG"
@@ -46,9 +50,13 @@ step host 200 $HK bench -k "op call" --json "$OUT/bench_host.json"
 step hostprof 150 python3 benchmarks/host_profile.py --out "$OUT/host_profile.txt"
 step first 300 python3 benchmarks/first_call.py --repeats 2 --json "$OUT/first_call.json"
 step block 560 $HK bench -k "llama block" --json "$OUT/bench_block.json"
+if want generate && ls .whl/hf/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-hf .whl/hf/*.whl >> "$LOG" 2>&1
+    PYTHONPATH=${PYTHONPATH:-}:/tmp/site-hf step generate 300 python3 benchmarks/generate_tokens.py --json "$OUT/generate.json"
+fi
 
 # the tables (the reply carries the end of the output)
-grep -E "layout_check:|model_precompile:|CONFORMS|FAILED| us/call " "$LOG" | tail -14
+grep -E "layout_check:|model_precompile:|CONFORMS|FAILED| us/call |^generate B" "$LOG" | tail -16
 for f in bench_gemm bench_host bench_block; do
     [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'
 import json, sys

@@ -165,9 +165,11 @@ def llama_logits_error(hk_model, sdpa_model, ids):
 def spy_hk_attention(monkeypatch):
     """A list that collects (query length, key length) of every hk attention call transformers makes."""
     from hk_portable.nn import huggingface
-    shapes, attention = [], huggingface.F.attention
+    shapes, attention, decode = [], huggingface.F.attention, huggingface.decode
     monkeypatch.setattr(huggingface.F, "attention",
                         lambda q, k, v, **kw: shapes.append((q.shape[2], k.shape[2])) or attention(q, k, v, **kw))
+    monkeypatch.setattr(huggingface, "decode",
+                        lambda q, k, v, s: shapes.append((q.shape[2], k.shape[2], "decode")) or decode(q, k, v, s))
     return shapes
 
 
