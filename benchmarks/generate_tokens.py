@@ -2,7 +2,8 @@
 randomly initialised Llama (8 layers, E=2048, 16/4 heads of 128, FF 5632, bf16; no weights downloaded), the same
 weights in both, greedy decoding of `--new` tokens after a `--prompt`-token prompt at each batch size. Only the
 attention differs (attn_implementation "hk" or "sdpa"). Every decode length is warmed up by one whole generate
-before timing; the implementations take turns in each of `--rounds` rounds; the median round is reported, with the
+before timing; the implementations take turns in each of `--rounds` rounds, in a rotating order; the median
+round is reported, with the
 GPU time of one generate from CUDA events beside the host clock (two timing methods) and how many of the greedy
 tokens agree.
 
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     from hk_portable.nn.huggingface import register
@@ -65,9 +66,10 @@ def main(argv=None) -> int:
             generate(m, ids, args.new)
         runs = {name: [] for name in models}
         outs = {}
-        for _ in range(args.rounds):
-            for name, m in models.items():
-                host, gpu, outs[name] = timed(m, ids, args.new)
+        names = list(models)
+        for r in range(args.rounds):        # each round in another order: no implementation always goes first
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                host, gpu, outs[name] = timed(models[name], ids, args.new)
                 runs[name].append((host, gpu))
         row = {"batch": b, "prompt": args.prompt, "new_tokens": args.new, "layers": args.layers}
         for name, r in runs.items():

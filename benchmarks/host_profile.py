@@ -1,6 +1,8 @@
 """Where a launch-bound op call's host microseconds go: each torch.ops.hk op at a tiny size timed over many calls
 (no synchronize inside: the host's time per call), beside the torch op it replaces, then the same calls under
-cProfile (the top functions by own time). On a GPU the launches are real; on a CPU machine the reference backend
+cProfile (the top functions by own time), in three modes: `inference` (torch.inference_mode), `grad` (gradients on,
+no input needing one) and `no_grad` (the weights need gradients, the call runs under torch.no_grad: a decode step
+of a model being trained or served from its training module). On a GPU the launches are real; on a CPU machine the reference backend
 runs them (its interpreter, not the launch path, is then what shows).
 
     python benchmarks/host_profile.py [--calls 2000] [--out host_profile.txt]
@@ -19,7 +21,7 @@ import torch
 BF16 = torch.bfloat16
 
 
-def calls(device: str) -> dict:
+def calls(device: str, weights_need_grad: bool = False) -> dict:
     import torch.nn.functional as TF
 
     import hk_portable.nn  # noqa: F401
@@ -30,6 +32,9 @@ def calls(device: str) -> dict:
     xn, wn = torch.randn(8, 1024, device=device, dtype=BF16), torch.randn(1024, device=device, dtype=BF16)
     xr = torch.randn(1, 8, 8, 128, device=device, dtype=BF16)
     cos, sin = tables(64, 128, device=device)
+    if weights_need_grad:
+        w.requires_grad_()
+        wn.requires_grad_()
     return {
         "gemm": (lambda: F.linear(x, w), lambda: TF.linear(x, w)),
         "attention": (lambda: F.attention(q, k, k), lambda: TF.scaled_dot_product_attention(q, k, k)),
@@ -56,31 +61,38 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--modes", nargs="+", default=["inference", "grad", "no_grad"],
+                    choices=["inference", "grad", "no_grad"])
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     n = args.calls if device == "cuda" else 20
     report = io.StringIO()
     rows = []
-    for name, (ours, theirs) in calls(device).items():
-        with torch.inference_mode():
-            hk_us = per_call_us(ours, n, device)
-            torch_us = per_call_us(theirs, n, device) if theirs else float("nan")
-            rows.append((name, hk_us, torch_us))
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(n):
-                ours()
-            prof.disable()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        print(f"\n===== {name}: hk {hk_us:.1f} us/call, torch {torch_us:.1f} us/call", file=report)
-        pstats.Stats(prof, stream=report).sort_stats("tottime").print_stats(18)
+    modes = {"inference": (torch.inference_mode, False), "grad": (torch.enable_grad, False),
+             "no_grad": (torch.no_grad, True)}
+    for mode in args.modes:
+        context, weights_need_grad = modes[mode]
+        for name, (ours, theirs) in calls(device, weights_need_grad).items():
+            with context():
+                hk_us = per_call_us(ours, n, device)
+                torch_us = per_call_us(theirs, n, device) if theirs else float("nan")
+                rows.append((mode, name, hk_us, torch_us))
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(n):
+                    ours()
+                prof.disable()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            print(f"\n===== {mode} {name}: hk {hk_us:.1f} us/call, torch {torch_us:.1f} us/call", file=report)
+            pstats.Stats(prof, stream=report).sort_stats("tottime").print_stats(18)
     text = report.getvalue()
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
-    for name, hk_us, torch_us in rows:
-        print(f"{name:10} hk {hk_us:7.1f} us/call   torch {torch_us:7.1f} us/call   ratio {hk_us / torch_us:5.2f}")
+    for mode, name, hk_us, torch_us in rows:
+        print(f"{mode:9} {name:10} hk {hk_us:7.1f} us/call   torch {torch_us:7.1f} us/call   ratio "
+              f"{hk_us / torch_us:5.2f}")
     return 0
 
 

@@ -16,7 +16,7 @@ set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
 export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
-STEPS=${STEPS:-"env precompile correct conformance gemm host hostprof first block generate"}
+STEPS=${STEPS:-"env precompile correct conformance gemm host hostprof first block generate genprof"}
 SUMMARY="$OUT/summary.txt"
 LOG="$OUT/log.txt"
 touch "$SUMMARY" "$LOG"
@@ -50,9 +50,10 @@ step host 200 $HK bench -k "op call" --json "$OUT/bench_host.json"
 step hostprof 150 python3 benchmarks/host_profile.py --out "$OUT/host_profile.txt"
 step first 300 python3 benchmarks/first_call.py --repeats 2 --json "$OUT/first_call.json"
 step block 560 $HK bench -k "llama block" --json "$OUT/bench_block.json"
-if want generate && ls .whl/hf/*.whl >/dev/null 2>&1; then
+if (want generate || want genprof) && ls .whl/hf/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-hf .whl/hf/*.whl >> "$LOG" 2>&1
     PYTHONPATH=${PYTHONPATH:-}:/tmp/site-hf step generate 300 python3 benchmarks/generate_tokens.py --json "$OUT/generate.json"
+    PYTHONPATH=${PYTHONPATH:-}:/tmp/site-hf step genprof 200 python3 benchmarks/generate_profile.py --out "$OUT/generate_profile.txt"
 fi
 
 # the tables (the reply carries the end of the output)

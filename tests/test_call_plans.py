@@ -104,3 +104,18 @@ def test_the_autograd_kernel_leaves_calls_under_a_mode_to_the_dispatcher():
     assert out.requires_grad and out.grad_fn is not None
     (gb,) = torch.autograd.grad(out.float().sum(), [b])
     _close(gb, a.double().t() @ torch.ones(8, 16, dtype=torch.float64))
+
+
+def test_a_growing_cache_keeps_one_plan_and_reads_each_steps_length():
+    B, Hkv, Hq, D = 1, 2, 4, 64
+    full_k, full_v = torch.randn(B, Hkv, 40, D, dtype=bf16), torch.randn(B, Hkv, 40, D, dtype=bf16)
+    q = torch.randn(B, 1, Hq, D, dtype=bf16)
+    plans = len(kvcache_kernel._PLANS._plans)
+    for n in (20, 21, 33):              # transformers' DynamicCache: [B, Hkv, n, D], viewed as [B, n, Hkv, D]
+        k, v = full_k[:, :, :n].contiguous().transpose(1, 2), full_v[:, :, :n].contiguous().transpose(1, 2)
+        seqlens = torch.full((B,), n, dtype=torch.int32)
+        o, _ = torch.ops.hk.attention_kvcache(q, k, v, seqlens)
+        _close(o, kvcache_kernel.kvcache_reference(q, k, v, seqlens)[0])
+    assert len(kvcache_kernel._PLANS._plans) == plans + 1
+    with pytest.raises(ArgumentError, match="one shape"):       # k and v of two lengths: checked, not planned
+        torch.ops.hk.attention_kvcache(q, k, v[:, :-1], seqlens - 1)

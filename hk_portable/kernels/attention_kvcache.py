@@ -144,27 +144,36 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     key = None
     if not config and isinstance(q, T) and isinstance(k_cache, T) and isinstance(v_cache, T) and \
             isinstance(cache_seqlens, T) and (block_table is None or isinstance(block_table, T)):
-        key = _PLANS.key(q.shape, q.stride(), q.dtype, q.device, k_cache.shape, k_cache.stride(), k_cache.dtype,
-                         k_cache.device, v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
+        # not a contiguous cache's length nor the caches' other strides: a decode loop whose cache grows by a
+        # token a step (a new [B, S + 1, Hkv, D] view each step) keeps its plan; what depends on them is per call
+        key = _PLANS.key(q.shape, q.stride(), q.dtype, q.device, k_cache.shape[0], k_cache.shape[2:],
+                         k_cache.stride(-1), k_cache.dtype, k_cache.device, v_cache.shape[0], v_cache.shape[2:],
+                         v_cache.stride(-1), v_cache.dtype, v_cache.device, None if block_table is None else
+                         (k_cache.shape[1], block_table.shape, block_table.dtype, block_table.device),
                          cache_seqlens.shape, cache_seqlens.dtype, cache_seqlens.device,
-                         None if block_table is None else (block_table.shape, block_table.dtype, block_table.device),
                          causal, causal.__class__, scale, num_splits, num_splits.__class__, backend)
     plan = None if key is None else _PLANS.get(key)
-    if plan is None:
+    if plan is None or k_cache.shape[1] != v_cache.shape[1]:
         plan = _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits, config)
         if key is not None:
             _PLANS.put(key, plan)
-    cfg, num_splits, scale, paged, page_size, capacity = plan
-    if cache_seqlens.device.type == "cpu" and cache_seqlens.numel() and \
-            (int(cache_seqlens.min()) < 0 or int(cache_seqlens.max()) > capacity):
-        raise _fn_error(fn, f"cache_seqlens must be in [0, {capacity}] (the cache's capacity), got "
-                        f"{cache_seqlens.tolist()}")
+    cfg, num_splits, scale, paged = plan
     B, Nq, Hq, D = q.shape
     Hkv = k_cache.shape[2]
     g = Hq // Hkv
     R = Nq * g
     BM, BN = cfg["BM"], cfg["BN"]
     row_tiles = hk.cdiv(R, BM)
+    page_size = k_cache.shape[1]
+    capacity = block_table.shape[1] * page_size if paged else page_size
+    if capacity >= 2**30:
+        raise _fn_error(fn, f"cache capacity must be < 2**30 keys, got {capacity}")
+    if num_splits is None:
+        num_splits = _splits(B * Hkv * row_tiles, capacity, BN)
+    if cache_seqlens.device.type == "cpu" and cache_seqlens.numel() and \
+            (int(cache_seqlens.min()) < 0 or int(cache_seqlens.max()) > capacity):
+        raise _fn_error(fn, f"cache_seqlens must be in [0, {capacity}] (the cache's capacity), got "
+                        f"{cache_seqlens.tolist()}")
     if out is not None or lse is not None:
         check_no_overlap(fn, {k: t for k, t in (("out", out), ("lse", lse)) if t is not None},
                          {"q": q, "k_cache": k_cache, "v_cache": v_cache})
@@ -199,8 +208,8 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
 
 
 def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits, config) -> tuple:
-    """attention_kvcache's checks of everything but cache_seqlens' values, and its choices: (config, num_splits,
-    scale, paged, page_size, capacity), decided once per call signature."""
+    """attention_kvcache's checks of everything but cache_seqlens' values, and its choices: (config, num_splits as
+    given, scale, paged), decided once per call signature (the caches' length, and what depends on it, per call)."""
     check_qkv(fn, {"q": q, "k_cache": k_cache, "v_cache": v_cache}, 4, "4-D tensor", unit_last_stride=True)
     B, Nq, Hq, D = q.shape
     if D not in (64, 128):
@@ -225,15 +234,11 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
                             f"{_describe(block_table)}")
         if page_size % 16:
             raise _fn_error(fn, f"page_size must be a multiple of 16, got {page_size}")
-        capacity = block_table.shape[1] * page_size
     else:
         if k_cache.shape[0] != B:
             raise _fn_error(fn, f"a contiguous cache must be [B={B}, S, Hkv, D], got {tuple(k_cache.shape)}")
-        capacity = page_size
     if not isinstance(causal, bool):
         raise _fn_error(fn, f"'causal' must be a bool, got {causal!r}")
-    if capacity >= 2**30:
-        raise _fn_error(fn, f"cache capacity must be < 2**30 keys, got {capacity}")
     scale = scale_value(scale, D, fn)
     g = Hq // Hkv
     R = Nq * g
@@ -241,16 +246,18 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
     BM, BN = cfg["BM"], cfg["BN"]
     if paged and page_size % BN:
         raise _fn_error(fn, f"page_size {page_size} must be a multiple of the key tile {BN}")
-    row_tiles = hk.cdiv(R, BM)
-    blocks = B * Hkv * row_tiles
-    if num_splits is None:
-        num_splits = max(1, min(hk.cdiv(TARGET_BLOCKS, blocks), hk.cdiv(capacity, 8 * BN)))
-    elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise _fn_error(fn, f"'num_splits' must be an int >= 1 or None, got {num_splits!r}")
-    return cfg, num_splits, scale, paged, page_size, capacity
+    return cfg, num_splits, scale, paged
 
 
-_PLANS = hk.CallPlans()     # _decide's answer per call signature
+def _splits(blocks: int, capacity: int, bn: int) -> int:
+    """The KV splits of a call with `blocks` blocks a split: enough for TARGET_BLOCKS in all, at most one per 8 key
+    tiles of the cache's capacity."""
+    return max(1, min(hk.cdiv(TARGET_BLOCKS, blocks), hk.cdiv(capacity, 8 * bn)))
+
+
+_PLANS = hk.CallPlans()     # _decide's answer per call signature (less the caches' length)
 
 
 def kvcache_reference(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None):
