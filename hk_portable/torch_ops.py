@@ -18,7 +18,7 @@ Each op has a fake implementation (shapes, dtypes and strides of what the wrappe
 so torch.compile traces through it without a graph break.
 
 The ops are defined on the dispatcher directly (`torch.library.Library`: a schema, one implementation for every
-device, a fake, an autograd kernel from `torch.library.register_autograd`), not through
+device, a fake, an Autograd kernel of our own with register_autograd's contract: `_Op.register_autograd`), not through
 `torch.library.custom_op`: custom_op's per-call wrapper imports torch._dynamo at an op's first call (2.4 s and
 542 modules on a CPU, in a process that never compiles) and checks aliasing on every call. Every op here
 returns fresh tensors, never a view of an input, as its schema (no alias annotations) says.
