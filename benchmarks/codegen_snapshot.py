@@ -1,0 +1,113 @@
+"""The instruction streams of every library kernel on every offline target, for showing that a refactor of the
+lowering changes no generated kernel (issue 38's "behaviour-neutral"): each kernel's example configuration and every
+candidate configuration its module offers, compiled for cuda sm_80 and sm_90a (PTX, NVRTC) and hip gfx942 and gfx950
+(AMDGCN assembly, clang), comments and tool banners stripped, one file per (target, kernel, Program) and an index of
+their sha256. Compare two snapshots with --diff.
+
+    python benchmarks/codegen_snapshot.py --out /tmp/snap-before [--targets cuda:sm_90a hip:gfx942] [-k gemm]
+    python benchmarks/codegen_snapshot.py --diff /tmp/snap-before /tmp/snap-after
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+TARGETS = ("cuda:sm_80", "cuda:sm_90a", "hip:gfx942", "hip:gfx950")
+_BANNER = re.compile(r"^\s*(//|;|\.ident\b|\.file\b)")
+
+
+def normalise(asm: str) -> str:
+    """The instruction stream: comment lines, trailing comments and tool banners (compiler versions) removed."""
+    out = []
+    for line in asm.splitlines():
+        if _BANNER.match(line):
+            continue
+        line = re.split(r"\s;|\s//", line, maxsplit=1)[0].rstrip()
+        if line:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def programs(pattern: str | None) -> dict:
+    """'kernel-hash8' -> Program: each kernel's example configuration and its module's candidates for it."""
+    from hk_portable import kernels
+    out = {}
+    for name in sorted(kernels.KERNELS):
+        if pattern and pattern not in name:
+            continue
+        module, kern = kernels.load(name)
+        args, consts = module.example_args()
+        configs = [consts]
+        if callable(getattr(module, "candidates", None)):
+            configs += module.candidates(consts, args)
+        for cfg in configs:
+            prog = kern.trace(*args, **cfg)
+            out.setdefault(f"{name}-{prog.hash[:8]}", prog)
+    return out
+
+
+def target_of(spec: str):
+    from hk_portable.runtime import registry
+    backend_name, arch = spec.split(":")
+    be = registry.load(backend_name)
+    if backend_name == "hip":
+        from hk_portable.backends.hip.archs import make_target
+        return be, make_target(arch, runs=False, compile_only=True)
+    return be, be.target(arch)
+
+
+def snapshot(out: Path, targets, pattern: str | None) -> int:
+    from hk_portable.runtime import cache
+    progs = programs(pattern)
+    index, errors = {}, 0
+    for spec in targets:
+        be, target = target_of(spec)
+        (out / spec.replace(":", "-")).mkdir(parents=True, exist_ok=True)
+        for key, prog in progs.items():
+            try:
+                asm = cache.compile_cached(be, prog, target).asm or ""
+            except Exception as e:  # noqa: BLE001 - recorded, the snapshot goes on
+                asm, errors = f"error: {type(e).__name__}: {str(e)[:300]}\n", errors + 1
+            text = normalise(asm)
+            rel = f"{spec.replace(':', '-')}/{key}.s"
+            (out / rel).write_text(text)
+            index[rel] = hashlib.sha256(text.encode()).hexdigest()
+        print(f"{spec}: {len(progs)} programs", flush=True)
+    (out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
+    return 1 if errors else 0
+
+
+def diff(a: Path, b: Path) -> int:
+    ia, ib = (json.loads((d / "index.json").read_text()) for d in (a, b))
+    only_a, only_b = sorted(set(ia) - set(ib)), sorted(set(ib) - set(ia))
+    changed = sorted(k for k in set(ia) & set(ib) if ia[k] != ib[k])
+    for k in changed:
+        lines = difflib.unified_diff((a / k).read_text().splitlines(), (b / k).read_text().splitlines(),
+                                     str(a / k), str(b / k), n=1, lineterm="")
+        print("\n".join(list(lines)[:40]))
+    print(f"{len(set(ia) & set(ib))} streams in both; {len(changed)} differ; "
+          f"only in {a}: {len(only_a)} {only_a[:5]}; only in {b}: {len(only_b)} {only_b[:5]}")
+    return 1 if changed or only_a or only_b else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--targets", nargs="+", default=list(TARGETS))
+    ap.add_argument("-k", dest="pattern", help="only kernels whose name contains this")
+    ap.add_argument("--diff", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    args = ap.parse_args(argv)
+    if args.diff:
+        return diff(*args.diff)
+    if args.out is None:
+        ap.error("--out DIR (or --diff BEFORE AFTER)")
+    return snapshot(args.out, args.targets, args.pattern)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
