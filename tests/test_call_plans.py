@@ -53,6 +53,8 @@ def test_a_planned_rotary_takes_each_calls_offset_and_still_checks_it():
         torch.ops.hk.rotary(x, cos, sin, "neox", 16)         # past the tables, on a planned signature
     with pytest.raises(ArgumentError, match="offset"):
         rotary_kernel.rotary(x, cos, sin, offset=-1)
+    with pytest.raises(ArgumentError, match="'cos' must be a float32 table"):     # not a tensor: no plan key
+        rotary_kernel.rotary(x, [1.0], sin)
 
 
 def test_a_planned_norm_still_checks_p_and_eps_and_the_seed():

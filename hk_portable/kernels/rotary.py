@@ -131,7 +131,9 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str
     """x rotated by the tables' angles at positions offset.. (see the module docstring); returns the result
     (x itself when inplace). `inverse=True` is the backward: the gradient of rotary(x) w.r.t. x, applied to
     an upstream gradient, is rotary(grad, ..., inverse=True)."""
-    fresh = not inplace and out is None and not config and isinstance(x, torch.Tensor) and x.dim() == 4
+    T = torch.Tensor
+    fresh = (not inplace and out is None and not config and isinstance(x, T) and x.dim() == 4
+             and isinstance(cos, T) and isinstance(sin, T))
     if fresh:
         key = _PLANS.key(x.shape, x.stride(), x.dtype, x.device, cos.shape, cos.stride(), cos.dtype, cos.device,
                          sin.shape, sin.stride(), sin.dtype, sin.device, layout, heads_first, bool(inverse), backend)
