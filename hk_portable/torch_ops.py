@@ -108,11 +108,10 @@ class _Op:
         def autograd_kernel(keyset, *args):
             if torch.is_grad_enabled() and _any_requires_grad(*args):
                 return function.apply(*args, keyset)
-            below = keyset & _AFTER_AUTOGRAD
-            if (below & _BELOW_AUTOGRAD).highestPriorityTypeId() in _DEVICE_KEYS:
+            if (keyset & _BELOW_AUTOGRAD).highestPriorityTypeId() in _DEVICE_KEYS:
                 return fn(*args)
             with torch._C._AutoDispatchBelowAutograd():
-                return op.redispatch(below, *args)
+                return op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
 
         _LIB.impl(self.name, autograd_kernel, "Autograd", with_keyset=True)
 

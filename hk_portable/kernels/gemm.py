@@ -132,9 +132,14 @@ def gemm_into(a, b, out, backend=None, **config):
         cfg = {**DEFAULT_CONFIG, **config, "A_KM": a_km, "B_NK": b_nk}
         gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
         return out
-    a_km, b_nk, grid, cfg = _plan(a, b, out, backend)
-    gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, out, grid=grid, backend=backend, **cfg)
+    _launch(a, b, out, _plan(a, b, out, backend), backend)
     return out
+
+
+def _launch(a, b, out, plan, backend) -> None:
+    """The kernel on a, b as given, in the layout a plan chose (a transposed operand read as the tensor it views)."""
+    a_km, b_nk, grid, cfg = plan
+    gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, out, grid=grid, backend=backend, **cfg)
 
 
 def _plan(a, b, out, backend) -> tuple:
@@ -180,25 +185,21 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out_dtype=None, backend=None) -> to
                      out_dtype, backend)
     plan = _PLANS.get(key)
     if plan is not None:
-        rows, shape, dtype, a_km, b_nk, grid, cfg = plan
+        rows, shape, dtype, gemm_plan = plan
         out = a.new_empty(shape, dtype=dtype)
         c = out
         if rows is not None:
             a, c = a.view(rows), out.view(rows[0], shape[-1])
-        gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, c, grid=grid, backend=backend, **cfg)
+        _launch(a, b, c, gemm_plan, backend)
         return out
     rows, shape = rows_of(a), matmul_shape(a, b)
     check_operands(rows, b)
     out = a.new_empty(shape, dtype=out_dtype or a.dtype)
     c = out if out.dim() == 2 else out.view(rows.shape[0], b.shape[1])
-    M, K, N = rows.shape[0], rows.shape[1], b.shape[1]
-    if K == 0 or M == 0 or N == 0:
-        gemm_into(rows, b, c, backend)
-        return out
-    a_km, b_nk, grid, cfg = _plan(rows, b, c, backend)
-    gemm_kernel(rows.t() if a_km else rows, b.t() if b_nk else b, c, grid=grid, backend=backend, **cfg)
-    if rows is a or rows._base is not None and rows.data_ptr() == a.data_ptr():     # a itself or a view of it
-        _PLANS.put(key, (None if rows is a else tuple(rows.shape), shape, out.dtype, a_km, b_nk, grid, cfg))
+    gemm_into(rows, b, c, backend)
+    viewed = rows is a or rows._base is not None and rows.data_ptr() == a.data_ptr()    # a itself or a view of it
+    if viewed and rows.numel() and c.numel():       # not an empty product: gemm_into planned none
+        _PLANS.put(key, (None if rows is a else tuple(rows.shape), shape, out.dtype, _plan(rows, b, c, backend)))
     return out
 
 
