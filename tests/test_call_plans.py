@@ -41,6 +41,18 @@ def test_a_gemm_whose_rows_need_a_copy_is_not_planned_as_a_view():
     assert not any(k[1:3] == key_parts for k in gemm_kernel._PLANS._plans if k and k[0] is gemm_kernel.matmul)
 
 
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_a_3d_gemm_is_planned_in_inference_mode_too(mode):
+    """inference mode records no view base: the plan must not rely on one (a 3-D Linear input, every decode step)."""
+    gemm_kernel._PLANS._plans.clear()
+    b = torch.randn(64, 16, dtype=bf16)
+    with mode():
+        a = torch.randn(2, 3, 64, dtype=bf16)
+        for _ in range(2):
+            _close(torch.ops.hk.gemm(a, b), a.double() @ b.double())
+    assert any(k[1:3] == (a.shape, a.stride()) for k in gemm_kernel._PLANS._plans if k and k[0] is gemm_kernel.matmul)
+
+
 def test_a_planned_rotary_takes_each_calls_offset_and_still_checks_it():
     cos, sin = rotary_kernel.tables(16, 64)
     x = torch.randn(1, 1, 4, 64, dtype=bf16)

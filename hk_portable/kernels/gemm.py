@@ -197,7 +197,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out_dtype=None, backend=None) -> to
     out = a.new_empty(shape, dtype=out_dtype or a.dtype)
     c = out if out.dim() == 2 else out.view(rows.shape[0], b.shape[1])
     gemm_into(rows, b, c, backend)
-    viewed = rows is a or rows._base is not None and rows.data_ptr() == a.data_ptr()    # a itself or a view of it
+    # a itself or a view of it (a copy is a fresh allocation, never at a live tensor's address; _base can't tell:
+    # inference mode records no view base)
+    viewed = rows is a or rows.data_ptr() == a.data_ptr()
     if viewed and rows.numel() and c.numel():       # not an empty product: gemm_into planned none
         _PLANS.put(key, (None if rows is a else tuple(rows.shape), shape, out.dtype, _plan(rows, b, c, backend)))
     return out
