@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import schedule, tma
+from hk_portable.backends.cuda import archs, schedule, tma
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 from hk_portable.kernels import attention
 from hk_portable.kernels.gemm import candidates as gemm_candidates
@@ -63,7 +63,7 @@ def test_sm90a_gemm_runs_on_tma_and_wgmma_and_sm80_keeps_the_ring():
 def test_gemm_is_warp_specialised_and_hands_registers_to_its_consumers():
     art, cfg = _gemm_artifact("sm_90a")
     warps = cfg["num_warps"]
-    block, producer, consumer = schedule.register_split(warps, schedule.PRODUCER_WARPS)
+    block, producer, consumer = schedule.register_split(warps, schedule.PRODUCER_WARPS, archs.ARCHS["sm_90a"])
     assert art.launch["block"][0] == 32 * (warps + schedule.PRODUCER_WARPS)
     assert f"setmaxnreg.dec.sync.aligned.u32 {producer};" in art.asm
     assert f"setmaxnreg.inc.sync.aligned.u32 {consumer};" in art.asm
@@ -112,7 +112,7 @@ def test_specialisation_rules():
         assert len(plan.pipelines) == 2
         assert plan.producer_warps == (schedule.PRODUCER_WARPS if p.num_warps >= 8 else 0), cfg
     # a block of 4 consumer warps would already get 248 registers a thread: no hand-over there
-    assert schedule.register_split(4, schedule.PRODUCER_WARPS)[2] <= 248
+    assert schedule.register_split(4, schedule.PRODUCER_WARPS, archs.ARCHS["sm_90a"])[2] <= 248
 
 
 def test_softmax_takes_one_instruction_per_exp2_and_per_bf16_cast():

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hk_portable.backends.cuda import occupancy
+from hk_portable.backends.cuda import archs, occupancy
 from hk_portable.kernels import attention
 
-H200_SM_SHARED = 233472
+HOPPER = archs.ARCHS["sm_90a"]          # an H100/H200 SM: 228 KiB shared, 64 Ki registers
+NOT_PLANNED = archs.ARCHS["sm_80"]      # sm_80 cubins run on every sm_8x: no one SM to plan for
 
 
 @pytest.mark.parametrize("registers,threads,blocks", [
@@ -18,17 +19,17 @@ H200_SM_SHARED = 233472
     (255, 128, 2), (64, 128, 8), (32, 256, 8), (168, 384, 1),
 ])
 def test_blocks_by_registers_follow_the_allocation_units(registers, threads, blocks):
-    assert occupancy.by_registers(registers, threads) == blocks
+    assert occupancy.by_registers(registers, threads, HOPPER) == blocks
 
 
 def test_fill_target_asks_for_what_shared_memory_allows_only_when_registers_hold_the_block_back():
     # the 64x64 attention block: 41 KiB of shared memory (5 an SM), 113 registers (4 an SM)
-    assert occupancy.fill_target(113, 128, 41984, H200_SM_SHARED) == 5
-    assert occupancy.fill_target(96, 128, 41984, H200_SM_SHARED) is None      # already 5
-    assert occupancy.fill_target(64, 128, 197632, H200_SM_SHARED) is None     # shared memory: one block
-    assert occupancy.fill_target(32, 1024, 0, H200_SM_SHARED) is None         # threads: two blocks, as now
-    assert occupancy.fill_target(40, 1024, 0, H200_SM_SHARED) == 2            # 40 registers: one block of 1024
-    assert occupancy.fill_target(113, 128, 41984, 0) is None                  # an arch without the table's SM
+    assert occupancy.fill_target(113, 128, 41984, HOPPER) == 5
+    assert occupancy.fill_target(96, 128, 41984, HOPPER) is None      # already 5
+    assert occupancy.fill_target(64, 128, 197632, HOPPER) is None     # shared memory: one block
+    assert occupancy.fill_target(32, 1024, 0, HOPPER) is None         # threads: two blocks, as now
+    assert occupancy.fill_target(40, 1024, 0, HOPPER) == 2            # 40 registers: one block of 1024
+    assert occupancy.fill_target(113, 128, 41984, NOT_PLANNED) is None        # an arch without the table's SM
 
 
 pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="cupy (with NVRTC) is not installed")
@@ -49,8 +50,8 @@ def _block_64x64(left_bound: bool, **options):
 def test_the_attention_block_is_built_for_the_blocks_its_shared_memory_allows(left_bound):
     art = _block_64x64(left_bound)
     r, threads = art.resources, art.launch["threads"]
-    room = occupancy.by_shared(r["shared_bytes"], H200_SM_SHARED)
-    assert occupancy.by_registers(r["registers"], threads) == room == 5
+    room = occupancy.by_shared(r["shared_bytes"], HOPPER)
+    assert occupancy.by_registers(r["registers"], threads, HOPPER) == room == 5
     assert art.options["launch_bounds_min_blocks"] == 5 and f"__launch_bounds__({threads}, 5)" in art.source
     assert r["spill_stores"] == r["stack_bytes"] == 0
     # the causal block keeps the heaviest-first order; the windowed one spills with it at 96 registers (140-152
@@ -59,7 +60,7 @@ def test_the_attention_block_is_built_for_the_blocks_its_shared_memory_allows(le
     assert ("#define HK_DISPATCH_AXIS 0" in art.source) is (not left_bound)
     plain = _block_64x64(left_bound, fill_sm=False)       # ptxas's own choice holds it to four
     assert plain.options["launch_bounds_min_blocks"] is None
-    assert occupancy.by_registers(plain.resources["registers"], threads) < room
+    assert occupancy.by_registers(plain.resources["registers"], threads, HOPPER) < room
 
 
 def test_a_specialised_block_is_never_capped():

@@ -98,7 +98,7 @@ class CudaBackend(Backend):
         """The first candidate on a fast path: TMA + wgmma pipelines (sm_90a), or, for a kernel without
         mma, every register value in a strip (any target); else the kernel's baseline."""
         for cfg, program in candidates:
-            if target.arch == "sm_90a" and not target.emulated and schedule.fast_path(program, target):
+            if archs.async_path(target) and schedule.fast_path(program, target):
                 return cfg
             if layouts.all_strips(codegen.layouts(program, codegen.num_warps(program, target))):
                 return cfg
@@ -205,7 +205,7 @@ class CudaBackend(Backend):
         attention block at 96 registers: 96 bytes in its diagonal step) or the heaviest-first dispatch's indices
         (registers held all kernel long), the build without them is taken, in that order: a fifth 64x64 attention
         block an SM measured +11 % on the H200, the order +2.8 % (the windowed block spills 140 bytes with both)."""
-        want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared, archs.sm_shared(target.arch))
+        want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared, archs.of(target))
         if want is None:
             return None
         tries = [switches]

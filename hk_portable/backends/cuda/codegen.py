@@ -19,7 +19,7 @@ from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
 from ...interface.backend import Target
 from ...interface.errors import UnsupportedError
 from ...interface.ir import Op, Program, TileType
-from . import schedule, wgmma
+from . import archs, schedule, wgmma
 
 HEADER = Path(__file__).with_name("include") / "hk_cuda.cuh"
 MAX_WARPS = 16
@@ -27,8 +27,8 @@ BUFFER_ALIGN = 1024     # shared buffers start on a 128-byte-swizzle atom: wgmma
 
 
 def base_slack(target: Target) -> int:
-    """Dynamic shared bytes reserved so smem_base() can round the window up to BUFFER_ALIGN (sm_90a)."""
-    return BUFFER_ALIGN if target.arch == "sm_90a" else 0
+    """Dynamic shared bytes reserved so smem_base() can round the window up to BUFFER_ALIGN (the async path)."""
+    return BUFFER_ALIGN if archs.of(target).async_tensor_core else 0
 
 
 LIBRARY = library.DeviceLibrary(HEADER, Path(__file__))
@@ -701,7 +701,8 @@ class CudaEmitter(CStyleEmitter):
         gain nothing (a block small enough to give every thread the most registers already) or the
         backend turned it off. The incs only balance the decs if ptxas allocates exactly `block` registers
         per thread: the backend checks that after compiling (`hand_over_registers` in the launch extras)."""
-        block, producer, consumer = schedule.register_split(num_warps(self.p, self.target), self.plan.producer_warps)
+        block, producer, consumer = schedule.register_split(num_warps(self.p, self.target), self.plan.producer_warps,
+                                                             archs.of(self.target))
         if consumer <= block or not self.hand_over:
             return 0, 0
         self.hand_over_registers = block
@@ -734,7 +735,7 @@ class CudaEmitter(CStyleEmitter):
             f"#define HK_PRODUCER_WARPS {self.plan.producer_warps}",
             f"#define HK_SCRATCH_OFFSET {resources.scratch_offset(shared_bytes)}",
             f"#define HK_SCRATCH_BYTES {scratch}",
-            f"#define HK_TARGET_{arch.upper()} 1",
+            f"#define HK_ASYNC_TENSOR_CORE {1 if archs.of(self.target).async_tensor_core else 0}",
             f"#define HK_BLOCK_GROUPED {1 if self.plan.grouped_blocks else 0}",
             f"#define HK_WORK_AXIS {-1 if self.plan.work_axis is None else self.plan.work_axis}",
             f"#define HK_DISPATCH_AXIS {-1 if self.plan.dispatch_axis is None else self.plan.dispatch_axis}",

@@ -8,34 +8,35 @@ the H200 the 64x64 attention block went from 4 to 5 blocks an SM (113 -> 96 regi
 D64 causal N1024 and N4096 (2026-12-04, benchmarks/attention_schedules.py --tile 64x64s2w4)."""
 from __future__ import annotations
 
-REGISTERS = 65536            # per SM, sm_80 and sm_90
+from .archs import Arch
+
 REGISTER_UNIT = 256          # registers are allocated per warp in units of 256
 WARP_UNIT = 4                # and warps in groups of four (one per scheduler)
-MAX_WARPS = 64               # per SM
-MAX_BLOCKS = 32              # per SM
 RESERVED_SHARED = 1024       # shared memory the system keeps per block
+# an SM's registers, warps, blocks and shared memory: the arch's row (archs.Arch)
 
 
-def by_registers(registers: int, threads: int) -> int:
+def by_registers(registers: int, threads: int, arch: Arch) -> int:
     """Blocks per SM the registers allow."""
     per_warp = -(-max(registers, 1) * 32 // REGISTER_UNIT) * REGISTER_UNIT
-    warps = REGISTERS // per_warp // WARP_UNIT * WARP_UNIT
+    warps = arch.sm_registers // per_warp // WARP_UNIT * WARP_UNIT
     return warps // -(-threads // 32)
 
 
-def by_shared(shared_bytes: int, sm_shared_bytes: int) -> int:
+def by_shared(shared_bytes: int, arch: Arch) -> int:
     """Blocks per SM the shared memory allows."""
-    return sm_shared_bytes // (shared_bytes + RESERVED_SHARED)
+    return arch.sm_shared_bytes // (shared_bytes + RESERVED_SHARED)
 
 
-def by_threads(threads: int) -> int:
-    return min(MAX_BLOCKS, MAX_WARPS // -(-threads // 32))
+def by_threads(threads: int, arch: Arch) -> int:
+    return min(arch.sm_max_blocks, arch.sm_max_warps // -(-threads // 32))
 
 
-def fill_target(registers: int, threads: int, shared_bytes: int, sm_shared_bytes: int) -> int | None:
+def fill_target(registers: int, threads: int, shared_bytes: int, arch: Arch) -> int | None:
     """The blocks per SM to ask ptxas for (`__launch_bounds__` min blocks) when registers are what keeps a
-    block below what shared memory and the thread limits allow; None when nothing is to be won."""
-    if not sm_shared_bytes:
+    block below what shared memory and the thread limits allow; None when nothing is to be won (or the arch's
+    SM shared memory is not planned for)."""
+    if not arch.sm_shared_bytes:
         return None
-    room = min(by_shared(shared_bytes, sm_shared_bytes), by_threads(threads))
-    return room if room > by_registers(registers, threads) else None
+    room = min(by_shared(shared_bytes, arch), by_threads(threads, arch))
+    return room if room > by_registers(registers, threads, arch) else None

@@ -56,13 +56,13 @@ from ...codegen.patterns import use_counts
 from ...interface import opcodes
 from ...interface.backend import Target
 from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
+from . import archs
 
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
 PRODUCER_REGS = 24               # setmaxnreg's least: a loop, two barriers' addresses and TMA coordinates fit (no spill)
-REGISTER_FILE = 65536            # 32-bit registers per SM (sm_90a): what the warpgroups share out
 MAX_CONSUMER_REGS = 240          # below the ISA's 255 so ptxas keeps its reserved registers
 # Tiles go longest first once the work axis has this many blocks (query blocks a head). Block order measured better
 # with 8 and 32 (causal D128 N1024 / N4096 and GQA N4096 on the H200: 0.69 vs 0.60 in one A/B; 479 and 490 TFLOP/s
@@ -189,7 +189,7 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
     if heavy_first and not out.grouped_blocks:
         out.dispatch_axis = work_axis(pipes, producers)
-    if target.arch != "sm_90a":
+    if not archs.of(target).async_tensor_core:
         return out
     params = {v.id: i for i, v in enumerate(program.body.args)}
     for op in pipes:
@@ -576,13 +576,13 @@ def _overlap(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
     return Overlap(head, ordered, mma, ks[0], list(crossing.values()), late)
 
 
-def register_split(warps: int, producer_warps: int) -> tuple[int, int, int]:
+def register_split(warps: int, producer_warps: int, arch: archs.Arch) -> tuple[int, int, int]:
     """(registers per thread the block compiles with, the producer's after setmaxnreg.dec, the consumers'
     after setmaxnreg.inc) for a specialised block of `warps` consumer and `producer_warps` producer warps,
-    one block per SM. The incs draw only on what the decs gave back, so both sums must balance against
+    one block per SM (sharing out the arch's SM register file). The incs draw only on what the decs gave back, so both sums must balance against
     the block's own allocation (ptxas allocates the launch bounds' maximum when setmaxnreg is present)."""
     threads = 32 * (warps + producer_warps)
-    block = min(255, REGISTER_FILE // threads) // 8 * 8
+    block = min(255, arch.sm_registers // threads) // 8 * 8
     spare = (block - PRODUCER_REGS) * 32 * producer_warps
     consumer = min(MAX_CONSUMER_REGS, (block + spare // (32 * warps)) // 8 * 8)
     return block, PRODUCER_REGS, consumer
@@ -701,7 +701,7 @@ def fast_path(program: Program, target: Target) -> bool:
 def describe(program: Program, p: Plan, target: Target) -> str:
     """The plan as text, after the Program (`hk compile --emit lowered`)."""
     lines = [str(program), "", f"// schedule (cuda backend, {target.spec})"]
-    hopper = target.arch == "sm_90a"
+    hopper = archs.of(target).async_tensor_core
     names = {id(op): f"%{op.results[0].id}" if op.results else op.opcode for op in program.body.walk()}
     mode = {MMA_STANDALONE: "standalone (barrier + fence, waits)", MMA_STAGED: "staged (no barrier, waits)",
             MMA_ASYNC: "async (left in flight; the pipeline waits a step later)"}
@@ -710,7 +710,7 @@ def describe(program: Program, p: Plan, target: Target) -> str:
             pp = p.pipelines.get(id(op), PipelinePlan("cp_async"))
             extra = f", {len(pp.tma_loads)} tile loads/stage ({pp.tx_bytes} bytes)" if pp.schedule == "tma" else ""
             if p.producer_warps:
-                block, prod, cons = register_split(program.num_warps, p.producer_warps)
+                block, prod, cons = register_split(program.num_warps, p.producer_warps, archs.of(target))
                 extra += (f", warp-specialised ({p.producer_warps} producer warps issue the loads; registers "
                           f"{block} -> producer {prod}, consumers {max(cons, block)})")
             if pp.overlap:

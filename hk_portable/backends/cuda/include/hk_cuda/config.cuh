@@ -29,3 +29,6 @@
 #ifndef HK_SCRATCH_BYTES
 #define HK_SCRATCH_BYTES 0
 #endif
+#ifndef HK_ASYNC_TENSOR_CORE
+#define HK_ASYNC_TENSOR_CORE 0      // 1: TMA, mbarrier rings and wgmma (the arch row's async_tensor_core)
+#endif

@@ -35,7 +35,7 @@ HK_DEV void sync() { __syncthreads(); }
 HK_DEV u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 HK_DEV unsigned char* smem_base() {
     extern __shared__ __align__(1024) unsigned char hk_dynamic_smem[];
-#ifdef HK_TARGET_SM_90A
+#if HK_ASYNC_TENSOR_CORE     // TMA, mbarrier rings, wgmma (archs.Arch.async_tensor_core)
     // wgmma's 128-byte swizzle repeats every 1024 bytes of shared address: the arena starts on such a
     // boundary whatever the window's own alignment (the launch reserves SMEM_BASE_SLACK for this)
     return hk_dynamic_smem + ((1024u - (smem_addr(hk_dynamic_smem) & 1023u)) & 1023u);

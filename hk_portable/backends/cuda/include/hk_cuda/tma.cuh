@@ -3,7 +3,7 @@
 // take it; the cp.async ring in pipelines.cuh stays the fallback compiled into the same kernel).
 namespace hk {
 
-#ifdef HK_TARGET_SM_90A
+#if HK_ASYNC_TENSOR_CORE     // TMA, mbarrier rings, wgmma (archs.Arch.async_tensor_core)
 // CUtensorMap: 128 opaque bytes, 64-byte aligned, encoded on the host (tma.py) and passed by value as a
 // __grid_constant__ kernel parameter, so its generic address is valid for cp.async.bulk.tensor.
 struct alignas(64) tmap { unsigned long long opaque[16]; };
@@ -430,6 +430,6 @@ HK_DEV void pipeline_tma(int n, bool use_tma, L&& load, LT&& load_tma, C&& compu
     if (use_tma) detail::pipeline_tma<S, TX, ASYNC, AHEAD>::run(n, load_tma, compute);
     else pipeline<S>(n, load, compute);
 }
-#endif  // HK_TARGET_SM_90A
+#endif  // HK_ASYNC_TENSOR_CORE
 
 }  // namespace hk

@@ -4,7 +4,7 @@
 // (backends/cuda/wgmma.py: `wgmma_op<T, N>::run<TRANS_A, TRANS_B>(d, desc_a, desc_b)`).
 namespace hk {
 
-#ifdef HK_TARGET_SM_90A
+#if HK_ASYNC_TENSOR_CORE     // TMA, mbarrier rings, wgmma (archs.Arch.async_tensor_core)
 #define HK_WGMMA 1
 typedef unsigned long long u64;
 
@@ -124,6 +124,6 @@ HK_DEV void mma_wgmma(rt<float, M, N>& dst, const AOp& a, const BOp& b) {
     wgmma_commit();
     if constexpr (MODE != 2) wgmma_wait<0>();
 }
-#endif  // HK_TARGET_SM_90A
+#endif  // HK_ASYNC_TENSOR_CORE
 
 }  // namespace hk
