@@ -48,8 +48,17 @@ def test_each_module_imports_on_its_own():
     assert sorted(deps) == sorted(MODULES)
     for leaf in LEAVES:
         assert deps[leaf] == [], (leaf, deps[leaf])
-    assert deps["source"] == ["errors"]        # the inline-asm rewrite reports unmodelled asm as a CompileError
+    # the inline-asm rewrite reports unmodelled asm as a CompileError and reads the modelled archs' capabilities
+    assert deps["source"] == ["errors", "runtime_abi"]
     assert "loader" not in deps["module"]      # layering: load() builds Modules, not the other way round
+
+
+def test_the_modelled_archs_are_the_hip_backends():
+    """The emulator's own arch table (it imports nothing outside its package) agrees with the backend's."""
+    from hk_portable.backends.hip import archs
+    from hk_portable.backends.hip.emulator import runtime_abi
+    assert runtime_abi.ARCHS == {a.name: (a.emulator_id, a.lds_bytes) for a in archs.ARCHS.values()}
+    assert runtime_abi.LDS_DMA_WIDE == {a.name for a in archs.ARCHS.values() if a.lds_dma_wide}
 
 
 def test_public_api_is_unchanged():

@@ -39,33 +39,12 @@ import re
 from dataclasses import dataclass, field
 
 from . import compiler
-from .archs import ARCHS
+from .archs import ARCHS, LANES
 
-LANES = 64
 SIMDS_PER_CU = 4
 
 # ---------------------------------------------------------------------------------------- cost tables
-# MFMA cycles on one SIMD's matrix core. Source: AMD, "Matrix Core Programming on AMD CDNA3 and CDNA4
-# architecture" (ROCm blog, 2025), table of MFMA instructions with cycle counts, which agrees with the
-# CDNA3 / CDNA4 ISA guides (ch. 7, "Matrix Arithmetic Instructions", passes x 4) and the peak figures:
-# 2*16*16*16 flop * 1216 matrix cores * 2.1 GHz / 16 cycles = 1307 TFLOP/s bf16 on MI325X, and
-# 2*16*16*32 * 1024 * 2.4 GHz / 16 = 2.5 PFLOP/s on MI355X. Key: (M, N, K, input kind) -> cycles.
-MFMA_CYCLES = {
-    "gfx942": {(16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
-               (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
-               (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
-               (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
-               (16, 16, 8, "xf32"): 16, (32, 32, 4, "xf32"): 32,
-               (16, 16, 4, "f64"): 32},          # 8 passes on gfx940 (llvm-project PR #83782)
-    "gfx950": {(16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
-               (16, 16, 32, "f16"): 16, (32, 32, 16, "f16"): 32,
-               (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
-               (16, 16, 64, "i8"): 16, (32, 32, 32, "i8"): 32,
-               (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
-               (16, 16, 128, "f8f6f4"): 32, (32, 32, 64, "f8f6f4"): 64,   # the FP8 forms (FP4/FP6: half)
-               (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
-               (16, 16, 4, "f64"): 64},
-}
+# MFMA cycles and LDS bytes per clock: the arch's row (archs.Arch.mfma_cycles, .lds_bytes_per_clock).
 # VALU: a SIMD is 16 lanes wide, so a wave64 instruction issues over 4 cycles (CDNA3 white paper;
 # MI300X: 304 CUs * 4 SIMDs * 16 lanes * 2 flop * 2.1 GHz = 81.7 TFLOP/s f32 vector). Transcendentals
 # and the 32-bit integer multiplies run at quarter rate (LLVM SISchedule.td: WriteTrans32 and
@@ -74,10 +53,6 @@ VALU_CYCLES = 4
 QUARTER_RATE_CYCLES = 16
 TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)(_|$)")
 QUARTER_RATE = re.compile(r"^v_(mul_lo_u32|mul_lo_i32|mul_hi_u32|mul_hi_i32|mad_u64_u32|mad_i64_i32)(_|$)")
-# LDS bytes per clock per CU: 32 banks x 4 bytes on gfx942 (CDNA3 ISA guide, "Local Data Share");
-# 64 banks on gfx950 (CDNA4 doubled the LDS bandwidth with its size; the backend's swizzle assumes
-# 64 banks too).
-LDS_BYTES_PER_CLOCK = {"gfx942": 128, "gfx950": 256}
 # Waves per SIMD: gfx90a and later have one 512-entry register file per lane per SIMD shared by VGPRs
 # and AGPRs (a wave holds at most 512: 256 VGPRs + 256 AGPRs, CDNA3/CDNA4 ISA guides), allocated in
 # blocks of 8, at most 8 waves per SIMD (LLVM AMDGPUBaseInfo: getVGPRAllocGranule = 8 and
@@ -354,7 +329,7 @@ def mfma_cycles(op: str, arch: str) -> tuple[int, bool]:
             "i8" if kind.startswith("i8") else kind or "f32")
     if op.startswith("v_mfma_f64"):
         kind = "f64"
-    cycles = MFMA_CYCLES[arch].get((*shape, kind))
+    cycles = ARCHS[arch].mfma_cycles.get((*shape, kind))
     return (cycles, True) if cycles else (16 if shape[0] <= 16 else 32, False)
 
 
@@ -398,7 +373,7 @@ def clocks(c: dict, arch: str) -> dict:
     n = c["counts"]
     valu = ((n.get("valu", 0) - c["quarter_rate_valu"]) * VALU_CYCLES
             + (c["quarter_rate_valu"] + n.get("trans", 0)) * QUARTER_RATE_CYCLES)
-    lds = c["lds_cost_bytes"] / (LDS_BYTES_PER_CLOCK[arch] / SIMDS_PER_CU)
+    lds = c["lds_cost_bytes"] / (ARCHS[arch].lds_bytes_per_clock / SIMDS_PER_CU)
     out = {"mfma": mfma, "valu": valu, "lds": round(lds, 1)}
     worst = max(out, key=lambda k: out[k])
     out["bound"] = round(mfma / out[worst], 4) if mfma else 0.0
@@ -439,8 +414,8 @@ def occupancy(arch: str, vgprs: int, lds_bytes: int, threads: int) -> dict:
 def analyze(asm: str, arch: str, kernel: str | None = None, resources: dict | None = None) -> dict:
     """The analysis of one kernel of `asm` compiled for `arch` (JSON-able; see the module docstring).
     `resources`: the compiler's report (compiler.report); read from the assembly's metadata if None."""
-    if arch not in MFMA_CYCLES:
-        raise ValueError(f"the ISA analyser knows {', '.join(MFMA_CYCLES)}, not {arch!r}")
+    if arch not in ARCHS or not ARCHS[arch].mfma_cycles:
+        raise ValueError(f"the ISA analyser knows {', '.join(a for a in ARCHS if ARCHS[a].mfma_cycles)}, not {arch!r}")
     lines, notes = kernel_text(asm, kernel)
     name = kernel or lines[0].split(":")[0]
     if resources is None:
@@ -461,9 +436,9 @@ def analyze(asm: str, arch: str, kernel: str | None = None, resources: dict | No
             "occupancy": {**occupancy(arch, total_vgprs(resources, notes), lds, threads),
                           "llvm_occupancy": llvm},
             "main_loop": main["header"] if main else None, "loops": loops,
-            "costs": {"mfma_cycles": {f"{m}x{n}x{kk} {t}": c for (m, n, kk, t), c in MFMA_CYCLES[arch].items()},
+            "costs": {"mfma_cycles": {f"{m}x{n}x{kk} {t}": c for (m, n, kk, t), c in ARCHS[arch].mfma_cycles.items()},
                       "valu_cycles": VALU_CYCLES, "quarter_rate_cycles": QUARTER_RATE_CYCLES,
-                      "lds_bytes_per_clock_per_cu": LDS_BYTES_PER_CLOCK[arch]},
+                      "lds_bytes_per_clock_per_cu": ARCHS[arch].lds_bytes_per_clock},
             "assumptions": ASSUMPTIONS}
 
 

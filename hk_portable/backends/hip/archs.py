@@ -1,11 +1,33 @@
-"""The hip backend's one architecture table: targets, the LDS limit codegen checks, the archs the
-compilers and the runtime take. (The CPU emulator keeps its own table of the archs it models, in
-emulator/, with the same LDS sizes.)"""
+"""The hip backend's one architecture table: targets, the LDS limit codegen checks, the archs the compilers and
+the runtime take, the instruction costs the ISA analyser reads, the ids the CPU emulator's runtime models them by.
+Code decides by these capabilities, never by an arch's name (tests/test_architecture.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...interface.backend import Target
+
+# MFMA cycles on one SIMD's matrix core, (M, N, K, input kind) -> cycles. Source: AMD, "Matrix Core Programming on
+# AMD CDNA3 and CDNA4 architecture" (ROCm blog, 2025), table of MFMA instructions with cycle counts, which agrees
+# with the CDNA3 / CDNA4 ISA guides (ch. 7, "Matrix Arithmetic Instructions", passes x 4) and the peak figures:
+# 2*16*16*16 flop * 1216 matrix cores * 2.1 GHz / 16 cycles = 1307 TFLOP/s bf16 on MI325X, and
+# 2*16*16*32 * 1024 * 2.4 GHz / 16 = 2.5 PFLOP/s on MI355X.
+CDNA3_MFMA_CYCLES = {
+    (16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
+    (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
+    (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
+    (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
+    (16, 16, 8, "xf32"): 16, (32, 32, 4, "xf32"): 32,
+    (16, 16, 4, "f64"): 32}          # 8 passes on gfx940 (llvm-project PR #83782)
+CDNA4_MFMA_CYCLES = {
+    (16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
+    (16, 16, 32, "f16"): 16, (32, 32, 16, "f16"): 32,
+    (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
+    (16, 16, 64, "i8"): 16, (32, 32, 32, "i8"): 32,
+    (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
+    (16, 16, 128, "f8f6f4"): 32, (32, 32, 64, "f8f6f4"): 64,   # the FP8 forms (FP4/FP6: half)
+    (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
+    (16, 16, 4, "f64"): 64}
 
 
 @dataclass(frozen=True)
@@ -16,14 +38,25 @@ class Arch:
     fp8_mma: str                   # how an mma of OCP fp8 operands runs (docs/fp8.md): exact on every arch
     fnuz_e4m3: bool = False        # e4m3 x e4m3 runs on FNUZ codes (halved values): codegen.fnuz_storage and
                                    # codegen.quartered_carries move the mapping and the rescale out of the loop
+    emulator_id: int = 0           # the id the CPU emulator's runtime models the arch by (emulator/runtime_abi.py)
+    mfma_cycles: dict = field(default_factory=dict)     # the ISA analyser's MFMA costs (above)
+    # LDS bytes per clock per CU: 32 banks x 4 bytes on gfx942 (CDNA3 ISA guide, "Local Data Share"); 64 banks on
+    # gfx950 (CDNA4 doubled the LDS bandwidth with its size; the backend's swizzle assumes 64 banks too)
+    lds_bytes_per_clock: int = 128
+    # ds_read_b64_tr_b16: a transposing LDS read, so an MFMA's B operand is read from row-major LDS (CDNA4)
+    lds_transpose_read: bool = False
+    # LDS-DMA (buffer_load ... lds) of 12 or 16 bytes a lane, not only 1-4 (CDNA4)
+    lds_dma_wide: bool = False
 
 
 ARCHS = {a.name: a for a in (
     Arch("gfx942", 64 * 1024, ("16x16x16", "16x16x32 fp8"),            # CDNA3: MI300X / MI325X
          "FNUZ hardware: e4m3 x e4m3 mapped onto FNUZ codes (value halved, -0/NaN remapped, accumulator "
-         "rescaled by 4); any e5m2 widened to f16 (FNUZ has no infinity)", fnuz_e4m3=True),
+         "rescaled by 4); any e5m2 widened to f16 (FNUZ has no infinity)", fnuz_e4m3=True,
+         emulator_id=942, mfma_cycles=CDNA3_MFMA_CYCLES, lds_bytes_per_clock=128),
     Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32", "16x16x32 fp8"),   # CDNA4: MI350X / MI355X
-         "native OCP e4m3/e5m2 (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})"),
+         "native OCP e4m3/e5m2 (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})", emulator_id=950,
+         mfma_cycles=CDNA4_MFMA_CYCLES, lds_bytes_per_clock=256, lds_transpose_read=True, lds_dma_wide=True),
 )}
 NAMES = tuple(ARCHS)
 LANES = 64

@@ -63,11 +63,11 @@ def layouts(program: Program, waves: int, arch: str | None = None) -> dict:
 
 
 def shared_storage(program: Program, regs: dict, arch: str | None) -> dict:
-    """layouts.assign_shared_storage, except on gfx950 for a buffer read only as the B operand of mmas whose
+    """layouts.assign_shared_storage, except on an arch with a transposing LDS read (gfx950) for a buffer read only as the B operand of mmas whose
     A is a transposed-fragment register tile (attention's V): ds_read_b64_tr_b16 reads its k-runs from
     row-major storage, so it stays row-major and loads straight into LDS (no transposing 16-bit stores)."""
     storage = assign_shared_storage(program)
-    if arch != "gfx950":
+    if arch not in ARCHS or not ARCHS[arch].lds_transpose_read:
         return storage
     producers = {r: o for o in program.body.walk() for r in o.results}
     tr_ok: dict[Value, bool] = {}
@@ -361,7 +361,8 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
     tfrag = [{"mma": op.result.id,
               "A": "registers, read in place" if op.operands[0].type.space == "rt" else
                    "preloaded registers" if _buffer_of(op.operands[0], producers) in pre else "LDS",
-              "B": "ds_read_b64_tr_b16 (row-major)" if op.operands[0].type.space == "rt" and target.arch == "gfx950"
+              "B": "ds_read_b64_tr_b16 (row-major)" if op.operands[0].type.space == "rt"
+                   and target.arch in ARCHS and ARCHS[target.arch].lds_transpose_read
                    and not lay.get(op.operands[1]) else "k-contiguous reads",
               "why": "transposed-fragment accumulator: operands swapped, the tile's rows lie along the lanes"}
              for op in program.body.walk() if op.opcode == "mma" and isinstance(lay.get(op.result), TFragment)]

@@ -7,8 +7,11 @@ import ctypes
 ABI = 5
 PAGE = 4096
 
+# The archs the emulator models (it imports nothing outside its package: a model of its own, held equal to the
+# hip backend's table, backends/hip/archs.py, by tests/emulator/test_modules.py).
 # arch -> (numeric id the runtime uses, LDS bytes per workgroup)
 ARCHS = {"gfx942": (942, 64 * 1024), "gfx950": (950, 160 * 1024)}
+LDS_DMA_WIDE = frozenset({"gfx950"})     # LDS-DMA of 12 or 16 bytes a lane
 
 # hk_emu_param.kind -> the kind Param reports
 PARAM_KINDS = {0: "other", 1: "int", 2: "uint", 3: "float", 4: "pointer", 5: "bool"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from .errors import CompileError
+from .runtime_abi import LDS_DMA_WIDE
 
 _QUALIFIER_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(__global__|__device__|__shared__|__host__|__constant__)\b.*$",
                                re.M)
@@ -371,7 +372,7 @@ def _lower(a: _Asm, arch: str) -> str:
         if not 0 <= offset < 4096:
             fail(f"{ins!r}: offset:{offset} does not fit the 12-bit field")
         size = _LDS_LOAD_SIZES[b.group("op")]
-        if size > 4 and arch != "gfx950":
+        if size > 4 and arch not in LDS_DMA_WIDE:
             fail(f"{ins!r}: LDS-DMA of {size} bytes per lane is gfx950-only")
 
         def operand(idx: str, want: tuple[str, ...]) -> str:
