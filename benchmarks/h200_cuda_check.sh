@@ -68,7 +68,7 @@ fi
 
 # phase 1 (CPU-bound compiles): warm the cache for the suite, and run the sanitizer workload plainly once
 # (a correctness check that also compiles its kernels outside the sanitizers)
-step precompile 200 "$OUT/conformance.log" python3 -m hk_portable.backends.cuda.precompile &
+step precompile 200 "$OUT/conformance.log" python3 -m hk_portable.conformance.offline_compile &
 step warmup 150 "$OUT/sanitizer.log" python3 benchmarks/cuda_sanitize.py &
 wait
 # phase 2: independent of each other, side by side (the timing benchmark runs alone afterwards)

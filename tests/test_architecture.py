@@ -3,6 +3,7 @@ the interface imports nothing above it, no backend imports another, kernels impo
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -89,3 +90,39 @@ def test_kernels_import_only_the_interface(module):
     bad = sorted(i for i in MODULES[module] if not _allowed_in_a_kernel(i))
     assert not bad, f"{module} imports {bad}: a kernel file uses hk_portable (as hk), hk_portable.interface, " \
                     "other kernel modules, torch and the standard library only"
+
+
+# ------------------------------------------------------------------------------ architectures are capabilities
+ARCH_NAME = re.compile(r"^(sm_\d+a?|gfx\d+)$")
+# the backends' tables, and the hip emulator's model of its archs (a standalone package; a test holds it equal)
+ARCH_TABLES = {f"{PACKAGE}.backends.cuda.archs", f"{PACKAGE}.backends.hip.archs",
+               f"{PACKAGE}.backends.hip.emulator.runtime_abi"}
+
+
+def _arch_name_uses(path: Path) -> list[str]:
+    """Where code decides by an arch's name: a comparison with one (==, !=, in), a dict keyed by one, a subscript
+    by one. Strings in messages and docstrings are words, not decisions, and are not counted."""
+    def names(node) -> list[str]:
+        elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                and ARCH_NAME.match(e.value)]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        found = []
+        if isinstance(node, ast.Compare):
+            found = [n for side in (node.left, *node.comparators) for n in names(side)]
+        elif isinstance(node, ast.Dict):
+            found = [n for k in node.keys if k is not None for n in names(k)]
+        elif isinstance(node, ast.Subscript):
+            found = names(node.slice)
+        out += [f"line {node.lineno}: {n!r}" for n in found]
+    return out
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m not in ARCH_TABLES))
+def test_no_arch_name_decides_outside_the_arch_tables(module):
+    path = ROOT.joinpath(*module.split(".")[1:])
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    uses = _arch_name_uses(path)
+    assert not uses, f"{module} decides by an arch's name ({'; '.join(uses)}): give the arch table " \
+                     "(backends/<vendor>/archs.py) a capability and read that instead"

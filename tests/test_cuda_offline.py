@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import precompile, schedule
+from hk_portable.backends.cuda import archs, schedule
+from hk_portable.conformance import offline_compile as precompile
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 
 from hk_test_sampling import sample
@@ -50,7 +51,7 @@ def _check(results):
     for r in results:
         if r["setmaxnreg"]:
             warps = r["threads"] // 32 - schedule.PRODUCER_WARPS
-            block, producer, consumer = schedule.register_split(warps, schedule.PRODUCER_WARPS)
+            block, producer, consumer = schedule.register_split(warps, schedule.PRODUCER_WARPS, archs.ARCHS["sm_90a"])
             assert r["resources"]["registers"] == block and r["setmaxnreg"] == [producer, consumer], r
 
 
@@ -240,3 +241,22 @@ def test_attention_bwd_runs_a_configuration_whose_build_does_not_spill(arch, dty
             art = ab.attention_bwd_dkdv_kernel.compile(*args, backend=f"cuda:{arch}", **cfg)
             assert art.options.get("passed_over") == (None if cfg == offered[0] else note)
             assert not art.resources["spill_stores"] and not art.resources["stack_bytes"], (D, cfg, art.resources)
+
+
+def test_a_new_arch_row_is_all_a_new_arch_needs(monkeypatch):
+    """Adding an arch is a row of archs.ARCHS (issue 38: architectures as capabilities): with one more row, here
+    Blackwell's sm_100a as compile-only without the asynchronous path (its tensor cores are tcgen05's, which the
+    backend does not emit; sm_100a has no wgmma), the backend lists the target and compiles the library's GEMM for
+    it on the synchronous path (mma.sync, cp.async), every decision read from the row, with no other edit."""
+    from hk_portable.backends.cuda.backend import CudaBackend
+    from hk_portable.kernels import gemm
+    row = archs.Arch("sm_100a", 10, 232448, ("m16n8k16",), "widened exactly to f16", sm_shared_bytes=233472)
+    monkeypatch.setitem(archs.ARCHS, row.name, row)
+    be = CudaBackend()
+    target = be.target("sm_100a")
+    assert target.compile_only and target.max_shared_bytes == row.max_shared_bytes
+    a = torch.empty(256, 256, dtype=torch.bfloat16, device="meta")
+    cfg = {**gemm.DEFAULT_CONFIG, **dict(BM=128, BN=128, BK=64, STAGES=3, num_warps=8)}
+    art = be.compile(gemm.gemm_kernel.trace(a, a, a, **cfg), target)
+    assert ".target sm_100a" in art.asm and "mma.sync" in art.asm and "cp.async" in art.asm
+    assert "wgmma" not in art.asm and "cp.async.bulk.tensor" not in art.asm

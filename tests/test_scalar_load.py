@@ -81,7 +81,7 @@ def test_generated_code_calls_the_device_api():
 
 def test_scalar_load_programs_compile_offline_for_sm80_and_sm90a():
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="cupy (with NVRTC) is not installed")
-    from hk_portable.backends.cuda import precompile
+    from hk_portable.conformance import offline_compile as precompile
     from hk_portable.conformance.cases import all_cases
     cap = precompile.Capture()
     for case in all_cases():

@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="cupy (with NVRTC) is not installed")
 
-from hk_portable.backends.cuda import precompile  # noqa: E402
+from hk_portable.conformance import offline_compile as precompile  # noqa: E402
 from hk_portable.conformance.cases import all_cases  # noqa: E402
 
 SERVING = ("kernel/attention_varlen", "kernel/attention_kvcache", "op/scalar_load")

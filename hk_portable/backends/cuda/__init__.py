@@ -8,7 +8,6 @@ an emulated sm_80 target runs the same source on CPU threads.
   compiler.py   NVRTC: source -> PTX + cubin, ptxas resource report, SASS disassembly
   driver.py     device probe, module load, argument packing (codegen/abi.py), launch (GPU or emulator)
   emulator.py   the emulated target's host build (include/hk_cuda_emu.h) and loading
-  precompile.py compile many Programs in parallel (CI, cache warm-up)
 """
 from .backend import CudaBackend
 

@@ -4,7 +4,7 @@ conformance suite launches, in parallel worker processes, through the disk cache
 Used by the offline-compile tests (CI: every kernel for sm_80 and sm_90a, no GPU) and before a GPU
 conformance run (so the run itself hits the cache).
 
-    python -m hk_portable.backends.cuda.precompile --arch sm_90a [--workers 16]
+    python -m hk_portable.conformance.offline_compile --arch sm_90a [--workers 16]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from ...interface.backend import Artifact, Backend, BackendStatus, Target
+from ..interface.backend import Artifact, Backend, BackendStatus, Target
 
 
 class Capture(Backend):
@@ -46,7 +46,7 @@ class Capture(Backend):
     def rejects(self, artifact, target):
         if self.judge is None:
             return None
-        from ...runtime import cache, registry
+        from ..runtime import cache, registry
         cuda = registry.load("cuda")
         real = cuda.target(self.judge)
         return cuda.rejects(cache.compile_cached(cuda, artifact.payload, real), real)
@@ -57,7 +57,7 @@ class Capture(Backend):
 
 def library_programs() -> dict:
     """name -> Program of every library kernel's example configuration."""
-    from ... import kernels
+    from .. import kernels
     out = {}
     for name in sorted(kernels.KERNELS):
         module, kern = kernels.load(name)
@@ -69,7 +69,7 @@ def library_programs() -> dict:
 def chosen_programs(arch: str) -> dict:
     """'name@arch' -> Program of the configuration a call on cuda:`arch` chooses among the candidates a
     kernel module offers (`candidates(consts, args)`), where that differs from the example's."""
-    from ... import kernels
+    from .. import kernels
     out = {}
     for name in sorted(kernels.KERNELS):
         module, kern = kernels.load(name)
@@ -87,7 +87,7 @@ def conformance_programs(arch: str | None = None) -> dict:
     configuration's build there may be rejected for a smaller one)."""
     import torch
 
-    from ...conformance.cases import all_cases
+    from .cases import all_cases
     cap = Capture(arch)
     for case in all_cases():
         if case.missing:
@@ -103,8 +103,8 @@ _JOBS: dict = {}       # name -> Program; forked workers inherit it (a Program d
 
 def _compile(job):
     name, arch, cached = job
-    from ...runtime import registry
-    from ...runtime import cache
+    from ..runtime import registry
+    from ..runtime import cache
     be = registry.load("cuda")
     program = _JOBS[name]
     t0 = time.perf_counter()
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", action="append", help="target (repeatable); default: the cuda backend's default")
     ap.add_argument("--workers", type=int)
     args = ap.parse_args(argv)
-    from ...runtime import registry
+    from ..runtime import registry
     archs = args.arch or [registry.load("cuda").default_target().arch]
     t0 = time.perf_counter()
     results = compile_many(library_programs(), archs, args.workers, cached=True)
