@@ -3,7 +3,7 @@
     import hk_portable as hk
     from hk_portable.interface import GL, RT, ST, f32
 """
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401
 
 from .interface import (GL, RT, RV, ST, ArgumentError, BackendError, HKError, Program, TraceError,  # noqa: E402
                         UnsupportedError, bf16, const, f16, f32, fp8e4m3, fp8e5m2, i32)
@@ -18,6 +18,7 @@ from .runtime import Kernel, kernel, use_backend  # noqa: E402
 from .runtime.precompile import precompile  # noqa: E402  (every kernel a step launches, compiled in parallel)
 from .runtime.tuning import bucket as shape_bucket  # noqa: E402  (autotuning: a call's shape bucket)
 from .runtime.plans import CallPlans  # noqa: E402  (a wrapper's decisions per call signature)
+from .runtime.devices import compute_units  # noqa: E402  (SMs / CUs of a tensor's device, to size a grid)
 
 
 # hk.backends(): every installed backend with whether it can run here and why not (list of BackendInfo).

@@ -19,7 +19,7 @@ import os
 import random
 import sys
 
-from . import __version__
+from .version import __version__
 from .interface.backend import EMIT_KINDS
 from .interface.errors import HKError
 

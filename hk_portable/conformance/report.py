@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .. import __version__
+from ..version import __version__
 from .runner import FAILED, PASSED, SKIPPED, RunResult
 
 _STYLE = {PASSED: "green", FAILED: "bold red", SKIPPED: "yellow"}

@@ -19,7 +19,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from .. import __version__
+from ..version import __version__
 from ..interface.backend import Artifact
 
 FORMAT = 2

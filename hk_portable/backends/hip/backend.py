@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ... import __version__
+from ...version import __version__
 from ...codegen.layouts import all_grids, all_strips, all_wide_accumulators
 from ...codegen.layouts import describe as describe_layouts
 from ...interface.backend import Artifact, Backend, BackendStatus, Target

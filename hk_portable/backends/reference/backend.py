@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from ... import __version__
+from ...version import __version__
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
 from .interpreter import Interpreter
