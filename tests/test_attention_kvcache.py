@@ -138,3 +138,15 @@ def test_named_errors():
         call(table=None, kc=kc[:3], vc=vc[:3])
     with pytest.raises(ArgumentError, match="multiple of key/value heads"):
         call(q=torch.zeros(2, 1, 3, 64, dtype=torch.bfloat16))
+
+
+def test_the_splits_fill_the_devices_compute_units():
+    """num_splits=None: about two blocks per compute unit of the tensors' device (hk.compute_units: SMs or CUs,
+    from torch; a CPU tensor's work is split as on a 132-unit GPU), at most one split per 8 key tiles."""
+    import hk_portable as hk
+    from hk_portable.kernels.attention_kvcache import BLOCKS_PER_UNIT, _splits
+    from hk_portable.runtime.devices import MODELLED_UNITS
+    assert hk.compute_units(torch.device("cpu")) == MODELLED_UNITS
+    assert _splits(4, 1 << 20, 32, 132) == 66 and _splits(4, 1 << 20, 32, 304) == 152      # H100, MI300X
+    assert _splits(4, 4096, 32, 132) == 16                      # capped by the capacity: 4096 keys / (8 x 32)
+    assert _splits(2 * BLOCKS_PER_UNIT * 132, 1 << 20, 32, 132) == 1

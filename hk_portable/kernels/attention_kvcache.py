@@ -115,7 +115,7 @@ def _row_pos(n_q: int, g: int, device) -> torch.Tensor:
     return _IOTA[key]
 
 
-TARGET_BLOCKS = 264     # about two blocks per SM of an H100/H200 (132 SMs); more splits only add combine work
+BLOCKS_PER_UNIT = 2     # blocks a split-KV launch aims for per compute unit (SM / CU); more splits only add combine work
 
 
 def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:
@@ -169,7 +169,7 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     if capacity >= 2**30:
         raise _fn_error(fn, f"cache capacity must be < 2**30 keys, got {capacity}")
     if num_splits is None:
-        num_splits = _splits(B * Hkv * row_tiles, capacity, BN)
+        num_splits = _splits(B * Hkv * row_tiles, capacity, BN, hk.compute_units(q.device))
     if cache_seqlens.device.type == "cpu" and cache_seqlens.numel() and \
             (int(cache_seqlens.min()) < 0 or int(cache_seqlens.max()) > capacity):
         raise _fn_error(fn, f"cache_seqlens must be in [0, {capacity}] (the cache's capacity), got "
@@ -251,10 +251,10 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
     return cfg, num_splits, scale, paged
 
 
-def _splits(blocks: int, capacity: int, bn: int) -> int:
-    """The KV splits of a call with `blocks` blocks a split: enough for TARGET_BLOCKS in all, at most one per 8 key
-    tiles of the cache's capacity."""
-    return max(1, min(hk.cdiv(TARGET_BLOCKS, blocks), hk.cdiv(capacity, 8 * bn)))
+def _splits(blocks: int, capacity: int, bn: int, units: int) -> int:
+    """The KV splits of a call with `blocks` blocks a split: enough for BLOCKS_PER_UNIT on each of the device's
+    `units` compute units, at most one per 8 key tiles of the cache's capacity."""
+    return max(1, min(hk.cdiv(BLOCKS_PER_UNIT * units, blocks), hk.cdiv(capacity, 8 * bn)))
 
 
 _PLANS = hk.CallPlans()     # _decide's answer per call signature (less the caches' length)
