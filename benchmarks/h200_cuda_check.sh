@@ -74,8 +74,8 @@ wait
 # phase 2: independent of each other, side by side (the timing benchmark runs alone afterwards)
 step conformance 280 "$OUT/conformance.log" $HK conformance --backend cuda --json "$OUT/conformance_cuda.json" \
     --problems-only --seed 20261130 &
-step pytest 420 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider $XDIST tests/test_cuda_gpu.py \
-    tests/test_cuda_numerics.py tests/test_gpu_torch.py tests/test_cuda_hopper.py tests/test_clauncher.py \
+step pytest 420 "$OUT/pytest.log" python3 -m pytest -q -rs -p no:cacheprovider $XDIST tests/cuda/test_cuda_gpu.py \
+    tests/cuda/test_cuda_numerics.py tests/test_gpu_torch.py tests/cuda/test_cuda_hopper.py tests/test_clauncher.py \
     tests/hardening/test_hostile_names.py::test_a_hostile_name_runs_on_the_gpu tests/test_gpu_large_tensors.py \
     "tests/hardening/test_threads.py::test_eight_threads_with_different_shapes_and_dtypes[cuda]" \
     -k "${PYTEST_K:-not conformance_cases_on_cuda}" &

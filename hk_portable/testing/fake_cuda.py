@@ -4,7 +4,7 @@ caller gives (a C stub compiled with `build_stub`, or a Python `LaunchFunction` 
 `CpuCudaBackend` is the cuda backend on CPU tensors that compiles nothing; `install` points
 backends/cuda/driver.py at a fake driver, device -1 (what CPU tensors report) and a stream function.
 
-Users: tests/test_cuda_launch_plan.py, tests/test_clauncher.py and benchmarks/launch_path_cpu.py.
+Users: tests/cuda/test_cuda_launch_plan.py, tests/test_clauncher.py and benchmarks/launch_path_cpu.py.
 """
 from __future__ import annotations
 

@@ -676,7 +676,7 @@ def blocked(t) -> bool:
 
 def wgmma_eligible(op: Op, num_warps: int) -> bool:
     """Whether the library runs this mma as wgmma on sm_90a: the mirror of `wgmma_fits` in
-    hk_cuda/wgmma.cuh (tests/test_cuda_hopper.py checks the two agree on compiled PTX). A from shared or
+    hk_cuda/wgmma.cuh (tests/cuda/test_cuda_hopper.py checks the two agree on compiled PTX). A from shared or
     (not transposed) from registers; B from shared."""
     a, b, acc = (v.type for v in op.operands)
     if a.dtype.name.startswith("fp8"):          # fp8: both K-major in shared (A as M x K, B as N x K)

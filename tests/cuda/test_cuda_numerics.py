@@ -14,7 +14,7 @@ import torch
 
 from hk_portable.interface.numerics import MASK32, dropout_keep, dropout_threshold, philox4x32_10
 
-HEADER = Path(__file__).parents[1] / "hk_portable" / "backends" / "cuda" / "include" / "hk_cuda.cuh"
+HEADER = Path(__file__).parents[2] / "hk_portable" / "backends" / "cuda" / "include" / "hk_cuda.cuh"
 CXX = shutil.which("g++") or shutil.which("clang++")
 
 SHIM = r"""
