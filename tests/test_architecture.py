@@ -126,3 +126,21 @@ def test_no_arch_name_decides_outside_the_arch_tables(module):
     uses = _arch_name_uses(path)
     assert not uses, f"{module} decides by an arch's name ({'; '.join(uses)}): give the arch table " \
                      "(backends/<vendor>/archs.py) a capability and read that instead"
+
+
+PART_NAME = re.compile(r"\b(H100|H200|H800|A100|B200|GB200|MI\d{3}X?|L40S?)\b")
+# what is left of the lab in kernels/ (issue 38's tuning as data): layernorm_bwd's one-pass row blocks and
+# reduction tiles, measured on an H200, and attention's ptxas-workaround note; a new entry fails the test
+PART_NAMES_LEFT = {f"{PACKAGE}.kernels.layernorm_bwd": 2, f"{PACKAGE}.kernels.attention": 1}
+
+
+@pytest.mark.parametrize("module", sorted(_modules_under("hk_portable.kernels")))
+def test_no_device_tuning_in_kernels(module):
+    """Kernels offer legal candidates; per-device preferences and thresholds live in the backends' tuning tables
+    (backends/cuda/preferences.py) and device facts come from hk.compute_units: a part's name in a kernel module
+    marks a number measured on it."""
+    path = ROOT.joinpath(*module.split(".")[1:])
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found = [line for line in path.read_text().splitlines() if PART_NAME.search(line)]
+    assert len(found) <= PART_NAMES_LEFT.get(module, 0), \
+        f"{module} names a device ({found}): move the tuning to a backend's table (backends/<vendor>/preferences.py)"

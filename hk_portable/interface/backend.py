@@ -112,6 +112,14 @@ class Backend(abc.ABC):
         picks among them (cuda on sm_90a: the first whose pipelines all run on TMA and wgmma)."""
         return candidates[-1][0]
 
+    def preferred(self, kernel: str, consts: dict, args: tuple, target: Target) -> list[dict] | None:
+        """This backend's ranking of a kernel's candidates on `target` for these arguments, from its tuning table
+        (per-target preferences and thresholds live with the backend; kernels offer legal candidates only): partial
+        configurations in the order to try them; a candidate none matches is not offered to choose_config, except
+        the kernel's baseline, which stays last. `consts`: the kernel's (its baseline's); `args`: the call's. None:
+        the kernel's own order. The autotuner, where it runs, times every candidate regardless."""
+        return None
+
     def rejects(self, artifact: Artifact, target: Target) -> str | None:
         """Why a built Artifact should not run where a smaller configuration exists (cuda: it spills to
         local memory), in words; None to accept it. Kernel.choose_config then takes the kernel's next

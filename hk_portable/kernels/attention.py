@@ -110,53 +110,20 @@ def config_for(d: int) -> dict:
 
 
 def candidates(consts: dict, args: tuple = ()) -> list[dict]:
-    """Candidate configurations for a call with these consts (D, MASKED), largest first, the portable
-    baseline config_for(D) last. The backend picks per target (Backend.choose_config: cuda on sm_90a the
-    first that runs on TMA + wgmma) unless the autotuner has timed them on this device (HK_AUTOTUNE=1).
-    Offered here, what won on the H200 (benchmarks/attention_configs.py, 2026-12-03, warp-specialised
-    blocks, masks on edge blocks only): at D=128 128x128 tiles, with a mask too (415 TFLOP/s causal against
-    128x64's 379; its 24-byte spill went with the mask tiles, patterns.fused_masks); at D=64 without a mask FA3's 192-row block on
-    three consumer warpgroups from LONG_BAND queries on (1.12 / 1.07 of cuDNN at N=4096 / 16384 with FA3's
-    schedule, 2026-12-04), below it the
-    128x128 block on two (0.78 against 0.73 at N=1024); with one, from LONG_BAND queries on, the 128x128 block on
-    FA3's schedule, longest tiles first (0.83 / 0.92 of cuDNN at N=4096 / 16384 against the baseline's 0.74 /
-    0.78), from MASKED_WIDE_BAND on the 192-row block before it, below LONG_BAND the baseline (0.70 against 0.69 at
-    N=1024; 0.86 once its ring refilled ahead, 2026-12-04). After them, for the hip backend at D=128, HipKittens' attention
-    shape: 256 query rows on 8 waves (32 per wave), K/V blocks of 64 (cuda's choice never reaches it: a
-    wide candidate before it runs on sm_90a, and elsewhere cuda takes the baseline)."""
-    d, masked = consts["D"], consts.get("MASKED", False)
+    """The legal candidate configurations for a call with these consts (D, MASKED), largest first, the portable
+    baseline config_for(D) last. Which one runs is the backend's: its tuning table ranks them per target and shape
+    (Backend.preferred; cuda's preferences.py holds the measured rules), its choose_config takes the first ranked
+    on a fast path, and the autotuner, on with HK_AUTOTUNE=1, times them all on the device. D=128: 128x128 and
+    128x64 blocks of 8 warps, and HipKittens' AMD shape, 256 query rows on 8 waves with K/V blocks of 64; D=64:
+    FA3's 192-row block on three consumer warpgroups and the 128x128 block on two."""
+    d = consts["D"]
     base = {**config_for(d), **consts}
     if d > 64:
         wide = [dict(BM=128, BN=128, STAGES=2, num_warps=8), dict(BM=128, BN=64, STAGES=2, num_warps=8),
-                dict(BM=256, BN=64, STAGES=2, num_warps=8)]      # the last: HipKittens' AMD shape
-    elif masked:            # the 128x128 block on two consumer warpgroups pays once query blocks are many, the
-        wide = ([dict(BM=192, BN=128, STAGES=2, num_warps=12)] if _band(args) == 2 else []   # 192-row one from
-                ) + ([dict(BM=128, BN=128, STAGES=2, num_warps=8)] if _long_band(args) else [])   # MASKED_WIDE_BAND
-    else:                   # FA3's 192-row block on three warpgroups for long sequences, 128x128 on two for short
-        wide = [dict(BM=192, BN=128, STAGES=2, num_warps=12) if _long_band(args) else
-                dict(BM=128, BN=128, STAGES=2, num_warps=8)]
+                dict(BM=256, BN=64, STAGES=2, num_warps=8)]
+    else:
+        wide = [dict(BM=192, BN=128, STAGES=2, num_warps=12), dict(BM=128, BN=128, STAGES=2, num_warps=8)]
     return [{**base, **c} for c in wide] + [base]
-
-
-LONG_BAND = 2048            # query rows from which D=64 takes its long-sequence blocks (H200, 2026-12-03)
-
-
-MASKED_WIDE_BAND = 16384    # query rows from which masked D=64 takes FA3's 192-row block: 1.03 of cuDNN at N=16384
-                            # against the 128x128 block's 0.97, 0.82 against 0.91 at N=4096 (H200, 2026-12-04)
-
-
-def _band(args: tuple) -> int:
-    """Which D=64 sequence band a call falls in (args: the kernel's, q first): 0 short, 1 from LONG_BAND, 2 from
-    MASKED_WIDE_BAND queries; without arguments 1, the long-sequence candidates (where a choice matters most)."""
-    if not args or not isinstance(args[0], torch.Tensor):
-        return 1
-    n = args[0].shape[2]
-    return 2 if n >= MASKED_WIDE_BAND else int(n >= LONG_BAND)
-
-
-def _long_band(args: tuple) -> bool:
-    """A call whose queries number LONG_BAND or more; without arguments, True (_band)."""
-    return _band(args) >= 1
 
 
 def check_qkv(fn: str, named: dict, ndim: int, what: str, unit_last_stride: bool = False) -> None:
@@ -292,7 +259,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
         consts = {"D": D, "MASKED": mask is not None, "LEFT_BOUND": bounded}
         cfg = attention_fwd_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
                                                  launch=launch, bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
-                                                 key=(*consts.items(), _band(args)))
+                                                 key=(*consts.items(), N))     # the backend's ranking may read N
     if fresh:
         _PLANS.put(key, (mask, (hk.cdiv(N, cfg["BM"]), Hq, B), cfg))
     launch(cfg)

@@ -179,7 +179,9 @@ class Kernel(KernelDef):
         be = selected.backend
         tgt = be.target(selection.target_for(selected, target))
         sig = tuple((a.dtype, a.dim()) if isinstance(a, torch.Tensor) else type(a) for a in args)
-        key = (be.name, tgt.spec, sig, bucket, tuple(tuple(sorted(c.items())) for c in candidates + fallbacks))
+        prefs = be.preferred(self.name, candidates[-1], args, tgt)
+        key = (be.name, tgt.spec, sig, bucket, tuple(tuple(sorted(c.items())) for c in candidates + fallbacks),
+               None if prefs is None else tuple(tuple(sorted(p.items())) for p in prefs))
         with self._lock:
             hit = self._configs.get(key)
         if hit is not None:
@@ -189,10 +191,11 @@ class Kernel(KernelDef):
             raise refusal
         choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune)
         if choice is None:
-            choice = dict(be.choose_config(ok, tgt))
-            at = next((i for i, (c, _) in enumerate(ok) if c == choice), None)
+            ranked = ok if prefs is None else _ranked(ok, prefs)
+            choice = dict(be.choose_config(ranked, tgt))
+            at = next((i for i, (c, _) in enumerate(ranked) if c == choice), None)
             if at is not None:
-                choice = self._shippable(ok[at:], fallbacks, args, be, tgt)
+                choice = self._shippable(ranked[at:], fallbacks, args, be, tgt)
         with self._lock:
             self._configs[key] = choice
         return choice
@@ -253,6 +256,16 @@ class Kernel(KernelDef):
         """compile_program, memoised per kernel by (backend, target, Program); racing first calls compile once."""
         tgt = be.target(target)
         return self._once(self._artifacts, (be.name, tgt.spec, prog.hash), lambda: compile_program(prog, be, tgt))
+
+
+def _ranked(ok: list, prefs: list[dict]) -> list:
+    """The accepted (config, Program) pairs a backend's preferences rank: those matching each preference (every item
+    of it equal), in the preferences' order, then the kernel's baseline (the last accepted) if none matched it."""
+    out = [pair for p in prefs for pair in ok if all(pair[0].get(k) == v for k, v in p.items())]
+    out = list({id(pair): pair for pair in out}.values())
+    if ok and all(pair is not ok[-1] for pair in out):
+        out.append(ok[-1])
+    return out
 
 
 _KERNELS: weakref.WeakSet[Kernel] = weakref.WeakSet()

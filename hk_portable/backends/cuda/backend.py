@@ -15,7 +15,7 @@ from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
 from ...runtime import clauncher
-from . import archs, codegen, compiler, driver, emulator, occupancy, schedule
+from . import archs, codegen, compiler, driver, emulator, occupancy, preferences, schedule
 from .options import DEFAULT, CudaOptions
 
 EMIT_KINDS = ("source", "asm", "ptx", "sass")
@@ -103,6 +103,10 @@ class CudaBackend(Backend):
             if layouts.all_strips(codegen.layouts(program, codegen.num_warps(program, target))):
                 return cfg
         return super().choose_config(candidates, target)
+
+    def preferred(self, kernel: str, consts: dict, args: tuple, target: Target) -> list[dict] | None:
+        """The tuning table's ranking (preferences.py), where it has a rule for this kernel on this arch."""
+        return preferences.preferred(kernel, consts, args, target)
 
     def rejects(self, artifact: Artifact, target: Target) -> str | None:
         """A build that keeps values in local memory after every fallback of _build (the compiler at hand

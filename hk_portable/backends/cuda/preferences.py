@@ -1,0 +1,46 @@
+"""The cuda backend's tuning table: which of a kernel's legal candidates it tries first, per arch capability and
+problem shape, with the measurement each rule rests on (docs/perf-notes.md has the runs). Kernels offer legal
+candidates only (kernels/ holds no device numbers); the backend's choose_config then takes the first ranked
+candidate on a fast path, and the autotuner's cache, where HK_AUTOTUNE filled it, overrides both."""
+from __future__ import annotations
+
+import torch
+
+from . import archs
+
+# attention_fwd at D=64 (H200, benchmarks/attention_configs.py, warp-specialised blocks, masks on edge blocks only):
+# without a mask FA3's 192-row block on three consumer warpgroups from LONG_BAND queries on (1.12 / 1.07 of cuDNN at
+# N=4096 / 16384, 2026-12-04), below it the 128x128 block on two (0.78 against 0.73 at N=1024); with a mask, from
+# LONG_BAND queries the 128x128 block on FA3's schedule, longest tiles first (0.83 / 0.92 of cuDNN at N=4096 / 16384
+# against the baseline's 0.74 / 0.78), from MASKED_WIDE_BAND the 192-row block before it (1.03 of cuDNN at N=16384
+# against 0.97; 0.82 against 0.91 at N=4096), below LONG_BAND the baseline (0.70 against 0.69 at N=1024; 0.86 once
+# its ring refilled ahead). D=128 keeps the kernel's order: 128x128 tiles first, with a mask too (415 TFLOP/s causal
+# against 128x64's 379, 2026-12-03).
+LONG_BAND = 2048
+MASKED_WIDE_BAND = 16384
+FA3_192 = dict(BM=192, BN=128, num_warps=12)
+WIDE_128 = dict(BM=128, BN=128, num_warps=8)
+
+
+def attention_fwd(consts: dict, args: tuple) -> list[dict] | None:
+    if consts.get("D", 0) > 64:
+        return None
+    # without arguments (hk compile's examples) the long-sequence rules, where a choice matters most
+    n = args[0].shape[2] if args and isinstance(args[0], torch.Tensor) else LONG_BAND
+    if not consts.get("MASKED", False):
+        return [FA3_192] if n >= LONG_BAND else [WIDE_128]
+    return ([FA3_192] if n >= MASKED_WIDE_BAND else []) + ([WIDE_128] if n >= LONG_BAND else [])
+
+
+# (the arch capability the rule was measured on, kernel name) -> rule(consts, args) -> ranked partial configs
+TABLE = {
+    ("async_tensor_core", "attention_fwd_kernel"): attention_fwd,
+}
+
+
+def preferred(kernel: str, consts: dict, args: tuple, target) -> list[dict] | None:
+    row = archs.of(target)
+    for (capability, name), rule in TABLE.items():
+        if name == kernel and getattr(row, capability):
+            return rule(consts, args)
+    return None
