@@ -250,6 +250,74 @@ def test_kernel_params_form_and_tail(mod, stub):
     assert len(calls) == 3
 
 
+ENCODE_STUB = r"""
+#include <stdint.h>
+#include <string.h>
+/* cuTensorMapEncodeTiled's signature: the map records every input; an innermost dim of 24 is refused */
+int hk_stub_encode(void *tm, int dtype, unsigned rank, void *addr, const uint64_t *dims, const uint64_t *strides,
+                   const uint32_t *box, const uint32_t *es, int il, int sw, int l2, int oob) {
+    uint64_t *o = tm;
+    if (dims[0] == 24) return 1;
+    memset(tm, 0, 128);
+    o[0] = (uint64_t)dtype | (uint64_t)rank << 8 | (uint64_t)il << 16 | (uint64_t)sw << 24 | (uint64_t)l2 << 32
+           | (uint64_t)oob << 40;
+    o[1] = (uint64_t)(uintptr_t)addr;
+    for (unsigned k = 0; k < rank; k++) {
+        o[2 + k] = dims[k];
+        o[11 + k] = (uint64_t)box[k] << 32 | es[k];
+        if (k + 1 < rank) o[7 + k] = strides[k];
+    }
+    return 0;
+}
+"""
+
+
+def test_the_launcher_encodes_the_tensor_maps_python_would(mod, tmp_path, monkeypatch):
+    """A launch whose tensors changed encodes its TMA maps in C (clauncher.c encode_map), not through
+    TensorMaps.tail: the same bytes as tail() for every case describe() distinguishes (a read map refused zeroes
+    the tail, a written one clears the stores bit), with cuTensorMapEncodeTiled a stub recording its inputs."""
+    cc = clauncher.compiler()
+    if cc is None:
+        pytest.skip("no host C compiler")
+    enc = fake_cuda.build_stub(cc, ENCODE_STUB, tmp_path).hk_stub_encode
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    enc.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                    ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    enc.restype = ctypes.c_int
+    monkeypatch.setattr(tma, "_encoder", lambda: enc)
+    params = [("q", GlobalType(bf16, 4)), ("k", GlobalType(bf16, 3)), ("o", GlobalType(bf16, 2)),
+              ("n", ScalarType(i32))]
+    fmt, size, desc = abi.param_layout(params)
+    specs = [dict(param=0, rank=4, dtype="bf16", box_rows=64, box_cols=64),
+             dict(param=1, rank=3, dtype="bf16", box_rows=32, box_cols=64),
+             dict(param=2, rank=2, dtype="bf16", box_rows=128, box_cols=64, store=True)]
+    maps = tma.TensorMaps(specs, size)
+    python_tails = []
+    L = mod.Launcher(1, 1, 128, 0, abi.launcher_params(desc), maps.size, -1,
+                     tail_fn=lambda args: python_tails.append(args) or maps.tail(args), tail_offset=maps.first,
+                     tmaps=maps.c_specs(desc), encode=tma.encoder_address())
+    base = torch.zeros(1 << 16, dtype=torch.bfloat16)
+    q = base[:2 * 3 * 40 * 64].view(2, 3, 40, 64)
+    k = base[:5 * 16 * 64].view(5, 16, 64)
+    o = base[:100 * 128].view(100, 128)
+    cases = {"all encoded": (q, k, o), "a read map not unit-stride": (q, k.transpose(1, 2), o),
+             "a read map misaligned": (q, base[1:1 + 5 * 16 * 64].view(5, 16, 64), o),
+             "a read map's row stride not 16-byte": (q, base[:5 * 16 * 68].view(5, 16, 68)[..., :60], o),
+             "a written map refused": (q, k, o.t()), "the driver refuses a read map": (q, base[:5 * 16 * 24].view(5, 16, 24), o),
+             "the driver refuses the written map": (q, k, base[:100 * 24].view(100, 24))}
+    for name, (a, b, c) in cases.items():
+        args = (a, b, c, 7)
+        packed = L.pack(args)
+        assert isinstance(packed, bytes), name
+        want = maps.tail(args)
+        assert packed[maps.first:maps.first + len(want)] == want, name
+        flag = int.from_bytes(want[-4:], "little")
+        assert flag == {"all encoded": 3, "a written map refused": 1, "the driver refuses the written map": 1}.get(
+            name, 0), name
+    assert not python_tails                                              # every tail was C's
+    assert maps.c_specs([{**d, "rank": 9} for d in desc]) is None      # a rank the parameter lacks: tail()'s path
+
+
 def test_persistent_kernels_get_their_logical_grid(mod, stub):
     """A persistent kernel: the logical grid goes into the parameters after the tail, and the launch runs
     min(its tiles, max_blocks) blocks on one axis."""

@@ -27,7 +27,7 @@
 #error "the kernel parameter buffer is little-endian; this launcher packs in host order"
 #endif
 
-#define HK_LAUNCHER_ABI 1
+#define HK_LAUNCHER_ABI 2
 #define LAUNCH_REFUSED (-1)
 #define PY_ERROR (-2)              /* internal: a Python exception is set (never a status) */
 #define STREAM_NOT_A_HANDLE (-3)
@@ -38,6 +38,14 @@
 
 typedef int (*hk_launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, unsigned shared, void *stream, void **params, void **extra);
+/* cuTensorMapEncodeTiled, by address (the enums are ints) */
+typedef int (*hk_encode_fn)(void *tmap, int dtype, unsigned rank, void *addr, const uint64_t *dims,
+                            const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
+                            int interleave, int swizzle, int l2_promotion, int oob_fill);
+#define TMAP_BYTES 128
+#define TMAP_MAX_RANK 5
+#define TMA_LOADS_OK 1
+#define TMA_STORES_OK 2
 
 enum { KIND_GL = 0, KIND_I32 = 1, KIND_F32 = 2 };
 
@@ -45,6 +53,14 @@ typedef struct {
     int kind, rank;
     Py_ssize_t off, shape_off, stride_off;
 } Param;
+
+/* One TMA tensor map of the tail (backends/cuda/tma.py's spec): the gl parameter it describes, its element type
+ * (CUtensorMapDataType) and bytes, the box, and whether the kernel writes through it. */
+typedef struct {
+    Py_ssize_t param;
+    int dtype, esize, store;
+    unsigned box_cols, box_rows;
+} TMap;
 
 static PyObject *s_data_ptr, *s_get_device, *s_stride, *s_shape, *s_dtype, *s_ndim, *s_device;
 static PyObject *tensor_type;   /* torch.Tensor, set by set_tensor_type() */
@@ -102,9 +118,14 @@ typedef struct {
     unsigned max_blocks;         /* ... and the launch runs min(its tiles, max_blocks) blocks */
     Param *params;
     Py_ssize_t *ptr_offsets;
+    TMap *tmaps;                 /* with encode: the tail's maps encoded here on a miss, not by tail_fn */
+    Py_ssize_t ntmaps;
+    hk_encode_fn encode;
 } Launcher;
 
 static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf);
+static int init_tmaps(Launcher *L, PyObject *tmaps, PyObject *encode);
+static void *as_ptr(PyObject *o);
 
 /* Packs args (a tuple or a list) into buf (size bytes, zeroed here). 0, LAUNCH_REFUSED, or PY_ERROR with
  * an exception set. */
@@ -205,12 +226,66 @@ static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf) {
 /* The tail (tensor maps and their flag) after the packed parameters: tail_fn(args) -> bytes, which must
  * depend only on what the packed parameters hold (pointers, shapes, strides), so the last one is reused
  * while they are the same bytes. */
+/* One map of `m` for the gl parameter packed in buf, as tma.describe/encode do it: 0 encoded into `out` (64-byte
+ * aligned), -1 when TMA cannot describe the tensor or the driver refuses it. */
+static int encode_map(const Launcher *L, const TMap *m, const unsigned char *buf, unsigned char *out) {
+    const Param *p = &L->params[m->param];
+    const int rank = p->rank;
+    uint64_t ptr, dims[TMAP_MAX_RANK], strides[TMAP_MAX_RANK];
+    uint32_t box[TMAP_MAX_RANK], ones[TMAP_MAX_RANK];
+    int shape[TMAP_MAX_RANK];
+    long long stride[TMAP_MAX_RANK];
+    memcpy(&ptr, buf + p->off, 8);
+    memcpy(shape, buf + p->shape_off, 4 * (size_t)rank);
+    memcpy(stride, buf + p->stride_off, 8 * (size_t)rank);
+    if (stride[rank - 1] != 1 || ptr % 16) return -1;
+    for (int k = 0; k < rank; k++) {
+        if (shape[rank - 1 - k] <= 0) return -1;
+        dims[k] = (uint64_t)shape[rank - 1 - k];
+        box[k] = k == 0 ? m->box_cols : k == 1 ? m->box_rows : 1;
+        ones[k] = 1;
+    }
+    for (int k = 0; k + 1 < rank; k++) {
+        long long b = stride[rank - 2 - k] * m->esize;
+        if (b <= 0 || b % 16 || b >= (1LL << 40)) return -1;
+        strides[k] = (uint64_t)b;
+    }
+    /* interleave none, 128-byte swizzle, 256-byte L2 promotion, OOB fill none: tma.py's constants */
+    return L->encode(out, m->dtype, (unsigned)rank, (void *)(uintptr_t)ptr, dims, strides, box, ones, 0, 3, 3, 0)
+           == 0 ? 0 : -1;
+}
+
+/* The tail tma.TensorMaps.tail gives, from the packed parameters alone: every map, then the flag. A read map TMA
+ * cannot describe zeroes the whole tail (flag 0: the kernel's cp.async path); a written one, its map and the
+ * flag's stores bit (plain stores). */
+static PyObject *encoded_tail(const Launcher *L, const unsigned char *buf) {
+    const Py_ssize_t len = TMAP_BYTES * L->ntmaps + 4;
+    PyObject *tail = PyBytes_FromStringAndSize(NULL, len);
+    if (tail == NULL) return NULL;
+    unsigned char *t = (unsigned char *)PyBytes_AS_STRING(tail);
+    memset(t, 0, (size_t)len);
+    uint32_t flag = TMA_LOADS_OK | TMA_STORES_OK;
+    _Alignas(64) unsigned char map[TMAP_BYTES];
+    for (Py_ssize_t i = 0; i < L->ntmaps; i++) {
+        if (encode_map(L, &L->tmaps[i], buf, map) == 0) {
+            memcpy(t + TMAP_BYTES * i, map, TMAP_BYTES);
+        } else if (!L->tmaps[i].store) {
+            memset(t, 0, (size_t)len);
+            return tail;
+        } else {
+            flag &= ~(uint32_t)TMA_STORES_OK;
+        }
+    }
+    memcpy(t + TMAP_BYTES * L->ntmaps, &flag, 4);
+    return tail;
+}
+
 static int write_tail(Launcher *L, PyObject *args, unsigned char *buf) {
     if (L->tail_cache != NULL && L->tail_key != NULL && memcmp(L->tail_key, buf, (size_t)L->tail_off) == 0) {
         memcpy(buf + L->tail_off, PyBytes_AS_STRING(L->tail_cache), (size_t)PyBytes_GET_SIZE(L->tail_cache));
         return 0;
     }
-    PyObject *tail = PyObject_CallOneArg(L->tail_fn, args);
+    PyObject *tail = L->encode != NULL ? encoded_tail(L, buf) : PyObject_CallOneArg(L->tail_fn, args);
     if (tail == NULL) return PY_ERROR;
     if (!PyBytes_Check(tail) || PyBytes_GET_SIZE(tail) > L->size - L->tail_off) {
         PyErr_Format(PyExc_ValueError, "launcher: the tail must be at most %zd bytes", L->size - L->tail_off);
@@ -377,23 +452,26 @@ static void *as_ptr(PyObject *o) {
 
 /* Launcher(func, launch, threads, shared, params, size, device=-1, *, use_params=False,
  *          ptr_offsets=(), tags=(1, 2, 0), max_gy=65535, max_gz=65535, stream_fn=None,
- *          tail_fn=None, tail_offset=0, on_status=None, grid_offset=-1, max_blocks=0)
- * params: per parameter (kind, offset, rank, shape_offset, stride_offset), kind 0 gl, 1 i32, 2 f32 */
+ *          tail_fn=None, tail_offset=0, on_status=None, grid_offset=-1, max_blocks=0, tmaps=(), encode=None)
+ * params: per parameter (kind, offset, rank, shape_offset, stride_offset), kind 0 gl, 1 i32, 2 f32
+ * tmaps: per tensor map of the tail (param index, CUtensorMapDataType, element bytes, box_cols, box_rows, store);
+ * with encode (cuTensorMapEncodeTiled's address) the tail is encoded here, tail_fn being the ctypes path's */
 static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
     Launcher *L = (Launcher *)self;
     static char *names[] = {"func", "launch", "threads", "shared", "params", "size", "device", "use_params",
                             "ptr_offsets", "tags", "max_gy", "max_gz", "stream_fn", "tail_fn", "tail_offset",
-                            "on_status", "grid_offset", "max_blocks", NULL};
+                            "on_status", "grid_offset", "max_blocks", "tmaps", "encode", NULL};
     PyObject *func, *launch, *params, *ptr_offsets = NULL, *tags = NULL, *stream_fn = Py_None, *tail_fn = Py_None,
-             *on_status = Py_None;
+             *on_status = Py_None, *tmaps = NULL, *encode = Py_None;
     unsigned threads, shared, max_gy = 65535, max_gz = 65535;
     Py_ssize_t size, tail_off = 0, grid_off = -1;
     unsigned max_blocks = 0;
     long device = -1;
     int use_params = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOIIOn|l$pOOIIOOnOnI", names, &func, &launch, &threads, &shared,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOIIOn|l$pOOIIOOnOnIOO", names, &func, &launch, &threads, &shared,
                                      &params, &size, &device, &use_params, &ptr_offsets, &tags, &max_gy, &max_gz,
-                                     &stream_fn, &tail_fn, &tail_off, &on_status, &grid_off, &max_blocks))
+                                     &stream_fn, &tail_fn, &tail_off, &on_status, &grid_off, &max_blocks, &tmaps,
+                                     &encode))
         return -1;
     if (L->params != NULL) {
         PyErr_SetString(PyExc_TypeError, "Launcher is initialised once");
@@ -497,6 +575,7 @@ static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
         }
         Py_DECREF(seq);
     }
+    if (init_tmaps(L, tmaps, encode) < 0) return -1;
     if (L->use_params && L->nptrs == 0 && L->nparams > 0) {
         PyErr_SetString(PyExc_ValueError, "Launcher: use_params needs ptr_offsets");
         return -1;
@@ -507,6 +586,44 @@ static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
     }
     L->vectorcall = Launcher_call;
     return 0;
+}
+
+/* tmaps and encode (Launcher_init's): each map on a gl parameter of rank 2..TMAP_MAX_RANK, the tail long enough */
+static int init_tmaps(Launcher *L, PyObject *tmaps, PyObject *encode) {
+    if (tmaps == NULL || tmaps == Py_None || encode == Py_None) return 0;
+    PyObject *seq = PySequence_Fast(tmaps, "Launcher: tmaps must be a sequence");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    L->tmaps = PyMem_Calloc((size_t)(n ? n : 1), sizeof(TMap));
+    if (L->tmaps == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    L->ntmaps = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        TMap *m = &L->tmaps[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "niiIIp;Launcher: a tmap is (param, dtype, esize, "
+                              "box_cols, box_rows, store)", &m->param, &m->dtype, &m->esize, &m->box_cols,
+                              &m->box_rows, &m->store)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        const Param *p = m->param >= 0 && m->param < L->nparams ? &L->params[m->param] : NULL;
+        if (p == NULL || p->kind != KIND_GL || p->rank < 2 || p->rank > TMAP_MAX_RANK || m->esize <= 0) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "Launcher: tmap %zd is not on a gl parameter of rank 2..%d", i,
+                         TMAP_MAX_RANK);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    if (L->tail_off + TMAP_BYTES * n + 4 > L->size) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: the tensor maps and their flag do not fit after tail_offset");
+        return -1;
+    }
+    L->encode = (hk_encode_fn)as_ptr(encode);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -549,6 +666,7 @@ static void Launcher_dealloc(PyObject *self) {
     PyMem_Free(L->tail_key);
     PyMem_Free(L->params);
     PyMem_Free(L->ptr_offsets);
+    PyMem_Free(L->tmaps);
     Py_XDECREF(L->device_obj);
     Py_TYPE(self)->tp_free(self);
 }

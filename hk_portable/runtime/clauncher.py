@@ -35,7 +35,7 @@ from . import selection
 
 SOURCE = Path(__file__).with_name("clauncher.c")
 ENV = "HK_C_LAUNCHER"
-ABI = 1                                    # HK_LAUNCHER_ABI in clauncher.c
+ABI = 2                                    # HK_LAUNCHER_ABI in clauncher.c
 # a Launcher's statuses besides 0 (launched) and > 0 (the launch function's error), as clauncher.c numbers them
 LAUNCH_REFUSED, STREAM_NOT_A_HANDLE, GRID_REFUSED = -1, -3, -4
 MODULE = "_hk_launcher"                    # PyInit__hk_launcher

@@ -199,7 +199,8 @@ class LaunchPlan(_Packing):
             tags=(CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END),
             max_gy=MAX_GRID_YZ, max_gz=MAX_GRID_YZ, stream_fn=self.raw_stream,
             tail_fn=maps.tail if maps is not None else None, tail_offset=maps.first if maps is not None else 0,
-            on_status=self._status)
+            on_status=self._status, tmaps=maps.c_specs(self.params) if maps is not None else None,
+            encode=tma.encoder_address() if maps is not None else None)
 
     def _status(self, status: int, args, grid, stream):
         """What the compiled launcher did not launch, in today's words: a grid CUDA refuses, a stream object

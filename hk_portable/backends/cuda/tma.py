@@ -52,6 +52,15 @@ def _encoder():
     return cudrv.lib().cuTensorMapEncodeTiled
 
 
+def encoder_address() -> int | None:
+    """cuTensorMapEncodeTiled's address, for the compiled launcher to encode maps itself (None without a driver
+    that has it: the launcher then calls TensorMaps.tail)."""
+    try:
+        return ctypes.cast(_encoder(), ctypes.c_void_p).value
+    except (AttributeError, OSError):
+        return None
+
+
 def encode(tensor, spec: dict) -> bytes | None:
     """The 128-byte tensor map of `tensor` for `spec` (a TmaLoad as JSON), or None if TMA cannot read it."""
     d = describe(tensor, spec)
@@ -83,6 +92,15 @@ class TensorMaps:
             if len(self.cache) > CACHE_ENTRIES:
                 self.cache.popitem(last=False)
         return hit
+
+    def c_specs(self, params: list[dict]) -> tuple | None:
+        """The maps as the compiled launcher takes them (clauncher.c's TMap): (param index, CUtensorMapDataType,
+        element bytes, box_cols, box_rows, store), so a launch whose tensors changed encodes in C, not here; None
+        where a map's rank is not its parameter's (describe() refuses every tensor then: tail's path)."""
+        if any(params[s["param"]].get("rank") != s["rank"] for s in self.specs):
+            return None
+        return tuple((s["param"], DTYPE[s["dtype"]], ELEMENT_BYTES[s["dtype"]], s["box_cols"], s["box_rows"],
+                      bool(s.get("store"))) for s in self.specs)
 
     def offsets(self) -> list[int]:
         """Where each map, then the flag, sits in the parameter buffer."""
