@@ -62,10 +62,13 @@ def _inputs(n, d, causal, sets=2, device="cuda"):
 
 
 def _artifacts(be, target, n, d, causal, names, tile=None):
+    from hk_portable.backends.cuda import preferences
     from hk_portable.kernels import attention
     from hk_portable.runtime import cache
     sets = _inputs(64, d, causal, sets=1, device="cpu")          # tracing needs dtypes and ranks only
-    cfg = attention.candidates({"D": d, "MASKED": causal})[0]
+    consts = {"D": d, "MASKED": causal}       # what the library launches at n queries (the tuning table's first)
+    q_n = torch.empty(1, 1, n, d, device="meta")
+    cfg = preferences.first_ranked(attention.candidates(consts), preferences.attention_fwd(consts, (q_n,)))
     if tile:                                                      # BMxBNsSwW, e.g. 64x64s2w4
         cfg = {**cfg, **tile_config(tile)}
     if causal:                          # as the library builds a causal call: no left edge (attention.attention_fwd)

@@ -9,17 +9,17 @@ import torch
 
 import hk_portable as hk
 from hk_portable.kernels import attention
-from hk_portable.runtime.launch import _ranked
+from hk_portable.interface.backend import ranked
 
 W8, W12 = dict(BM=128, BN=128, num_warps=8), dict(BM=192, BN=128, num_warps=12)
 
 
 def test_ranking_keeps_the_preferred_in_order_then_the_baseline():
     ok = [({"BM": 192, "num_warps": 12}, "p192"), ({"BM": 128, "num_warps": 8}, "p128"), ({"BM": 64}, "base")]
-    assert [p for _, p in _ranked(ok, [{"BM": 128}, {"BM": 192}])] == ["p128", "p192", "base"]
-    assert [p for _, p in _ranked(ok, [])] == ["base"]
-    assert [p for _, p in _ranked(ok, [{"BM": 64}])] == ["base"]
-    assert [p for _, p in _ranked(ok, [{"BM": 256}])] == ["base"]
+    def rank(prefs):
+        return [p for _, p in ranked(ok, prefs, config=lambda pair: pair[0])]
+    assert rank([{"BM": 128}, {"BM": 192}]) == ["p128", "p192", "base"]
+    assert rank([]) == rank([{"BM": 64}]) == rank([{"BM": 256}]) == ["base"]
 
 
 def _choice(spec, D, masked, N):

@@ -64,6 +64,17 @@ class Artifact:
     payload: Any = None                    # backend-private, not cached (e.g. the reference's Program)
 
 
+def ranked(items: list, prefs: list[dict], config=lambda item: item) -> list:
+    """Backend.preferred's rule: the items (configs, or anything `config` maps to one) matching each preference
+    (every item of it equal), in the preferences' order, then the kernel's baseline (the last item) if none
+    matched it."""
+    out = [it for p in prefs for it in items if all(config(it).get(k) == v for k, v in p.items())]
+    out = list({id(it): it for it in out}.values())
+    if items and all(it is not items[-1] for it in out):
+        out.append(items[-1])
+    return out
+
+
 class Backend(abc.ABC):
     """A backend plugin. Must not import any other backend."""
     name: str = ""

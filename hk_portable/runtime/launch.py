@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..interface.backend import Backend, Target
+from ..interface.backend import Backend, Target, ranked
 from ..interface.errors import ArgumentError, UnsupportedError
 from ..interface.ir import Program
 from ..interface.kernel import KernelDef
@@ -191,11 +191,11 @@ class Kernel(KernelDef):
             raise refusal
         choice = self._tuned(ok, args, be, tgt, sig, bucket, launch, tune)
         if choice is None:
-            ranked = ok if prefs is None else _ranked(ok, prefs)
-            choice = dict(be.choose_config(ranked, tgt))
-            at = next((i for i, (c, _) in enumerate(ranked) if c == choice), None)
+            order = ok if prefs is None else ranked(ok, prefs, config=lambda pair: pair[0])
+            choice = dict(be.choose_config(order, tgt))
+            at = next((i for i, (c, _) in enumerate(order) if c == choice), None)
             if at is not None:
-                choice = self._shippable(ranked[at:], fallbacks, args, be, tgt)
+                choice = self._shippable(order[at:], fallbacks, args, be, tgt)
         with self._lock:
             self._configs[key] = choice
         return choice
@@ -256,16 +256,6 @@ class Kernel(KernelDef):
         """compile_program, memoised per kernel by (backend, target, Program); racing first calls compile once."""
         tgt = be.target(target)
         return self._once(self._artifacts, (be.name, tgt.spec, prog.hash), lambda: compile_program(prog, be, tgt))
-
-
-def _ranked(ok: list, prefs: list[dict]) -> list:
-    """The accepted (config, Program) pairs a backend's preferences rank: those matching each preference (every item
-    of it equal), in the preferences' order, then the kernel's baseline (the last accepted) if none matched it."""
-    out = [pair for p in prefs for pair in ok if all(pair[0].get(k) == v for k, v in p.items())]
-    out = list({id(pair): pair for pair in out}.values())
-    if ok and all(pair is not ok[-1] for pair in out):
-        out.append(ok[-1])
-    return out
 
 
 _KERNELS: weakref.WeakSet[Kernel] = weakref.WeakSet()

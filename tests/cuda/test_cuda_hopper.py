@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import archs, schedule, tma
+from hk_portable.backends.cuda import archs, preferences, schedule, tma
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 from hk_portable.kernels import attention
 from hk_portable.kernels.gemm import candidates as gemm_candidates
@@ -33,9 +33,17 @@ def _attention_args(d: int) -> tuple:
     return (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
 
 
-def _attention_program(d: int, masked: bool, candidate: int = 0):
-    """(config, Program) of the attention candidate the library lists at `candidate` for this head dim and mask."""
-    cfg = attention.candidates({"D": d, "MASKED": masked})[candidate]
+def _first_ranked(d: int, masked: bool, n: int = preferences.LONG_BAND) -> dict:
+    """The attention candidate the cuda tuning table ranks first for a long sequence (n queries) on sm_90a: what
+    the library launches there (the kernel lists every legal candidate; backends/cuda/preferences.py ranks them)."""
+    consts = {"D": d, "MASKED": masked}
+    return preferences.first_ranked(attention.candidates(consts), preferences.attention_fwd(consts, (_meta(2, 4, n, d),)))
+
+
+def _attention_program(d: int, masked: bool, candidate: int | None = None):
+    """(config, Program) of the attention candidate the library lists at `candidate` for this head dim and mask
+    (None: the one the tuning table ranks first for a long sequence)."""
+    cfg = _first_ranked(d, masked) if candidate is None else attention.candidates({"D": d, "MASKED": masked})[candidate]
     return cfg, attention.attention_fwd_kernel.trace(*_attention_args(d), **cfg)
 
 
@@ -122,7 +130,7 @@ def test_softmax_takes_one_instruction_per_exp2_and_per_bf16_cast():
     flushing form is rebuilt with exp2f (options["fast_exp2"] says which ran)."""
     q = _meta(2, 4, 256, 128)
     args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
-    cfg = attention.candidates({"D": 128, "MASKED": False})[0]
+    cfg = _first_ranked(128, False)
     art = attention.attention_fwd_kernel.compile(*args, backend="cuda:sm_90a", **cfg)
     assert "ex2.approx.ftz.f32" in art.asm and "cvt.rn.bf16.f32" in art.asm
     assert art.options["fast_exp2"] is True
@@ -225,8 +233,9 @@ def test_configuration_choice_is_per_target_and_memoised():
 @pytest.mark.parametrize("d,masked", [(64, False), (128, False), (128, True)])
 def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     """QKᵀ from shared Q and K stages; PV with P from registers (wgmma's register-A form); K/V on TMA."""
-    q = _meta(2, 4, 256, d)
-    args = (q, q, q, q, _meta(2, 4, 256, dtype=torch.float32), 0.1, 0, 0, 0)
+    n = 2048 if d == 64 else 256        # D=64: a long sequence, where the tuning table ranks FA3's 192-row block first
+    q = _meta(2, 4, n, d)
+    args = (q, q, q, q, _meta(2, 4, n, dtype=torch.float32), 0.1, 0, 0, 0)
     cands = attention.candidates({"D": d, "MASKED": masked})
     cfg = attention.attention_fwd_kernel.choose_config(cands, *args, backend="cuda:sm_90a")
     assert cfg == cands[0]
@@ -449,7 +458,7 @@ def test_masked_attention_keeps_wgmma_async_and_fa3(d, left_bound):
     without it (a causal mask): ptxas must not serialise the wgmma (C7520/C7514, which cost 30 % on the H200 when the
     leading masked blocks' pipeline was dropped for a causal mask), nor spill; the left compare is gone without it."""
     from hk_portable.backends.cuda import compiler
-    cfg = {**attention.candidates({"D": d, "MASKED": True})[0], "LEFT_BOUND": left_bound}
+    cfg = {**_first_ranked(d, True), "LEFT_BOUND": left_bound}
     program = attention.attention_fwd_kernel.trace(*_attention_args(d), **cfg)
     be = hk.get_backend("cuda")
     art = be.compile(program, be.target("sm_90a"), {})
@@ -635,7 +644,7 @@ def test_attention_schedules_match_float64(hopper, switches, d, causal):
     o = torch.full_like(q, float("nan"))
     lse = torch.full((2, 8, n), float("nan"), device="cuda")
     args = (q, k, v, o, lse, d ** -0.5, 0, n if causal else 0, 0)
-    cfg = attention.candidates({"D": d, "MASKED": causal})[0]
+    cfg = _first_ranked(d, causal)
     program = attention.attention_fwd_kernel.trace(*args, **cfg)
     art = hopper.compile(program, hopper.target("sm_90a"), switches)
     hopper.launch(art, args, (-(-n // cfg["BM"]), 8, 2))
@@ -842,7 +851,7 @@ def test_persistent_attention_matches_float64(hopper, causal, n, d):
     o = torch.full_like(q, float("nan"))
     lse = torch.full((8, 24, n), float("nan"), device="cuda")
     args = (q, k, v, o, lse, d ** -0.5, 0, n if causal else 0, 0)
-    cfg = attention.candidates({"D": d, "MASKED": causal})[0]
+    cfg = _first_ranked(d, causal)
     program = attention.attention_fwd_kernel.trace(*args, **cfg)
     art = hopper.compile(program, hopper.target("sm_90a"), {"persistent": True, "longest_first": 16})
     assert art.launch.get("persistent") is True and "#define HK_LONGEST_FIRST_MIN 16" in art.source
@@ -871,7 +880,7 @@ def test_tma_store_epilogue_matches_float64_or_falls_back(hopper, out_view, d):
         assert tma.describe(o, {"rank": 4, "dtype": "bf16", "box_rows": 64, "box_cols": 64}) is None
     lse = torch.full((4, 40, n), float("nan"), device="cuda")
     args = (q, k, v, o, lse, d ** -0.5, 0, 0, 0)
-    cfg = attention.candidates({"D": d, "MASKED": False})[0]
+    cfg = _first_ranked(d, False)
     program = attention.attention_fwd_kernel.trace(*args, **cfg)
     art = hopper.compile(program, hopper.target("sm_90a"), dict(schedule.FA3))
     assert STORE_TMA in art.source
@@ -913,7 +922,7 @@ def test_chained_attention_matches_float64(hopper, chain, n, nkv, window, align)
     o = torch.full_like(q, float("nan"))
     lse = torch.full((4, 16, n), float("nan"), device="cuda")
     args = (q, k, v, o, lse, d ** -0.5, shift, left, right)
-    cfg = attention.candidates({"D": d, "MASKED": True})[0]
+    cfg = _first_ranked(d, True)
     program = attention.attention_fwd_kernel.trace(*args, **cfg)
     art = hopper.compile(program, hopper.target("sm_90a"), {**schedule.FA3, "chain": chain})
     assert ("= hk::ws_consume_overlap_chain<" in art.source) is (chain > 0)

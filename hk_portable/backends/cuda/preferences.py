@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from ...interface.backend import ranked
 from . import archs
 
 # attention_fwd at D=64 (H200, benchmarks/attention_configs.py, warp-specialised blocks, masks on edge blocks only):
@@ -36,6 +37,11 @@ def attention_fwd(consts: dict, args: tuple) -> list[dict] | None:
 TABLE = {
     ("async_tensor_core", "attention_fwd_kernel"): attention_fwd,
 }
+
+
+def first_ranked(configs: list[dict], prefs: list[dict] | None) -> dict:
+    """The config a ranking puts first (benchmarks and tests that build what the library launches)."""
+    return configs[0] if prefs is None else ranked(configs, prefs)[0]
 
 
 def preferred(kernel: str, consts: dict, args: tuple, target) -> list[dict] | None:
