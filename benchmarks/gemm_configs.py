@@ -1,8 +1,11 @@
 """GEMM tile configurations on this GPU: each checked against float64 on ragged shapes, then timed against
 cuBLAS (torch.matmul) at the benchmark sizes with hk bench's two timing methods. A measurement that seeds
-the cuda backend's per-target defaults and checks the schedule a config lowers to (wgmma on sm_90a).
+the cuda backend's per-target defaults and checks the schedule a config lowers to (wgmma on sm_90a). --layouts
+times the operand layouts a model produces (nt: b = W.t(), nn.Linear's forward; tn: a = x.t(), its weight
+gradient; tt) at --shapes MxNxK as well as the square --sizes.
 
-    python benchmarks/gemm_configs.py --json gemm_configs.json [--sizes 4096,8192]
+    python benchmarks/gemm_configs.py --json gemm_configs.json [--sizes 4096,8192] [--layouts nn nt tn]
+                                      [--shapes 8192x5632x2048]
 """
 from __future__ import annotations
 
@@ -29,6 +32,13 @@ def _cfg(c):
     return dict(BM=bm, BN=bn, BK=bk, STAGES=s, num_warps=w)
 
 
+def operand(rows: int, cols: int, transposed: bool) -> torch.Tensor:
+    """A [rows, cols] bf16 operand, row-major or the transposed view of a row-major [cols, rows] (W.t())."""
+    if transposed:
+        return torch.randn(cols, rows, device="cuda", dtype=torch.bfloat16).t()
+    return torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+
+
 def check(cfg, dtype, out_dtype=torch.float32) -> float:
     from hk_portable.kernels.gemm import gemm
     worst = 0.0
@@ -48,6 +58,9 @@ def main():
     ap.add_argument("--json", default="gemm_configs.json")
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument("--layouts", nargs="+", default=["nn"], choices=["nn", "nt", "tn", "tt"],
+                    help="a/b as given (n) or a transposed view of a row-major tensor (t)")
+    ap.add_argument("--shapes", nargs="*", default=[], metavar="MxNxK")
     ap.add_argument("--only", nargs="+", default=None, metavar="BMxBNxBKsSwW", help="only these configs")
     args = ap.parse_args()
     from hk_portable.bench import time_side_by_side, to_json
@@ -68,18 +81,21 @@ def main():
             rows.append(row)
             print(row, flush=True)
             continue
-        for n in map(int, args.sizes.split(",")):
-            a = [torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-            b = [torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-            out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-            t, tb = time_side_by_side({"hk": lambda i: gemm(a[i], b[i], out, backend="cuda", **cfg),
-                                       "cublas": lambda i: torch.matmul(a[i], b[i], out=out)},
-                                      2, "cuda", args.budget).values()
-            fl = 2.0 * n ** 3
-            row[f"tflops_{n}"] = round(fl / t.ms / 1e9, 1)
-            row[f"cublas_{n}"] = round(fl / tb.ms / 1e9, 1)
-            row[f"ratio_{n}"] = round(tb.ms / t.ms, 3)
-            row[f"agree_{n}"] = bool(t.agree and tb.agree)
+        shapes = [(n, n, n) for n in map(int, args.sizes.split(",")) if n] + \
+            [tuple(map(int, s.split("x"))) for s in args.shapes]
+        for M, N, K in shapes:
+            for lay in args.layouts:
+                a = [operand(M, K, lay[0] == "t") for _ in range(2)]
+                b = [operand(K, N, lay[1] == "t") for _ in range(2)]
+                out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+                t, tb = time_side_by_side({"hk": lambda i: gemm(a[i], b[i], out, backend="cuda", **cfg),
+                                           "cublas": lambda i: torch.matmul(a[i], b[i], out=out)},
+                                          2, "cuda", args.budget).values()
+                fl, tag = 2.0 * M * N * K, (f"{M}" if M == N == K else f"{M}x{N}x{K}") + ("" if lay == "nn" else f"_{lay}")
+                row[f"tflops_{tag}"] = round(fl / t.ms / 1e9, 1)
+                row[f"cublas_{tag}"] = round(fl / tb.ms / 1e9, 1)
+                row[f"ratio_{tag}"] = round(tb.ms / t.ms, 3)
+                row[f"agree_{tag}"] = bool(t.agree and tb.agree)
         rows.append(row)
         print(row, flush=True)
     to_json({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": torch.cuda.get_device_name(),

@@ -2,7 +2,8 @@
 # "Fast in a model" on one NVIDIA GPU, in one or two device calls (STEPS picks): install, hk.precompile of what
 # the model benchmarks launch (cold cache, in parallel), GPU correctness of the GEMM layouts and the block
 # (benchmarks/layout_check.py), the cuda conformance cases of the GEMM, `hk bench` over the GEMM layouts, the ops'
-# host time, the first call in a new process (benchmarks/first_call.py), the Llama block against torch and
+# host time, GEMM tile configurations per operand layout (benchmarks/gemm_configs.py, step gemmcfg, not in the
+# default STEPS), the first call in a new process (benchmarks/first_call.py), the Llama block against torch and
 # torch.compile, and transformers' generate with hk attention against SDPA (benchmarks/generate_tokens.py; needs
 # the transformers wheels in .whl/hf, see below). Results under $OUT (8 files at most); a summary last.
 #
@@ -44,8 +45,10 @@ print("torch", torch.__version__, "cupy", cupy.__version__, "nvrtc", compiler.nv
 fi
 step precompile 300 python3 benchmarks/model_precompile.py --json "$OUT/precompile.json"
 step correct 300 python3 benchmarks/layout_check.py --json "$OUT/layout_check.json"
-step conformance 300 $HK conformance --backend cuda -k kernel/gemm/ --json "$OUT/conformance_gemm.json"
+step conformance 300 $HK conformance --backend cuda -k "${CONFORMANCE_K:-kernel/gemm/}" --json "$OUT/conformance_gemm.json"
 step gemm 420 $HK bench -k "gemm bf16" --json "$OUT/bench_gemm.json"
+step gemmcfg 420 python3 benchmarks/gemm_configs.py --sizes 0 --layouts nn nt tn --shapes ${GEMM_SHAPES:-8192x5632x2048} \
+    --json "$OUT/gemm_configs.json"
 step host 200 $HK bench -k "op call" --json "$OUT/bench_host.json"
 step hostprof 150 python3 benchmarks/host_profile.py --out "$OUT/host_profile.txt"
 step first 300 python3 benchmarks/first_call.py --repeats 2 --json "$OUT/first_call.json"
@@ -57,7 +60,7 @@ if (want generate || want genprof) && ls .whl/hf/*.whl >/dev/null 2>&1; then
 fi
 
 # the tables (the reply carries the end of the output)
-grep -E "layout_check:|model_precompile:|CONFORMS|FAILED| us/call |^generate B" "$LOG" | tail -16
+grep -E "layout_check:|model_precompile:|CONFORMS|FAILED| us/call |^generate B|^\{'BM'" "$LOG" | tail -24
 for f in bench_gemm bench_host bench_block; do
     [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'
 import json, sys

@@ -303,7 +303,8 @@ def test_the_launcher_encodes_the_tensor_maps_python_would(mod, tmp_path, monkey
     cases = {"all encoded": (q, k, o), "a read map not unit-stride": (q, k.transpose(1, 2), o),
              "a read map misaligned": (q, base[1:1 + 5 * 16 * 64].view(5, 16, 64), o),
              "a read map's row stride not 16-byte": (q, base[:5 * 16 * 68].view(5, 16, 68)[..., :60], o),
-             "a written map refused": (q, k, o.t()), "the driver refuses a read map": (q, base[:5 * 16 * 24].view(5, 16, 24), o),
+             "a written map refused": (q, k, o.t()),
+             "the driver refuses a read map": (q, base[:5 * 16 * 24].view(5, 16, 24), o),
              "the driver refuses the written map": (q, k, base[:100 * 24].view(100, 24))}
     for name, (a, b, c) in cases.items():
         args = (a, b, c, 7)

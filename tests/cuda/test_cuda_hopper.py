@@ -37,7 +37,8 @@ def _first_ranked(d: int, masked: bool, n: int = preferences.LONG_BAND) -> dict:
     """The attention candidate the cuda tuning table ranks first for a long sequence (n queries) on sm_90a: what
     the library launches there (the kernel lists every legal candidate; backends/cuda/preferences.py ranks them)."""
     consts = {"D": d, "MASKED": masked}
-    return preferences.first_ranked(attention.candidates(consts), preferences.attention_fwd(consts, (_meta(2, 4, n, d),)))
+    prefs = preferences.attention_fwd(consts, (_meta(2, 4, n, d),))
+    return preferences.first_ranked(attention.candidates(consts), prefs)
 
 
 def _attention_program(d: int, masked: bool, candidate: int | None = None):
