@@ -91,7 +91,8 @@ def main():
                 t, tb = time_side_by_side({"hk": lambda i: gemm(a[i], b[i], out, backend="cuda", **cfg),
                                            "cublas": lambda i: torch.matmul(a[i], b[i], out=out)},
                                           2, "cuda", args.budget).values()
-                fl, tag = 2.0 * M * N * K, (f"{M}" if M == N == K else f"{M}x{N}x{K}") + ("" if lay == "nn" else f"_{lay}")
+                fl = 2.0 * M * N * K
+                tag = (f"{M}" if M == N == K else f"{M}x{N}x{K}") + ("" if lay == "nn" else f"_{lay}")
                 row[f"tflops_{tag}"] = round(fl / t.ms / 1e9, 1)
                 row[f"cublas_{tag}"] = round(fl / tb.ms / 1e9, 1)
                 row[f"ratio_{tag}"] = round(tb.ms / t.ms, 3)

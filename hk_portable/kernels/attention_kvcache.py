@@ -115,7 +115,7 @@ def _row_pos(n_q: int, g: int, device) -> torch.Tensor:
     return _IOTA[key]
 
 
-BLOCKS_PER_UNIT = 2     # blocks a split-KV launch aims for per compute unit (SM / CU); more splits only add combine work
+BLOCKS_PER_UNIT = 2     # blocks a split-KV launch aims for per compute unit (SM / CU); more only add combine work
 
 
 def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:

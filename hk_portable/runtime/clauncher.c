@@ -223,9 +223,6 @@ static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf) {
     return 0;
 }
 
-/* The tail (tensor maps and their flag) after the packed parameters: tail_fn(args) -> bytes, which must
- * depend only on what the packed parameters hold (pointers, shapes, strides), so the last one is reused
- * while they are the same bytes. */
 /* One map of `m` for the gl parameter packed in buf, as tma.describe/encode do it: 0 encoded into `out` (64-byte
  * aligned), -1 when TMA cannot describe the tensor or the driver refuses it. */
 static int encode_map(const Launcher *L, const TMap *m, const unsigned char *buf, unsigned char *out) {
@@ -280,6 +277,9 @@ static PyObject *encoded_tail(const Launcher *L, const unsigned char *buf) {
     return tail;
 }
 
+/* The tail (tensor maps and their flag) after the packed parameters: encoded here (encoded_tail) where the
+ * Launcher has tmaps and an encoder, else tail_fn(args) -> bytes; either depends only on what the packed
+ * parameters hold (pointers, shapes, strides), so the last one is reused while they are the same bytes. */
 static int write_tail(Launcher *L, PyObject *args, unsigned char *buf) {
     if (L->tail_cache != NULL && L->tail_key != NULL && memcmp(L->tail_key, buf, (size_t)L->tail_off) == 0) {
         memcpy(buf + L->tail_off, PyBytes_AS_STRING(L->tail_cache), (size_t)PyBytes_GET_SIZE(L->tail_cache));

@@ -579,8 +579,8 @@ def _overlap(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
 def register_split(warps: int, producer_warps: int, arch: archs.Arch) -> tuple[int, int, int]:
     """(registers per thread the block compiles with, the producer's after setmaxnreg.dec, the consumers'
     after setmaxnreg.inc) for a specialised block of `warps` consumer and `producer_warps` producer warps,
-    one block per SM (sharing out the arch's SM register file). The incs draw only on what the decs gave back, so both sums must balance against
-    the block's own allocation (ptxas allocates the launch bounds' maximum when setmaxnreg is present)."""
+    one block per SM (sharing out the arch's SM register file). The incs draw only on what the decs gave back,
+    so both sums must balance against the block's own allocation (ptxas allocates the launch bounds' maximum when setmaxnreg is present)."""
     threads = 32 * (warps + producer_warps)
     block = min(255, arch.sm_registers // threads) // 8 * 8
     spare = (block - PRODUCER_REGS) * 32 * producer_warps

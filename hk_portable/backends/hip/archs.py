@@ -59,6 +59,13 @@ ARCHS = {a.name: a for a in (
          mfma_cycles=CDNA4_MFMA_CYCLES, lds_bytes_per_clock=256, lds_transpose_read=True, lds_dma_wide=True),
 )}
 NAMES = tuple(ARCHS)
+
+
+def has(arch: str | None, capability: str) -> bool:
+    """Whether the row of `arch` has `capability` (an Arch field); False for an arch the table does not list."""
+    row = ARCHS.get(arch)
+    return bool(row is not None and getattr(row, capability))
+
 LANES = 64
 DTYPES = ("bf16", "f16", "f32", "fp8e4m3", "fp8e5m2", "i32")
 CAPABILITIES = ("atomics", "dropout", "fp8")

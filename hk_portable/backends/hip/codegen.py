@@ -37,6 +37,7 @@ from ...interface.errors import UnsupportedError
 from ...codegen.cstyle import BINARY_FN, CTYPE
 from ...codegen.layouts import ColMajor, WaveGrid, shared_buffer_uses, with_stages
 from ...interface.ir import Op, Program, Region, SharedBufType, TileType, Value
+from . import archs
 from .archs import ARCHS, LANES
 from .options import MAX_WAVES, HipOptions
 
@@ -63,11 +64,12 @@ def layouts(program: Program, waves: int, arch: str | None = None) -> dict:
 
 
 def shared_storage(program: Program, regs: dict, arch: str | None) -> dict:
-    """layouts.assign_shared_storage, except on an arch with a transposing LDS read (gfx950) for a buffer read only as the B operand of mmas whose
-    A is a transposed-fragment register tile (attention's V): ds_read_b64_tr_b16 reads its k-runs from
-    row-major storage, so it stays row-major and loads straight into LDS (no transposing 16-bit stores)."""
+    """layouts.assign_shared_storage, except on an arch with a transposing LDS read (gfx950) for a buffer read only
+    as the B operand of mmas whose A is a transposed-fragment register tile (attention's V): ds_read_b64_tr_b16
+    reads its k-runs from row-major storage, so it stays row-major and loads straight into LDS (no transposing
+    16-bit stores)."""
     storage = assign_shared_storage(program)
-    if arch not in ARCHS or not ARCHS[arch].lds_transpose_read:
+    if not archs.has(arch, "lds_transpose_read"):
         return storage
     producers = {r: o for o in program.body.walk() for r in o.results}
     tr_ok: dict[Value, bool] = {}
@@ -362,8 +364,8 @@ def make_plan(program: Program, target: Target, options: "HipOptions | dict | No
               "A": "registers, read in place" if op.operands[0].type.space == "rt" else
                    "preloaded registers" if _buffer_of(op.operands[0], producers) in pre else "LDS",
               "B": "ds_read_b64_tr_b16 (row-major)" if op.operands[0].type.space == "rt"
-                   and target.arch in ARCHS and ARCHS[target.arch].lds_transpose_read
-                   and not lay.get(op.operands[1]) else "k-contiguous reads",
+                   and archs.has(target.arch, "lds_transpose_read") and not lay.get(op.operands[1])
+                   else "k-contiguous reads",
               "why": "transposed-fragment accumulator: operands swapped, the tile's rows lie along the lanes"}
              for op in program.body.walk() if op.opcode == "mma" and isinstance(lay.get(op.result), TFragment)]
     fused = [{"op": m.result.id, "opcode": m.opcode, "in": w.result.id,
