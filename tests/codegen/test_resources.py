@@ -7,7 +7,7 @@ import torch
 import hk_portable as hk
 from hk_portable.backends.cuda import codegen as cuda_codegen
 from hk_portable.backends.cuda.archs import make_target as cuda_target
-from hk_portable.backends.hip import codegen as hip_codegen
+from hk_portable.backends.hip import schedule as hip_schedule
 from hk_portable.backends.hip.archs import make_target as hip_target
 from hk_portable.codegen import resources
 from hk_portable.interface import GL, RT, ST, bf16, f32
@@ -61,5 +61,5 @@ def test_both_backends_size_the_same_program_as_before():
     _, total90 = cuda_codegen.emit(prog, cuda_target("sm_90a", runs=False))
     assert total90 == total + cuda_codegen.base_slack(cuda_target("sm_90a", runs=False)) == total + 1024
     # hip: 4 waves x 2 column blocks x 16 x 4 = 512 bytes, 16-byte granule
-    plan = hip_codegen.make_plan(prog, hip_target("gfx942", runs=False))
+    plan = hip_schedule.make_plan(prog, hip_target("gfx942", runs=False))
     assert (plan.arena_bytes, plan.scratch_bytes, plan.lds_bytes) == (5376, 512, 5376 + 512)

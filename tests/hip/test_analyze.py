@@ -385,7 +385,7 @@ def _attention(arch: str, causal: bool, **options):
 @pytest.mark.parametrize("causal", [True, False])
 def test_attention_gfx942_interleaves_exp_with_the_mfmas(causal):
     """gfx942's steady-state attention loop issues P's v_exp, conversion and row sum among the PV MFMAs
-    (codegen.interleaved_pv; 2026-12-03: at most 15 MFMAs in a row, 12-17 of the 34 v_exp issued while an MFMA
+    (patterns.interleaved_pv; 2026-12-03: at most 15 MFMAs in a row, 12-17 of the 34 v_exp issued while an MFMA
     runs, 37 % of the VALU clocks under MFMAs), where the old schedule ran the softmax between the two MFMA
     phases (16 in a row, no v_exp and 5 % of the VALU under an MFMA): this fails if the schedule regresses. The
     plan records the choice and its figures; the issue bounds still hold (test above)."""

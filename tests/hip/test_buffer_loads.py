@@ -13,7 +13,7 @@ import torch
 
 import hk_portable as hk
 from hk_portable import kernels
-from hk_portable.backends.hip import HipBackend, codegen, compiler
+from hk_portable.backends.hip import HipBackend, codegen, compiler, schedule
 from hk_portable.backends.hip.archs import make_target
 from hk_portable.backends.reference import ReferenceBackend
 from hk_portable.interface import GL, RT, ST, f32
@@ -107,7 +107,7 @@ def test_a_short_wait_is_caught_with_range_checked_rows():
 def test_the_fill_reaches_the_cursor():
     """make_cursor sees the load's fill: with a zero fill the range check pads the ragged rows."""
     prog = walk_sum.trace(*_inputs(True), FILL=-2.0)
-    plan = codegen.make_plan(prog, make_target("gfx942", runs=False))
+    plan = schedule.make_plan(prog, make_target("gfx942", runs=False))
     src = codegen.emit(prog, plan).source
     assert re.search(r"hk::make_cursor<hk::st<hk::bf16, 32, 64>, 0>\(v\d+, -2\.0f, ", src), src[-3000:]
 

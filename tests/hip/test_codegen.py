@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.hip import HipBackend, codegen
+from hk_portable.backends.hip import HipBackend, codegen, schedule
 from hk_portable.backends.hip.archs import make_target
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 
@@ -34,7 +34,7 @@ def test_lds_over_the_limit_is_refused_with_the_numbers():
 def test_waves_and_arch_are_validated():
     prog = _trace(R=16, C=16, S=1)
     with pytest.raises(UnsupportedError, match="17 waves per block"):
-        codegen.make_plan(prog, make_target("gfx942", runs=False), {"waves": 17})
+        schedule.make_plan(prog, make_target("gfx942", runs=False), {"waves": 17})
     bad = make_target("gfx942", runs=False).__class__(backend="hip", arch="gfx90a")
     with pytest.raises(UnsupportedError, match="gfx942, gfx950, not 'gfx90a'"):
         HipBackend().check(prog, bad)
@@ -42,7 +42,7 @@ def test_waves_and_arch_are_validated():
 
 def test_source_is_header_free_and_bounded():
     prog = _trace(R=16, C=16, S=1)
-    plan = codegen.make_plan(prog, make_target("gfx950", runs=False), {"waves": 2})
+    plan = schedule.make_plan(prog, make_target("gfx950", runs=False), {"waves": 2})
     src = codegen.emit(prog, plan).source
     assert "#include" not in src and "#elif !defined(__HIPCC_RTC__)" in src
     assert "amdgpu_flat_work_group_size(1, 128)" in src and "#define HK_NUM_WARPS 2" in src
@@ -55,7 +55,7 @@ def test_scratch_is_planned_for_cross_wave_exchanges():
         acc = hk.mma(t, hk.load(RT[a.dtype, 32, 32], a, (0, 0)), hk.zeros(RT[f32, 64, 32]))   # B in registers
         hk.store(y, acc + hk.col_sum(acc)[None, :], (0, 0))
     a = torch.zeros(64, 32, dtype=torch.bfloat16)
-    plan = codegen.make_plan(k.trace(a, torch.zeros(64, 32)), make_target("gfx942", runs=False))
+    plan = schedule.make_plan(k.trace(a, torch.zeros(64, 32)), make_target("gfx942", runs=False))
     assert plan.scratch_bytes == max(4 * 2 * 16 * 4, 32 * 32 * 2)
 
 

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from hk_portable.backends.hip import codegen
+from hk_portable.backends.hip import codegen, schedule
 
 GRIDS = [(1, 1, 1), (7, 1, 1), (8, 1, 1), (9, 1, 1), (5, 3, 2), (16, 16, 1), (3, 17, 1), (17, 3, 4),
          (64, 5, 1), (1, 9, 3), (13, 13, 13)]
@@ -16,7 +16,7 @@ GRIDS = [(1, 1, 1), (7, 1, 1), (8, 1, 1), (9, 1, 1), (5, 3, 2), (16, 16, 1), (3,
 @pytest.mark.parametrize("grid", GRIDS + [(gx, gy, 1) for gx, gy in itertools.product((1, 2, 7, 8, 9, 24), repeat=2)])
 def test_remap_is_a_bijection(grid):
     n = grid[0] * grid[1] * grid[2]
-    seen = {codegen.block_remap(hw, grid) for hw in range(n)}
+    seen = {schedule.block_remap(hw, grid) for hw in range(n)}
     assert len(seen) == n
     assert all(0 <= x < grid[0] and 0 <= y < grid[1] and 0 <= z < grid[2] for x, y, z in seen)
 
@@ -24,14 +24,14 @@ def test_remap_is_a_bijection(grid):
 def test_xcd_ranges_are_contiguous():
     n = 37
     for xcd in range(8):
-        ids = sorted(codegen.xcd_remap(b, n) for b in range(xcd, n, 8))
+        ids = sorted(schedule.xcd_remap(b, n) for b in range(xcd, n, 8))
         assert ids == list(range(ids[0], ids[0] + len(ids)))
 
 
 def test_grouped_ordering_keeps_neighbours_together():
     # the first 8*gy logical ids cover x-rows 0..7 only: eight blocks of A rows share one B column tile
     gx, gy = 32, 4
-    xs = {codegen.grouped(l, gx, gy)[0] for l in range(8 * gy)}
+    xs = {schedule.grouped(l, gx, gy)[0] for l in range(8 * gy)}
     assert xs == set(range(8))
 
 
@@ -63,5 +63,5 @@ def test_device_remap_matches_the_mirror(arch):
         n = grid[0] * grid[1] * grid[2]
         out = torch.full((n, 3), -1, dtype=torch.int32)
         mod.launch("remap", grid=grid, block=(64, 1, 1), args=[out])
-        want = torch.tensor([codegen.block_remap(hw, grid) for hw in range(n)], dtype=torch.int32)
+        want = torch.tensor([schedule.block_remap(hw, grid) for hw in range(n)], dtype=torch.int32)
         assert torch.equal(out, want), grid

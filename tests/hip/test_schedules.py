@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.hip import HipBackend, codegen
+from hk_portable.backends.hip import HipBackend, codegen, schedule
 from hk_portable.backends.hip.archs import make_target
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 
@@ -42,7 +42,7 @@ def _program(kern, M=200, N=100, K=160, **consts):
 
 
 def _schedules(program, options=None):
-    plan = codegen.make_plan(program, make_target("gfx942", runs=False), options)
+    plan = schedule.make_plan(program, make_target("gfx942", runs=False), options)
     return [s["schedule"] for s in plan.schedules], plan
 
 

@@ -3,7 +3,9 @@
   backend.py   HipBackend: status, targets, compile, emit, launch (CPU tensors: the emulator)
   archs.py     the architecture table every target is built from
   options.py   HipOptions: the frozen compile options (waves, schedule, block remap, fp contraction)
-  codegen.py   Program -> header-free HIP C++ over include/hk_hip.h (the device library), the plan
+  schedule.py  the plan: every decision per program and target (waves, schedules, layouts, LDS, fp8, fusions)
+  patterns.py  the IR patterns the library lowers in forms of its own, found for schedule.py
+  codegen.py   Program + plan -> header-free HIP C++ over include/hk_hip.h (the device library)
   compiler.py  the pinned clang offline (assembly, code object, resource report; no ROCm needed) and hiprtc
   analyze.py   the ISA analyser behind `hk analyze`: loops, instruction classes, occupancy, issue-rate bound
   driver.py    device probe, module load, argument packing (codegen/abi.py), launch (GPU or emulator)

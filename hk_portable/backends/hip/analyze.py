@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field
 
 from . import compiler
-from .archs import ARCHS, LANES
+from .archs import ARCHS
 
 SIMDS_PER_CU = 4
 
@@ -333,8 +333,8 @@ def mfma_cycles(op: str, arch: str) -> tuple[int, bool]:
     return (cycles, True) if cycles else (16 if shape[0] <= 16 else 32, False)
 
 
-def count(instrs: list[Instr], sched_barriers: int = 0) -> dict:
-    """Class counts, MFMA variants, LDS bytes per class and waits of a list of instructions."""
+def count(instrs: list[Instr], lanes: int, sched_barriers: int = 0) -> dict:
+    """Class counts, MFMA variants, LDS bytes per class (of waves of `lanes`) and waits of a list of instructions."""
     counts = dict.fromkeys(CLASSES, 0)
     mfma: dict[str, int] = {}
     lds = {"read": 0, "write": 0, "other": 0}
@@ -350,8 +350,8 @@ def count(instrs: list[Instr], sched_barriers: int = 0) -> dict:
             quarter_rate += 1
         elif cls.startswith("lds_") or cls == "vmem_lds_dma":
             per_lane = lane_bytes(ins.op)
-            lds["write" if cls == "vmem_lds_dma" else cls[4:]] += LANES * per_lane
-            lds_cost_bytes += LANES * max(per_lane, 4)
+            lds["write" if cls == "vmem_lds_dma" else cls[4:]] += lanes * per_lane
+            lds_cost_bytes += lanes * max(per_lane, 4)
         elif cls == "waitcnt":
             waits["total"] += 1
             for counter, n in _WAIT.findall(ins.operands):
@@ -398,7 +398,7 @@ def occupancy(arch: str, vgprs: int, lds_bytes: int, threads: int) -> dict:
     """Waves per SIMD as limited by registers, by LDS, and by the hardware."""
     alloc = -(-max(vgprs, 1) // VGPR_GRANULE) * VGPR_GRANULE
     by_vgpr = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD_LANE // alloc)
-    waves_per_block = -(-max(threads, 1) // LANES)
+    waves_per_block = -(-max(threads, 1) // ARCHS[arch].wave_size)
     lds_cu = ARCHS[arch].lds_bytes
     if lds_bytes:
         blocks = lds_cu // lds_bytes
@@ -429,7 +429,7 @@ def analyze(asm: str, arch: str, kernel: str | None = None, resources: dict | No
         main = None
     for lp in loops:
         lp["main"] = lp is main
-    threads = resources.get("max_flat_workgroup_size") or LANES
+    threads = resources.get("max_flat_workgroup_size") or ARCHS[arch].wave_size
     lds = resources.get("lds_bytes", _number(notes.get("LDSByteSize")) or 0)
     llvm = _number(notes.get("Occupancy"))
     return {"kernel": name, "target": arch, "resources": _resources(resources),
@@ -443,15 +443,17 @@ def analyze(asm: str, arch: str, kernel: str | None = None, resources: dict | No
 
 
 def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) -> dict:
+    lanes = ARCHS[arch].wave_size
+
     def tally(ids) -> dict:
-        c = count([i for x in ids for i in blocks[x].instrs], sum(blocks[x].sched_barriers for x in ids))
+        c = count([i for x in ids for i in blocks[x].instrs], lanes, sum(blocks[x].sched_barriers for x in ids))
         return {"blocks": len(ids), "instructions": sum(len(blocks[x].instrs) for x in ids),
                 "mfma_count": sum(c["mfma"].values()), **c, "clocks": clocks(c, arch)}
 
     masked = exec_masked(blocks)
 
     def weight(b: Block) -> tuple[float, int, int, int, float]:
-        c = count(b.instrs)
+        c = count(b.instrs, lanes)
         k = clocks(c, arch)
         loads = [i for i in b.instrs if classify(i) in ("vmem_load", "vmem_lds_dma")]
         wide = sum(1 for i in loads if lane_bytes(i.op) >= 16)

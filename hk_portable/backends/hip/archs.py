@@ -36,8 +36,8 @@ class Arch:
     lds_bytes: int                 # LDS one block may use
     mma_shapes: tuple[str, ...]
     fp8_mma: str                   # how an mma of OCP fp8 operands runs (docs/fp8.md): exact on every arch
-    fnuz_e4m3: bool = False        # e4m3 x e4m3 runs on FNUZ codes (halved values): codegen.fnuz_storage and
-                                   # codegen.quartered_carries move the mapping and the rescale out of the loop
+    fnuz_e4m3: bool = False        # e4m3 x e4m3 runs on FNUZ codes (halved values): schedule.fnuz_storage and
+                                   # schedule.quartered_carries move the mapping and the rescale out of the loop
     emulator_id: int = 0           # the id the CPU emulator's runtime models the arch by (emulator/runtime_abi.py)
     mfma_cycles: dict = field(default_factory=dict)     # the ISA analyser's MFMA costs (above)
     # LDS bytes per clock per CU: 32 banks x 4 bytes on gfx942 (CDNA3 ISA guide, "Local Data Share"); 64 banks on
@@ -47,6 +47,8 @@ class Arch:
     lds_transpose_read: bool = False
     # LDS-DMA (buffer_load ... lds) of 12 or 16 bytes a lane, not only 1-4 (CDNA4)
     lds_dma_wide: bool = False
+    # lanes per wave: what a block's waves are counted in, layouts divide rows over, the ISA analyser scales by
+    wave_size: int = 64
 
 
 ARCHS = {a.name: a for a in (
@@ -66,14 +68,14 @@ def has(arch: str | None, capability: str) -> bool:
     row = ARCHS.get(arch)
     return bool(row is not None and getattr(row, capability))
 
-LANES = 64
+
 DTYPES = ("bf16", "f16", "f32", "fp8e4m3", "fp8e5m2", "i32")
 CAPABILITIES = ("atomics", "dropout", "fp8")
 
 
 def make_target(arch: str, *, runs: bool, compile_only: bool = False, emulated: bool = False) -> Target:
     entry = ARCHS[arch]
-    return Target(backend="hip", arch=arch, vendor="amd", lanes=LANES, max_shared_bytes=entry.lds_bytes,
+    return Target(backend="hip", arch=arch, vendor="amd", lanes=entry.wave_size, max_shared_bytes=entry.lds_bytes,
                   mma_shapes=entry.mma_shapes, dtypes=DTYPES,
                   capabilities=CAPABILITIES + (("run",) if runs else ()), compile_only=compile_only,
                   emulated=emulated)

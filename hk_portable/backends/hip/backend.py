@@ -15,7 +15,7 @@ from ...codegen.layouts import describe as describe_layouts
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
 from ...interface.ir import Program
-from . import analyze as isa, codegen, compiler, driver
+from . import analyze as isa, codegen, compiler, driver, schedule
 from .archs import NAMES as ARCHS, make_target
 from .options import HipOptions
 
@@ -68,7 +68,7 @@ class HipBackend(Backend):
 
     def check(self, program: Program, target: Target, options=None) -> None:
         self._require_arch(target)
-        codegen.check(program, target, codegen.make_plan(program, target, options))
+        schedule.check(program, target, schedule.make_plan(program, target, options))
 
     def choose_config(self, candidates, target: Target) -> dict:
         """The first candidate whose register values all took strips (the norms' one-pass shapes), whose
@@ -77,21 +77,22 @@ class HipBackend(Backend):
         reads feeds two MFMAs), among those the target accepts; else the kernel's baseline."""
         for cfg, program in candidates:
             waves = int(program.num_warps)
-            lay = codegen.layouts(program, waves)
+            lay = schedule.layouts(program, waves, target.lanes)
             if all_strips(lay) or all_grids(program, lay) or all_wide_accumulators(program, lay, waves):
                 return cfg
         return super().choose_config(candidates, target)
 
     def lowered(self, program: Program, target: Target) -> str:
-        waves = codegen.make_plan(program, target).waves
-        lay = describe_layouts(program, codegen.layouts(program, waves, target.arch))
-        return (super().lowered(program, target) + f"\n// layouts ({waves} waves of 64)\n" + "\n".join(lay))
+        plan = schedule.make_plan(program, target)
+        lay = describe_layouts(program, plan.lowering.layouts)
+        return (super().lowered(program, target) + f"\n// layouts ({plan.waves} waves of {plan.wave_size})\n"
+                + "\n".join(lay))
 
     def compile(self, program: Program, target: Target, options=None) -> Artifact:
         self._require_arch(target)
         opts = HipOptions.coerce(options)
-        plan = codegen.make_plan(program, target, opts)
-        codegen.check(program, target, plan)
+        plan = schedule.make_plan(program, target, opts)
+        schedule.check(program, target, plan)
         k = codegen.emit(program, plan)
         resources: dict[str, Any] = {"waves": plan.waves, "threads": plan.threads, "lds_planned": plan.lds_bytes,
                                      "scratch_lds": plan.scratch_bytes,
@@ -132,7 +133,7 @@ class HipBackend(Backend):
         spill, waves, by_lds = cost(asm, rep)
         if not spill and waves >= by_lds:
             return plan, k, asm, rep
-        whole = codegen.unsplit(plan, "")
+        whole = schedule.unsplit(plan, "")
         k2 = codegen.emit(program, whole)
         asm2 = compiler.compile_asm(k2.source, target.arch, k2.kernel_name, opts.device_flags())
         rep2 = compiler.report(asm2, k2.kernel_name)
@@ -140,7 +141,7 @@ class HipBackend(Backend):
         split_build = f"split: {rep.get('vgpr')} VGPRs, {waves} waves/SIMD, {spill} bytes spilled"
         whole_build = f"whole: {rep2.get('vgpr')} VGPRs, {waves2} waves/SIMD, {spill2} bytes spilled"
         if (spill2, -waves2) < (spill, -waves):
-            return codegen.unsplit(plan, f"registers: {split_build}; {whole_build}"), k2, asm2, rep2
+            return schedule.unsplit(plan, f"registers: {split_build}; {whole_build}"), k2, asm2, rep2
         for s in plan.schedules:
             if s.get("prefetch") == "split":
                 s["prefetch_why"] += f" (whole build no better: {split_build}; {whole_build})"
@@ -148,7 +149,7 @@ class HipBackend(Backend):
 
     @staticmethod
     def _interleave_or_not(program, target, opts, plan, k, asm, rep):
-        """The MFMA/exp interleave (codegen.interleaved_pv) reorders the compute step and lets LLVM place its
+        """The MFMA/exp interleave (patterns.interleaved_pv) reorders the compute step and lets LLVM place its
         VALU among the MFMAs; LLVM may then select differently (on gfx950 it unpacks the packed adds it puts in
         an MFMA's shadow: more VALU instructions). When the interleaved build spills, runs fewer waves per SIMD
         than its LDS allows, or its main loop's VALU time exceeds its MFMA time (issue 10's attention bound), the
@@ -172,13 +173,13 @@ class HipBackend(Backend):
                 if s.get("interleave") == "mfma_exp":
                     s["interleave_why"] += f" ({says(mine)})"
             return plan, k, asm, rep
-        plain = codegen.uninterleaved(plan, "")
+        plain = schedule.uninterleaved(plan, "")
         k2 = codegen.emit(program, plain)
         asm2 = compiler.compile_asm(k2.source, target.arch, k2.kernel_name, opts.device_flags())
         rep2 = compiler.report(asm2, k2.kernel_name)
         theirs = cost(asm2, rep2)
         if key(theirs) < key(mine):
-            return (codegen.uninterleaved(plan, f"measured: interleaved {says(mine)}; not interleaved {says(theirs)}"),
+            return (schedule.uninterleaved(plan, f"measured: interleaved {says(mine)}; not interleaved {says(theirs)}"),
                     k2, asm2, rep2)
         for s in plan.schedules:
             if s.get("interleave") == "mfma_exp":

@@ -22,7 +22,7 @@ class HipOptions(BackendOptions):
     schedule: str = "auto"             # pipeline schedule: auto | double_buffer | pingpong
     prefetch: str = "auto"             # pipeline loads split around the compute step: auto | split | whole
     block_remap: bool = True           # XCD-aware block order (hk::detail::xcd_remap)
-    interleave: str = "auto"           # MFMA/exp interleaving of attention's PV mma (codegen.interleaved_pv): auto | off
+    interleave: str = "auto"           # MFMA/exp interleave of attention's PV mma (patterns.interleaved_pv): auto | off
     fp_contract: str = "off"           # clang -ffp-contract
 
     def validate(self) -> None:
