@@ -1,7 +1,7 @@
 """The rings and schedules the cuda backend can give attention on sm_90a, side by side in one process.
 
-Each variant is the same kernel and tile compiled with other schedule switches (CudaOptions: split_ring,
-producer_prologue, overlap, pingpong, persistent); each is checked against float64 on the timed inputs, then
+Each variant is the same kernel and tile compiled with other compile options (CudaOptions: the schedule variant,
+base or fa3, and its parameters); each is checked against float64 on the timed inputs, then
 all are timed in interleaved rounds (A B C ... then B C ... A: each round starts one later; hk bench's
 bench.time_side_by_side) so that clock and thermal drift and the position after the cuDNN timing fall on every
 variant alike; a variant's time is the median of its per-call times over all rounds, and both timing methods must
@@ -18,32 +18,27 @@ import time
 import torch
 
 from attention_configs import _parse as tile_config     # this folder is on sys.path when run as a script
-from hk_portable.backends.cuda.schedule import FA3
 
+FA3 = {"variant": "fa3"}
 VARIANTS = {
-    "shared": {"auto_schedule": False},
-    "auto": {},                                   # the backend's own choice (schedule.fa3_switches)
-    "split": {"split_ring": True},
-    "split+q": {"split_ring": True, "producer_prologue": True},
-    "overlap": {"split_ring": True, "producer_prologue": True, "overlap": True},
-    "pingpong": {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True},
-    "persistent": {"split_ring": True, "producer_prologue": True, "persistent": True},
-    "fa3+persistent": dict(FA3),                  # FA3's schedule forced (what "auto" takes where it builds)
+    "shared": {"variant": "base"},                # the shared ring (warp-specialised where the Program allows)
+    "auto": {},                                   # the backend's own choice (schedule.fa3_variant)
+    "fa3+persistent": FA3,                        # FA3's schedule forced (what "auto" takes where it builds)
     "fa3-in-order": {**FA3, "longest_first": 0},       # its tiles dealt in block order, not longest first
     "fa3-longest-16": {**FA3, "longest_first": 16},    # longest first from 16 query blocks a head (call 2's rule)
-    "fa3-met-turns": {**FA3, "free_turns": False},     # its warpgroups meet at each pipeline (turns bracketed)
     "fa3-one-q": {**FA3, "prologue_stages": 1},        # one copy of Q: the next tile's waits for this tile's end
     "fa3-plain-store": {**FA3, "tma_store": False},    # the epilogue stores O from registers (no TMA store)
     "fa3-plain-one-q": {**FA3, "tma_store": False, "prologue_stages": 1},   # the fifth/sixth sessions' kernel
-    "fa3-chained": {**FA3, "chain": 1},           # the unmasked blocks' last P·V issued in the diagonal's first step
     "min-blocks-5": {"min_blocks": 5},            # __launch_bounds__(threads, 5): registers for a fifth 64x64 block
     "no-fill": {"fill_sm": False},                # ptxas's own registers, even where they cost blocks an SM
     "plain-dispatch": {"heavy_first": False},     # a dispatched causal grid in hardware order (not heaviest first)
-    "load-after": {"load_ahead": False},          # a non-specialised ring refills a stage after the step computes
     "ring-each": {"one_ring": False},             # each pipeline of such a block on a ring of its own
     "ring-min5": {"min_blocks": 5},               # one ring, five 64x64 blocks an SM even where that build spills
     "no-fill-ring-each": {"fill_sm": False, "one_ring": False},   # against no-fill: the ring at equal occupancy
 }
+# (the parts of FA3 alone, its warpgroups meeting at each pipeline, chained pipelines and a ring refilled after each
+# step were variants here until 2026-12-06: each measured no gain and lay on no default path, so the schedule pass
+# dropped them; perf-notes keeps their figures, git their code)
 CASES = [(4096, 128, False), (4096, 128, True), (4096, 64, False), (1024, 128, False), (1024, 128, True),
          (1024, 64, False)]
 H = 16

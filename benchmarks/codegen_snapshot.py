@@ -18,13 +18,21 @@ import sys
 from pathlib import Path
 
 TARGETS = ("cuda:sm_80", "cuda:sm_90a", "hip:gfx942", "hip:gfx950")
+_DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug_str\b")
 _BANNER = re.compile(r"^\s*(//|;|\.ident\b|\.file\b|\.loc\b)")     # .loc: source line numbers, not instructions
 
 
 def normalise(asm: str) -> str:
-    """The instruction stream: comment lines, trailing comments and tool banners (compiler versions) removed."""
-    out = []
+    """The instruction stream: comment lines, trailing comments, tool banners (compiler versions) and PTX's
+    .debug_str section (the names of inlined device functions that -lineinfo lists, which a rename or a deleted
+    unused function changes) removed."""
+    out, debug = [], False
     for line in asm.splitlines():
+        if _DEBUG_SECTION.match(line):
+            debug = True
+        if debug:
+            debug = line.strip() != "}"
+            continue
         if _BANNER.match(line):
             continue
         line = re.split(r"\s;|\s//", line, maxsplit=1)[0].rstrip()

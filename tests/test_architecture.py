@@ -144,3 +144,31 @@ def test_no_device_tuning_in_kernels(module):
     found = [line for line in path.read_text().splitlines() if PART_NAME.search(line)]
     assert len(found) <= PART_NAMES_LEFT.get(module, 0), \
         f"{module} names a device ({found}): move the tuning to a backend's table (backends/<vendor>/preferences.py)"
+
+
+# ------------------------------------------------------------------------------ one owner per decision
+EMITTERS = [f"{PACKAGE}.backends.cuda.codegen", f"{PACKAGE}.backends.hip.codegen"]
+
+
+@pytest.mark.parametrize("module", EMITTERS)
+def test_emitters_read_no_options(module):
+    """An emitter renders (Program, plan) and decides nothing: the compile options are read by the backend and the
+    schedule (backends/<vendor>/schedule.py), which hands the emitter a plan."""
+    options = f"{module.rpartition('.')[0]}.options"
+    assert not [i for i in MODULES[module] if _under(i, options)], f"{module} imports {options}"
+
+
+MAX_LINES = 600
+
+
+def _path(module: str) -> Path:
+    path = ROOT.joinpath(*module.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, f"{PACKAGE}.backends")
+                                          or _under(m, f"{PACKAGE}.codegen")))
+def test_lowering_modules_stay_small(module):
+    """A module of the lowering holds one concept a newcomer can read: split it by concept past MAX_LINES."""
+    lines = len(_path(module).read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines (at most {MAX_LINES}): split it by concept"

@@ -82,9 +82,9 @@ def test_the_schedule_names_the_work_axis_of_a_causal_band_only():
     for causal, axis in ((True, 0), (False, None)):
         args, consts = attention.example_args(D=128, causal=causal)
         program = attention.attention_fwd_kernel.trace(*args, **attention.candidates({**consts})[0])
-        plan = schedule.plan(program, target, **schedule.FA3)
+        plan = schedule.plan(program, target, schedule.FA3())
         assert plan.persistent and plan.work_axis == axis and plan.longest_first == schedule.LONGEST_FIRST_MIN
-        assert schedule.plan(program, target, **{**schedule.FA3, "longest_first": 0}).work_axis is None
+        assert schedule.plan(program, target, schedule.FA3(longest_first=0)).work_axis is None
 
 
 # tile indices in a grid too large for the 32-bit path (2^34 tiles) and in one that takes it: each sampled tile's
@@ -200,7 +200,7 @@ def test_the_schedule_dispatches_a_causal_band_heaviest_first_where_blocks_are_n
             args, consts = attention.example_args(D=64, causal=causal)
             program = attention.attention_fwd_kernel.trace(*args, **consts)       # the 64x64 baseline block
             assert schedule.plan(program, target).dispatch_axis == axis
-            assert schedule.plan(program, target, heavy_first=False).dispatch_axis is None
+            assert schedule.plan(program, target, schedule.Base(heavy_first=False)).dispatch_axis is None
     args, consts = attention.example_args(D=128, causal=True)
     program = attention.attention_fwd_kernel.trace(*args, **attention.candidates({**consts})[0])
-    assert schedule.plan(program, be.target("sm_90a"), **schedule.FA3).dispatch_axis is None     # persistent
+    assert schedule.plan(program, be.target("sm_90a"), schedule.FA3()).dispatch_axis is None     # persistent

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import archs, schedule
+from hk_portable.backends.cuda import archs, occupancy, schedule
 from hk_portable.conformance import offline_compile as precompile
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 
@@ -51,7 +51,7 @@ def _check(results):
     for r in results:
         if r["setmaxnreg"]:
             warps = r["threads"] // 32 - schedule.PRODUCER_WARPS
-            block, producer, consumer = schedule.register_split(warps, schedule.PRODUCER_WARPS, archs.ARCHS["sm_90a"])
+            block, producer, consumer = occupancy.register_split(warps, schedule.PRODUCER_WARPS, archs.ARCHS["sm_90a"])
             assert r["resources"]["registers"] == block and r["setmaxnreg"] == [producer, consumer], r
 
 

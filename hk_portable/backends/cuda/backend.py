@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import asdict, replace
 
 from ...codegen import layouts
 from ...codegen.abi import param_layout
@@ -15,7 +16,7 @@ from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
 from ...runtime import clauncher
-from . import archs, codegen, compiler, driver, emulator, occupancy, preferences, schedule
+from . import archs, checks, codegen, compiler, driver, emulator, footprint, occupancy, preferences, schedule
 from .options import DEFAULT, CudaOptions
 
 EMIT_KINDS = ("source", "asm", "ptx", "sass")
@@ -100,7 +101,7 @@ class CudaBackend(Backend):
         for cfg, program in candidates:
             if archs.async_path(target) and schedule.fast_path(program, target):
                 return cfg
-            if layouts.all_strips(codegen.layouts(program, codegen.num_warps(program, target))):
+            if layouts.all_strips(footprint.layouts(program, footprint.num_warps(program, target))):
                 return cfg
         return super().choose_config(candidates, target)
 
@@ -124,18 +125,17 @@ class CudaBackend(Backend):
                 f"under NVRTC {artifact.options.get('nvrtc')}")
 
     def lowered(self, program, target: Target) -> str:
-        warps = codegen.num_warps(program, target)
-        lay = layouts.describe(program, codegen.layouts(program, warps))
-        switches = DEFAULT.schedule()       # the plan compile() tries first with the default options
-        fa3 = schedule.fa3_switches(program, target, switches)
+        warps = footprint.num_warps(program, target)
+        lay = layouts.describe(program, footprint.layouts(program, warps))
+        fa3 = schedule.fa3_variant(program, target, DEFAULT.fa3())    # the variant compile() tries first
         head = "" if fa3 is None else ("// FA3's schedule (kept when its build keeps the hand-over and spills no more "
                                        "than schedule.FA3_SPILL_BYTES allows)\n")
-        return (head + schedule.describe(program, codegen.plan(program, target, **(fa3 or switches)), target)
+        return (head + schedule.describe(program, schedule.plan(program, target, fa3 or DEFAULT.base()), target)
                 + f"\n// layouts ({warps} warps)\n" + "\n".join(lay))
 
     def check(self, program, target: Target, options=None) -> None:
         self._options(target, options)
-        codegen.check(program, target)
+        checks.check(program, target)
 
     @staticmethod
     def _options(target: Target, options) -> CudaOptions:
@@ -147,34 +147,36 @@ class CudaBackend(Backend):
 
     def compile(self, program, target: Target, options=None) -> Artifact:
         opts = self._options(target, options)
-        codegen.check(program, target)
+        checks.check(program, target)
         if target.emulated:
             return self._compile_emulated(program, target, opts)
-        fa3 = schedule.fa3_switches(program, target, opts.schedule()) if opts.auto_schedule else None
+        if opts.variant != "auto":
+            return self._build(program, target, opts, opts.fa3() if opts.variant == "fa3" else opts.base())
+        fa3 = schedule.fa3_variant(program, target, opts.fa3())
         if fa3 is not None:
             art = self._build(program, target, opts, fa3)
             r, allowed = art.resources, schedule.FA3_SPILL_BYTES[program.num_warps // schedule.PRODUCER_WARPS]
             if max(r["spill_stores"], r["stack_bytes"]) <= allowed and art.launch.get("hand_over_registers"):
-                art.options["schedule"] = {**fa3, "why": schedule.FA3_WHY}
+                art.options["schedule"]["why"] = schedule.FA3_WHY
                 return art
-        return self._build(program, target, opts, opts.schedule())
+        return self._build(program, target, opts, opts.base())
 
-    def _build(self, program, target: Target, opts: CudaOptions, switches: dict) -> Artifact:
+    def _build(self, program, target: Target, opts: CudaOptions, variant: schedule.Variant) -> Artifact:
         """NVRTC + ptxas with the fallbacks a spill or a lost register hand-over call for."""
-        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **switches)
+        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, variant=variant)
         flags = opts.nvrtc_flags()
         compiled, resources = _nvrtc(emitted, target.arch, flags)
         min_blocks = opts.min_blocks
         if min_blocks is None and (resources["spill_stores"] or resources["stack_bytes"]):
             # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
-            again, _ = codegen.emit(program, target, min_blocks=1, **switches)
+            again, _ = codegen.emit(program, target, min_blocks=1, variant=variant)
             retry, r2 = _nvrtc(again, target.arch, flags)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
                 emitted, compiled, resources, min_blocks = again, retry, r2, 1
         fast_exp2 = True
         if resources["spill_stores"] or resources["stack_bytes"]:
             # many flushing exps in flight can cost registers the unflushed form does not: try that
-            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False, **switches)
+            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False, variant=variant)
             retry, r2 = _nvrtc(again, target.arch, flags)
             if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
                 emitted, compiled, resources, fast_exp2 = again, retry, r2, False
@@ -182,12 +184,12 @@ class CudaBackend(Backend):
         if wanted and resources["registers"] != wanted:
             # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over
             emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False,
-                                           fast_exp2=fast_exp2, **switches)
+                                           fast_exp2=fast_exp2, variant=variant)
             compiled, resources = _nvrtc(emitted, target.arch, flags)
         if min_blocks is None and opts.fill_sm and not emitted.extras.get("producer_warps"):
-            filled = self._fill_sm(program, target, flags, emitted, shared, resources, fast_exp2, switches)
+            filled = self._fill_sm(program, target, flags, emitted, shared, resources, fast_exp2, variant)
             if filled is not None:
-                emitted, compiled, resources, min_blocks, switches = filled
+                emitted, compiled, resources, min_blocks, variant = filled
         resources["shared_bytes"] = shared
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
@@ -196,29 +198,30 @@ class CudaBackend(Backend):
             options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "nvrtc_library": compiler.loaded_nvrtc(),
                      "flags": list(compiled.options),
                      **({} if compiler.ptxas_report(compiled.log) else {"ptxas_log": compiled.log[-4000:]}),
-                     "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2, "schedule": switches,
+                     "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2,
+                     "schedule": {"variant": variant.name, **asdict(variant)},
                      "library": codegen.library_hash()},
             payload=None)
 
     @staticmethod
     def _fill_sm(program, target: Target, flags, emitted, shared: int, resources: dict, fast_exp2: bool,
-                 switches: dict):
+                 variant: schedule.Variant):
         """The build asking ptxas for as many blocks an SM as shared memory allows, where registers alone held
         the block below that and the capped build compiles without spilling (occupancy.py), with the schedule
-        switches it was built with; None otherwise. Where what spills is one ring across the pipelines (the causal 64x64
+        variant it was built with; None otherwise. Where what spills is one ring across the pipelines (the causal 64x64
         attention block at 96 registers: 96 bytes in its diagonal step) or the heaviest-first dispatch's indices
         (registers held all kernel long), the build without them is taken, in that order: a fifth 64x64 attention
         block an SM measured +11 % on the H200, the order +2.8 % (the windowed block spills 140 bytes with both)."""
         want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared, archs.of(target))
         if want is None:
             return None
-        tries = [switches]
+        tries = [variant]
         if "ring_runs" in emitted.extras:       # one ring across pipelines keeps more values live: separate rings
-            tries.append({**switches, "one_ring": False})
+            tries.append(replace(variant, one_ring=False))
         if "dispatch_axis" in emitted.extras:
-            tries.append({**tries[-1], "heavy_first": False})
+            tries.append(replace(tries[-1], heavy_first=False))
         for sw in tries:
-            again, _ = codegen.emit(program, target, min_blocks=want, fast_exp2=fast_exp2, **sw)
+            again, _ = codegen.emit(program, target, min_blocks=want, fast_exp2=fast_exp2, variant=sw)
             try:
                 retry, r2 = _nvrtc(again, target.arch, flags)
             except compiler.CompileError:       # too few registers for an instruction (a wgmma's accumulator)
@@ -228,7 +231,7 @@ class CudaBackend(Backend):
         return None
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
-        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, **opts.schedule())
+        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, variant=opts.base())
         source = emulator.emulation_source(emitted, shared)
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,

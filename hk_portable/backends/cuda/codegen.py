@@ -1,69 +1,27 @@
 """Program -> CUDA C++ for NVRTC: the shared C-style emitter plus this backend's prelude (the device
 library inlined, so the source is header-free), launch bounds, and the checks of what the library takes.
 
-Besides the kernel's own shared buffers the library needs a scratch area in shared memory for column
-reductions (partials of each warp) and for register operands of mma that the fragments cannot read in
-place (a transposed A, any B). `scratch_bytes` computes its size with the library's formulas.
+The emitter renders the schedule's plan (schedule.py) and the block's footprint (footprint.py: warps, layouts,
+the library's shared scratch, the arena); it decides nothing of its own.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from types import SimpleNamespace
 
 from ...codegen import library, patterns, resources
-from ...codegen.cstyle import COL, ROW, CStyleEmitter, EmittedKernel
-from ...codegen.layouts import Strip, assign_layouts, assign_vector_axes, strip_reduce_scratch
-from ...codegen.resources import SMEM_ALIGN, mma_scratch_bytes
+from ...codegen.cstyle import CStyleEmitter, EmittedKernel
+from ...codegen.layouts import Strip
 from ...interface.backend import Target
-from ...interface.errors import UnsupportedError
 from ...interface.ir import Op, Program, TileType
-from . import archs, schedule, wgmma
+from . import archs, footprint, occupancy, schedule, wgmma
+from .footprint import BUFFER_ALIGN, base_slack, num_warps, scratch_bytes
 
 HEADER = Path(__file__).with_name("include") / "hk_cuda.cuh"
-MAX_WARPS = 16
-BUFFER_ALIGN = 1024     # shared buffers start on a 128-byte-swizzle atom: wgmma/TMA read the block layout there
-
-
-def base_slack(target: Target) -> int:
-    """Dynamic shared bytes reserved so smem_base() can round the window up to BUFFER_ALIGN (the async path)."""
-    return BUFFER_ALIGN if archs.of(target).async_tensor_core else 0
-
-
 LIBRARY = library.DeviceLibrary(HEADER, Path(__file__))
 header_text = LIBRARY.text              # the device library inlined: the prelude of every kernel
 library_hash = LIBRARY.fingerprint      # part of the compile cache key
-
-
-def num_warps(program: Program, target: Target) -> int:
-    """The kernel's hint, within what one block can run (the same on sm_80 and sm_90a for now)."""
-    return max(1, min(int(program.num_warps), MAX_WARPS))
-
-
-def layouts(program: Program, warps: int) -> dict:
-    """The layout pass's choice for this backend (its library implements strips, narrow ones included)."""
-    return assign_layouts(program, warps, strips=True, narrow=True)
-
-
-def _op_scratch(op, warps: int, lay: dict) -> int:
-    """Scratch bytes one op needs, as hk_cuda's reductions and mma compute them."""
-    if op.opcode == "reduce":
-        rows, cols = op.operands[0].type.shape
-        layout = lay.get(op.operands[0])
-        if isinstance(layout, Strip):
-            return strip_reduce_scratch(op, layout, warps)
-        if op.attrs["axis"] == "col":
-            return warps * cols * 4 if min(rows // 16, warps) > 1 else 0
-    if op.opcode == "mma":
-        return mma_scratch_bytes(op.operands[0].type, op.operands[1].type, op.attrs["trans_a"], SMEM_ALIGN)
-    return 0
-
-
-def scratch_bytes(program: Program, warps: int) -> int:
-    """Scratch shared memory the library uses (128-byte granules)."""
-    lay = layouts(program, warps)
-    return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, warps, lay), SMEM_ALIGN)
 
 
 class CudaEmitter(CStyleEmitter):
@@ -72,10 +30,10 @@ class CudaEmitter(CStyleEmitter):
     strip_layouts = True
     narrow_strips = True
 
-    def __init__(self, target: Target, min_blocks: int | None = None, hand_over: bool = True,
-                 fast_exp2: bool = True, **switches):
+    def __init__(self, target: Target, variant: schedule.Variant = schedule.BASE, min_blocks: int | None = None,
+                 hand_over: bool = True, fast_exp2: bool = True):
         self.target = target
-        self.switches = switches                # the schedule pass's switches (CudaOptions.schedule())
+        self.variant = variant                  # the schedule variant (schedule.Base or schedule.FA3)
         self.fast_exp2 = fast_exp2              # exp2 as one ex2.approx.ftz (hw.cuh HK_FAST_EXP2)
         self.min_blocks = min_blocks
         self.hand_over = hand_over              # setmaxnreg in a specialised block (see _register_hand_over)
@@ -83,7 +41,6 @@ class CudaEmitter(CStyleEmitter):
         self.plan = schedule.Plan()
         self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
         self._in_flight: set[int] = set()                   # mma ops left in flight (an Overlap's step)
-        self._ring_readers: dict[int, int] = {}             # split ring: reader op id -> group (while emitting)
         self._ring_loads: dict[int, tuple] = {}             # split ring: TMA load op id -> (group, its bytes)
         self._acquired: set[int] = set()                    # split ring: groups acquired in this load lambda
         self._emitted_prologue: list = []                   # prologue loads the producer issued so far (this tile)
@@ -96,11 +53,8 @@ class CudaEmitter(CStyleEmitter):
         return super().emit(program)
 
     def make_plan(self, program: Program) -> schedule.Plan:
-        """The schedule pass's plan for this Program, with its uses of spare shared memory fitted (_fit_shared)."""
-        lay = layouts(program, num_warps(program, self.target))
-        strips = frozenset(v.id for v, l in lay.items() if isinstance(l, Strip))
-        self.plan = schedule.plan(program, self.target, strips=strips, **self.switches)
-        self._fit_shared(program)
+        """The schedule pass's plan for this Program under the variant."""
+        self.plan = schedule.plan(program, self.target, self.variant)
         return self.plan
 
     def _folds(self) -> dict:
@@ -198,17 +152,9 @@ class CudaEmitter(CStyleEmitter):
                 else:
                     self.emit_ops([op], in_pipeline_load)
             return
-        if not self._ring_readers:
-            if self.plan.ring_runs and not in_pipeline_load:
-                return self._emit_around_rings(ops)
-            return super().emit_ops(ops, in_pipeline_load)
-        for op in ops:                          # a group's reader: wait before it, release once it retired
-            g = self._ring_readers.get(id(op))
-            if g is not None:
-                self._ring_wait(g, cond="if (hk_tma_ok != 0) ")
-            super().emit_ops([op], in_pipeline_load)
-            if g is not None:
-                self._ring_release(g, cond="if (hk_tma_ok != 0) ")
+        if self.plan.ring_runs and not in_pipeline_load:
+            return self._emit_around_rings(ops)
+        return super().emit_ops(ops, in_pipeline_load)
 
     def _emit_around_rings(self, ops) -> None:
         """Ops one at a time, as a run's ring_open may hoist some (schedule.Plan.ring_hoist); the loads in
@@ -243,13 +189,8 @@ class CudaEmitter(CStyleEmitter):
             return self._prologue_release(op)
         if self.plan.producer_warps:     # the consumers' side; the producer's is in _specialised_body
             self.compute_lambda(f"hk_compute{uid}", creg, carry)
-            if pp.overlap:
-                self._overlap_lambdas(creg, pp.overlap, carry, uid)
-                self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap<{stages}>({self.name(n)}, hk_it, hk_full, "
-                          f"hk_empty, hk_first{uid}, hk_step{uid}, hk_tail{uid}); hk::fence_operand({carry[pp.overlap.carry]}); }}")
-            else:
-                self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, "
-                          f"hk_full, hk_empty, hk_compute{uid});")
+            self.line(f"if (hk_tma_ok != 0) hk::ws_consume<{stages}, {async_mma}>({self.name(n)}, hk_it, "
+                      f"hk_full, hk_empty, hk_compute{uid});")
             self.line(f"else hk::pipeline<{stages}>({self.name(n)}, hk_load{uid}, hk_compute{uid});")
             return self._prologue_release(op)
         run = next((r for r in self.plan.ring_runs if id(op) in r), None)
@@ -257,8 +198,7 @@ class CudaEmitter(CStyleEmitter):
             return self._ring_pipeline(op, pp, run, carry)
         self._tma_load_lambda(op, pp)
         self.compute_lambda(f"hk_compute{uid}", creg, carry)
-        ahead = "" if self.plan.load_ahead else ", false"
-        self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}{ahead}>({self.name(n)}, hk_tma_ok != 0, "
+        self.line(f"hk::pipeline_tma<{stages}, {pp.tx_bytes}, {async_mma}>({self.name(n)}, hk_tma_ok != 0, "
                   f"hk_load{uid}, hk_load_tma{uid}, hk_compute{uid});")
 
     # ---- a run of pipelines on one ring (schedule._ring_runs; hk::ring_open / ring_steps / ring_close)
@@ -303,80 +243,26 @@ class CudaEmitter(CStyleEmitter):
             self.line(f"if (hk_tma_ok != 0) hk::ring_close<{stages}>({full}, {empty});")
 
     def _split_consumer(self, op, pp, carry: list[str], uid: int) -> None:
-        """The consumers of a pipeline on a split ring: each group's reader waits for its group's stage and
-        releases it once it retired (the cp.async fallback skips the ring); overlapped, the step lambdas do
-        it where the head and the tail are issued and retired (_overlap_step)."""
+        """The consumers of a pipeline on FA3's split ring: the step lambdas wait for each group's stage and release
+        it where the head and the tail are issued and retired (_overlap_step); the cp.async fallback skips the ring."""
         n, stages = self.name(op.operands[0]), op.attrs["stages"]
         creg = op.regions[1]
-        prev = self._chained.get(id(op))
-        if pp.overlap and (prev is not None or self._opens(op)):
-            return self._chained_consumer(op, pp, carry, uid, prev)
-        if pp.overlap:
-            self.compute_lambda(f"hk_compute{uid}", creg, carry)
-            self._overlap_lambdas(creg, pp.overlap, carry, uid, split=True)
-            free = self._free_turns
-            bracket = "true" if self.plan.pingpong and not free else "false"
-            publish = ", false" if free else ""
-            self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap_split<{stages}, {bracket}{publish}>({n}, hk_it, "
-                      f"hk_first{uid}, hk_step{uid}, hk_last{uid}); hk::fence_operand({carry[pp.overlap.carry]}); }}")
-        else:
-            self._ring_readers = {id(g.reader): k for k, g in enumerate(pp.groups)}
-            try:
-                self.compute_lambda(f"hk_compute{uid}", creg, carry)
-            finally:
-                self._ring_readers = {}
-            self.line(f"if (hk_tma_ok != 0) hk::ws_consume_split<{stages}>({n}, hk_it, hk_compute{uid});")
-        self.line(f"else hk::pipeline<{stages}>({n}, hk_load{uid}, hk_compute{uid});")
-
-    def _chained_consumer(self, op, pp, carry: list[str], uid: int, prev: Op | None) -> None:
-        """A pipeline of a chain (schedule._chain_pipelines) on the split ring with free turns. `hk_open<uid>` says
-        whether this pipeline left its last tail pending for the next one (it ran a step and is not the chain's
-        last); with a pending tail before it, its first step is `hk_chain<uid>` (its head, then that tail), and
-        with no step of its own it runs that tail alone (the previous pipeline's `hk_last`). The step lambdas
-        stand in where a call cannot happen (no pending tail: no chain step, no closing)."""
-        n, stages, creg = self.name(op.operands[0]), op.attrs["stages"], op.regions[1]
-        prev_uid = self.pipeline_uid(prev) if prev is not None else None
         self.compute_lambda(f"hk_compute{uid}", creg, carry)
-        self._overlap_lambdas(creg, pp.overlap, carry, uid, split=True,
-                              chain_tail=None if prev_uid is None else f"hk_tail{prev_uid}")
-        opens = "true" if self._opens(op) else "false"
-        pending, chain, close = (("false", f"hk_step{uid}", f"hk_last{uid}") if prev_uid is None else
-                                 (f"hk_open{prev_uid}", f"hk_chain{uid}", f"hk_last{prev_uid}"))
-        self.line(f"bool hk_open{uid} = false;")
-        self.line(f"if (hk_tma_ok != 0) {{ hk_open{uid} = hk::ws_consume_overlap_chain<{stages}, {opens}>({n}, hk_it, "
-                  f"{pending}, hk_first{uid}, {chain}, hk_step{uid}, hk_last{uid}, {close}); "
-                  f"hk::fence_operand({carry[pp.overlap.carry]}); }}")
+        self._overlap_lambdas(creg, pp.overlap, carry, uid)
+        bracket = "false" if self.plan.free_turns else "true"
+        publish = ", false" if self.plan.free_turns else ""
+        self.line(f"if (hk_tma_ok != 0) {{ hk::ws_consume_overlap_split<{stages}, {bracket}{publish}>({n}, hk_it, "
+                  f"hk_first{uid}, hk_step{uid}, hk_last{uid}); hk::fence_operand({carry[pp.overlap.carry]}); }}")
         self.line(f"else hk::pipeline<{stages}>({n}, hk_load{uid}, hk_compute{uid});")
 
-    @cached_property
-    def _chained(self) -> dict[int, Op]:
-        """Plan.chained as pipeline op -> the pipeline before it, where the turns run free (the chain's functions
-        neither bracket turns nor publish)."""
-        if not self._free_turns:
-            return {}
-        pipes = {id(o): o for o in self.p.body.ops if o.opcode == "pipeline"}
-        return {b: pipes[a] for b, a in self.plan.chained.items()}
-
-    def _opens(self, op: Op) -> bool:
-        """Whether the pipeline after `op` is chained to it (so `op` may leave its last tail pending)."""
-        return any(a is op for a in self._chained.values())
-
-    def _carry_vars(self, op: Op, inits, refs=frozenset()) -> list[str]:
-        """A chained pipeline's accumulator is the previous pipeline's (a reference): that pipeline's pending
-        tail, issued in this one's first step, completes it in place."""
-        if id(op) in self._chained:
-            refs = {*refs, self.plan.pipelines[id(op)].overlap.carry}
-        return super()._carry_vars(op, inits, refs)
-
-    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int, split: bool = False,
-                         chain_tail: str | None = None) -> None:
+    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int) -> None:
         """The software-pipelined form of a compute region (schedule.Overlap): `hk_tail<uid>(s)` runs the
         tail on stage s from the snapshots of the crossing values; `hk_step<uid>(i, s)` issues the head, runs
         the previous step's tail (stage prev), waits for the head only, runs the rest of the step while the
         tail's product is in flight, retires it and snapshots what its own tail will read; `hk_first<uid>`
-        is step 0, with no tail before it; `hk_chain<uid>(i, s, prev)` (chain_tail given: Plan.chained) is step
-        0 running the previous pipeline's pending tail. No branch separates an issue from its wait: ptxas
-        serialises every wgmma of the kernel when a control-flow merge might read an accumulator in flight."""
+        is step 0, with no tail before it; `hk_last<uid>` the last step's tail. No branch separates an issue from
+        its wait: ptxas serialises every wgmma of the kernel when a control-flow merge might read an accumulator
+        in flight."""
         acc = carry[ov.carry]
         snaps = [(v, f"hk_x{uid}_{k}") for k, v in enumerate(ov.crossing)]
         for v, snap in snaps:
@@ -390,18 +276,14 @@ class CudaEmitter(CStyleEmitter):
             self.line(f"{acc} = {self.name(ov.mma.result)};")
             self.indent -= 1
             self.line("};")
-            self._overlap_step(f"hk_first{uid}", creg, ov, carry, snaps, None, split)
-            self._overlap_step(f"hk_step{uid}", creg, ov, carry, snaps, f"hk_tail{uid}", split)
-            if chain_tail:
-                self._overlap_step(f"hk_chain{uid}", creg, ov, carry, snaps, chain_tail, split)
-            if split:
-                self._overlap_last(f"hk_last{uid}", f"hk_tail{uid}", acc)
+            self._overlap_step(f"hk_first{uid}", creg, ov, carry, snaps, None)
+            self._overlap_step(f"hk_step{uid}", creg, ov, carry, snaps, f"hk_tail{uid}")
+            self._overlap_last(f"hk_last{uid}", f"hk_tail{uid}", acc)
         finally:
             self._in_flight = set()
 
     def _turn(self, edge: str) -> None:
-        if self.plan.pingpong:
-            self.line(f"hk::turn_{edge}<{self.p.num_warps // 4}>();")
+        self.line(f"hk::turn_{edge}<{self.p.num_warps // 4}>();")
 
     def _overlap_last(self, name: str, tail: str, acc: str) -> None:
         """A split ring's last tail: wait for its V (group 1), issue it in turn, retire it, release V."""
@@ -417,11 +299,10 @@ class CudaEmitter(CStyleEmitter):
         self.indent -= 1
         self.line("};")
 
-    def _overlap_step(self, name: str, creg, ov: schedule.Overlap, carry: list[str], snaps, tail: str | None,
-                      split: bool = False):
-        """Step 0 (tail None) or step i of the software-pipelined compute. On a split ring (group 0 read by
-        the head, group 1 by the tail): wait for K of this step and V of the last before the products are
-        issued (in this warpgroup's turn under ping-pong), release K once the head retired, V once the tail did."""
+    def _overlap_step(self, name: str, creg, ov: schedule.Overlap, carry: list[str], snaps, tail: str | None):
+        """Step 0 (tail None) or step i of the software-pipelined compute on the split ring (group 0 read by the
+        head, group 1 by the tail): wait for K of this step and V of the last before the products are issued (in
+        this warpgroup's turn), release K once the head retired, V once the tail did."""
         ci, cs = (self.name(a) for a in creg.args[:2])
         self.line(f"auto {name} = [&](int {ci}, int {cs}" + (", int hk_prev) {" if tail else ") {"))
         self.indent += 1
@@ -429,20 +310,17 @@ class CudaEmitter(CStyleEmitter):
         in_tail = {id(o) for o in ov.tail}
         step = [o for o in creg.ops if id(o) not in in_tail]
         h = next(k for k, o in enumerate(step) if o is ov.head) + 1
-        if split:
-            self._ring_wait(0)
-            if tail:
-                self._ring_wait(1, "hk_it - 1")
-            self._turn("wait")
+        self._ring_wait(0)
+        if tail:
+            self._ring_wait(1, "hk_it - 1")
+        self._turn("wait")
         self.emit_ops(step[:h])
         if tail:
             self.line(f"{tail}(hk_prev);")
-        if split:
-            self._turn("pass")
+        self._turn("pass")
         self.line(f"hk::wgmma_wait<{1 if tail else 0}>();")
         self.line(f"hk::fence_operand({self.name(ov.head.result)});")
-        if split:
-            self._ring_release(0)
+        self._ring_release(0)
         late = {id(o) for o in ov.late}
         late_results = {r.id for o in ov.late for r in o.results}
         self.emit_ops([o for o in step[h:] if id(o) not in late])
@@ -453,8 +331,7 @@ class CudaEmitter(CStyleEmitter):
             inputs = {v.id: v for o in ov.late for v in o.operands if _fenceable(v) and v.id not in late_results}
             for v in inputs.values():
                 self.line(f"hk::fence_operand({self.name(v)});")
-            if split:
-                self._ring_release(1, "hk_it - 1")
+            self._ring_release(1, "hk_it - 1")
         self.emit_ops(ov.late)
         for v, snap in snaps:
             self.line(f"{snap} = {self.name(v)};")
@@ -523,73 +400,25 @@ class CudaEmitter(CStyleEmitter):
         self.indent -= 1
         self.line("}")
         self.line(f"hk::setmaxnreg_inc<{consumer}>();")
-        if self._free_turns:
+        if self.plan.free_turns:
             self._turns("begin", "the ping-pong's turns run on across pipelines and tiles")
         with self._tiles():
             super().region(body)
-            if self.plan.persistent and self._tma_fed:
+            if self.plan.persistent and self.plan.tma_fed:
                 self.line("if (hk_tma_ok == 0) hk::sync();  // the consumers loaded this tile's buffers themselves")
             elif self.plan.persistent:
                 self.line("hk::sync();                      // every consumer is done with this tile's buffers")
         if self.plan.tma_stores:
             self.line("if (hk_tma_ok & 2) hk::store_tma_drain();   // the TMA stores have read shared memory")
-        if self._free_turns:
+        if self.plan.free_turns:
             self._turns("end", "warpgroup 0 takes the last hand-over back: every turn barrier balances")
 
     def _turns(self, edge: str, why: str) -> None:
         self.line(f"hk::turns_{edge}<{self.p.num_warps // 4}>();   // {why}")
 
-    @cached_property
-    def _free_turns(self) -> bool:
-        """Ping-pong whose turns run on from one pipeline to the next and across a persistent block's tiles
-        (Plan.free_turns) where no pipeline must publish the consumers' own shared writes (_tma_fed): the
-        warpgroups then never meet, one finishing a tile (its epilogue) while the other still multiplies."""
-        return self.plan.pingpong and self.plan.free_turns and self._tma_fed
-
-    @cached_property
-    def _tma_fed(self) -> bool:
-        """Whether, with tensor maps, the consumers write no shared memory in a tile: every shared buffer is filled
-        by the producer's TMA copies (its ring, the prologue), nothing is stored to shared, no scratch. Then a
-        persistent block's consumer warpgroups need not meet between tiles (the barriers order each buffer):
-        one finishes its epilogue while the other still multiplies, and the ping-pong runs on across tiles."""
-        ops = list(self.p.body.walk())
-        if scratch_bytes(self.p, num_warps(self.p, self.target)) or any(o.opcode == "register_to_shared" for o in ops):
-            return False
-        by_tma = {i for pp in self.plan.pipelines.values() for i in pp.tma_loads} | set(self.plan.prologue)
-        return all(id(o) in by_tma for o in ops if o.opcode == "global_to_shared")
-
     # ---- loads before the pipelines, on the producer (schedule.Plan.prologue: attention's Q)
-    def _prologue_stride(self, buf) -> int:
-        """Bytes from one copy of a prologue buffer to the next (each on a swizzle atom)."""
-        return resources.round_up(buf.type.nbytes, BUFFER_ALIGN)
-
-    def _slots(self, buffers) -> list:
-        """What the arena holds: each buffer (a prologue buffer's Plan.prologue_stages copies, one after another),
-        then the area the TMA stores stage through (Plan.tma_stores)."""
-        extra = self.plan.prologue_stages - 1
-        slots = [SimpleNamespace(nbytes=b.type.nbytes + extra * self._prologue_stride(b))
-                 if extra and id(self.producers[b]) in self.plan.prologue_buffers else b.type for b in buffers]
-        staged = schedule.tma_store_bytes(self.p, self.plan)
-        return slots + [SimpleNamespace(nbytes=staged)] if staged else slots
-
-    def _fit_shared(self, program: Program) -> None:
-        """The schedule's uses of spare shared memory, kept while the block still fits the target: the prologue's
-        second copy is given up first (it measured neutral to a few percent), then the TMA stores' staging area."""
-        self.p = program
-        self.producers = {r: o for o in program.body.walk() for r in o.results}
-        scratch = scratch_bytes(program, num_warps(program, self.target))
-
-        def fits() -> bool:
-            arena = resources.arena_layout(self._slots([op.result for op in program.shared_buffers()]), BUFFER_ALIGN)[1]
-            return resources.shared_bytes(arena, scratch) + base_slack(self.target) <= self.target.max_shared_bytes
-        if not fits():
-            self.plan.prologue_stages = 1
-        if not fits():
-            self.plan.tma_stores = {}
-            self.plan.tensor_maps = [m for m in self.plan.tensor_maps if not m.store]   # stores' maps come last
-
     def arena(self, program: Program, buffers: list) -> tuple[list[int], int]:
-        offsets, total = resources.arena_layout(self._slots(buffers), self.smem_align)
+        offsets, total = resources.arena_layout(footprint.slots(self.p, self.plan, buffers), self.smem_align)
         if len(offsets) > len(buffers):
             self._store_stage = offsets.pop()           # the TMA stores' staging area
         return offsets, total
@@ -599,7 +428,7 @@ class CudaEmitter(CStyleEmitter):
         if id(op) not in self.plan.tma_stores:
             return super().op_register_to_global(op)
         gl, src, *idx = op.operands
-        bufs = schedule.tma_store_buffers(self.p, self.plan)
+        bufs = footprint.tma_store_buffers(self.p, self.plan.tma_stores)
         self.line(f"if (hk_tma_ok & 2) hk::store_tma<{bufs}>(hk_smem + {self._store_stage}, hk_tm{self.plan.tma_stores[id(op)]}, "
                   f"{self.name(src)}, {self.args(idx)});")
         self.line("else")
@@ -611,7 +440,7 @@ class CudaEmitter(CStyleEmitter):
         """A prologue buffer with copies: this tile's copy (hk_round counts the block's tiles)."""
         if self.plan.prologue_stages == 1 or id(op) not in self.plan.prologue_buffers:
             return super().op_alloc_shared(op)
-        stride = self._prologue_stride(op.result)
+        stride = footprint.prologue_stride(op.result)
         self.line(f"{self.decl(op.result)}(hk_smem + {self.smem_offsets[op.result]} + "
                   f"hk_round % {self.plan.prologue_stages} * {stride});   // this tile's copy")
 
@@ -701,7 +530,7 @@ class CudaEmitter(CStyleEmitter):
         gain nothing (a block small enough to give every thread the most registers already) or the
         backend turned it off. The incs only balance the decs if ptxas allocates exactly `block` registers
         per thread: the backend checks that after compiling (`hand_over_registers` in the launch extras)."""
-        block, producer, consumer = schedule.register_split(num_warps(self.p, self.target), self.plan.producer_warps,
+        block, producer, consumer = occupancy.register_split(num_warps(self.p, self.target), self.plan.producer_warps,
                                                              archs.of(self.target))
         if consumer <= block or not self.hand_over:
             return 0, 0
@@ -753,98 +582,11 @@ def _fenceable(v) -> bool:
     return isinstance(t, TileType) and t.space == "rt" and t.dtype.name == "f32"
 
 
-def plan(program: Program, target: Target, **switches) -> schedule.Plan:
-    """The plan emit() follows with these schedule switches (what `hk compile --emit lowered` prints)."""
-    return CudaEmitter(target, **switches).make_plan(program)
-
-
-def emit(program: Program, target: Target, min_blocks: int | None = None, hand_over: bool = True,
-         fast_exp2: bool = True, **switches) -> tuple[EmittedKernel, int]:
-    """The generated kernel and the dynamic shared memory it launches with (buffers + scratch); `switches`
-    are the schedule pass's (schedule.plan)."""
-    em = CudaEmitter(target, min_blocks, hand_over, fast_exp2, **switches)
+def emit(program: Program, target: Target, variant: schedule.Variant = schedule.BASE, min_blocks: int | None = None,
+         hand_over: bool = True, fast_exp2: bool = True) -> tuple[EmittedKernel, int]:
+    """The generated kernel and the dynamic shared memory it launches with (buffers + scratch), on the schedule
+    variant's plan (schedule.plan); the other arguments are the build's (backend._build)."""
+    em = CudaEmitter(target, variant, min_blocks, hand_over, fast_exp2)
     out = em.emit(program)
     warps = em.num_threads(program) // em.lanes
     return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps)) + base_slack(target)
-
-
-# ------------------------------------------------------------------------------------------- checks
-def _where(op) -> str:
-    return f"'{op.opcode}'" + (f" ({op.attrs['op']})" if "op" in op.attrs else "")
-
-
-def check(program: Program, target: Target) -> None:
-    """UnsupportedError naming the value and the rule when the library cannot take this Program."""
-    axes = assign_vector_axes(program)
-    lay = layouts(program, num_warps(program, target))
-    seen: set[int] = set()
-    for op in program.body.walk():
-        vals = list(op.operands) + list(op.results) + [a for r in op.regions for a in r.args]
-        for v in vals:
-            if v.id in seen or not isinstance(v.type, TileType):
-                continue
-            seen.add(v.id)
-            t = v.type
-            if isinstance(lay.get(v), Strip):
-                continue                                # a strip holds whole chunks by construction
-            if t.space == "rt" and (t.rows % 16 or t.cols % 8):
-                raise UnsupportedError(
-                    f"cuda ({target.arch}): register tile %{v.id} {t} at {_where(op)} must have a multiple of 16 rows "
-                    f"and of 8 columns (the mma.sync m16n8k16 fragment layout); pick tile sizes like 16/32/64")
-            if t.space == "rv":
-                ax = axes.get(v, ROW)
-                if ax == ROW and t.shape[0] % 16:
-                    raise UnsupportedError(
-                        f"cuda ({target.arch}): row vector %{v.id} {t} at {_where(op)} must have a multiple of 16 "
-                        "elements (one per row of a register tile)")
-                if ax == COL and t.shape[0] % 8:
-                    raise UnsupportedError(
-                        f"cuda ({target.arch}): column vector %{v.id} {t} at {_where(op)} must have a multiple of 8 "
-                        "elements (one per column of a register tile)")
-        if op.opcode == "mma":
-            _check_mma(op, target)
-            _check_accumulator(op, num_warps(program, target), target)
-    _check_resources(program, target)
-
-
-def _check_mma(op, target: Target) -> None:
-    a, b, _ = (v.type for v in op.operands)
-    ta, tb = op.attrs["trans_a"], op.attrs["trans_b"]
-    k = a.rows if ta else a.cols
-    m = a.cols if ta else a.rows
-    kstep = 32 if a.dtype.name.startswith("fp8") else 16      # mma.sync m16n8k32 (fp8), m16n8k16
-    if k % kstep or m % 16:
-        raise UnsupportedError(f"cuda ({target.arch}): mma needs M to be a multiple of 16 and K of {kstep} "
-                               f"(mma.sync m16n8k{kstep}), got op(a) {m}x{k} from {a}")
-    for name, t in (("a", a), ("b", b)):
-        if t.space == "st" and (t.cols * t.dtype.bits // 8) % 16:
-            raise UnsupportedError(f"cuda ({target.arch}): mma operand {name} {t} needs rows of whole 16-byte "
-                                   "chunks for ldmatrix (a multiple of 8 columns)")
-        if t.space == "st" and t.rows % 8:
-            raise UnsupportedError(f"cuda ({target.arch}): mma operand {name} {t} needs a multiple of 8 rows")
-
-
-MAX_ACC_PER_LANE = 128     # f32 accumulator registers per thread that still leave room for the operands
-
-
-def _check_accumulator(op, warps: int, target: Target) -> None:
-    """An mma accumulator in the fragment layout (16-row blocks dealt to warps) that holds more than
-    MAX_ACC_PER_LANE f32 per thread would live in local memory: refuse it (a configuration choice then
-    skips the candidate)."""
-    rows, cols = op.operands[2].type.shape
-    per_lane = -(-(-(-rows // 16)) // warps) * 16 * cols // 32
-    if per_lane > MAX_ACC_PER_LANE:
-        raise UnsupportedError(
-            f"cuda ({target.arch}): the mma accumulator {op.operands[2].type} over {warps} warps holds {per_lane} "
-            f"f32 per thread, more than the {MAX_ACC_PER_LANE} that leave registers for its operands (it would "
-            "spill); use a smaller block or more warps")
-
-
-def _check_resources(program: Program, target: Target) -> None:
-    shared = resources.arena_bytes(program, BUFFER_ALIGN)
-    total = resources.shared_bytes(shared, scratch_bytes(program, num_warps(program, target))) + base_slack(target)
-    if total > target.max_shared_bytes:
-        raise UnsupportedError(
-            f"cuda ({target.arch}): kernel '{program.name}' needs {total} bytes of shared memory "
-            f"({shared} for its buffers + {total - resources.scratch_offset(shared)} scratch), over the target's "
-            f"{target.max_shared_bytes} bytes; use smaller tiles or fewer stages")

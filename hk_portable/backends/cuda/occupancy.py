@@ -13,6 +13,8 @@ from .archs import Arch
 REGISTER_UNIT = 256          # registers are allocated per warp in units of 256
 WARP_UNIT = 4                # and warps in groups of four (one per scheduler)
 RESERVED_SHARED = 1024       # shared memory the system keeps per block
+PRODUCER_REGS = 24           # setmaxnreg's least: a loop, two barriers' addresses and TMA coordinates fit (no spill)
+MAX_CONSUMER_REGS = 240      # below the ISA's 255 so ptxas keeps its reserved registers
 # an SM's registers, warps, blocks and shared memory: the arch's row (archs.Arch)
 
 
@@ -40,3 +42,15 @@ def fill_target(registers: int, threads: int, shared_bytes: int, arch: Arch) -> 
         return None
     room = min(by_shared(shared_bytes, arch), by_threads(threads, arch))
     return room if room > by_registers(registers, threads, arch) else None
+
+
+def register_split(warps: int, producer_warps: int, arch: Arch) -> tuple[int, int, int]:
+    """(registers per thread the block compiles with, the producer's after setmaxnreg.dec, the consumers'
+    after setmaxnreg.inc) for a specialised block of `warps` consumer and `producer_warps` producer warps,
+    one block per SM (sharing out the arch's SM register file). The incs draw only on what the decs gave back,
+    so both sums must balance against the block's own allocation (ptxas allocates the launch bounds' maximum when setmaxnreg is present)."""
+    threads = 32 * (warps + producer_warps)
+    block = min(255, arch.sm_registers // threads) // 8 * 8
+    spare = (block - PRODUCER_REGS) * 32 * producer_warps
+    consumer = min(MAX_CONSUMER_REGS, (block + spare // (32 * warps)) // 8 * 8)
+    return block, PRODUCER_REGS, consumer

@@ -17,63 +17,50 @@ compute region is a pure accumulator chain (the mma's result is only the carry o
 wgmma is left in flight (MMA_ASYNC) and the pipeline waits for it one step later, overlapping the
 tensor cores with the next stage's wait. Everything else is MMA_STANDALONE.
 
-A warp-specialised pipeline whose compute region is two products, the second accumulating into a carry
-(attention: S = QKᵀ, the softmax, O = O·α + PV), is software-pipelined one step (`Overlap`, FlashAttention
-3's intra-warpgroup overlap): step i issues its head product, then the tail of step i-1 (the accumulator's
-rescale and its product), and runs the rest of step i, the softmax, while the tail's product is on the
-tensor cores. The tail reads what step i-1 left (P, α) and step i-1's stage, which is released a step late.
-Off unless asked for (CudaOptions(overlap=True)): on the H200 it lost (2026-12-03, perf-notes), because K and
-V share a stage, so the stage held one step longer starves the producer; FA3 releases K after QKᵀ.
+Each Program runs one of two named variants (`Base`, `FA3`), each a frozen set of the parameters that make sense
+for it, so a combination that was never a schedule cannot be written.
 
-A warp-specialised kernel's ring is split (`RingGroup`; CudaOptions(split_ring=True), off by default: on the H200
-it measured no faster, and the device's NVRTC spilled the split D64 192-row block, perf-notes 2026-12-03) when each staged buffer of every pipeline is read by exactly one wgmma of the compute region that retires
-before it returns, and those readers are two or more: each reader's buffers get their own full and empty
-barrier per stage, the consumers wait for them just before the reader and release them right after it, and
-the producer refills them as soon as they are released. Attention's K is then refilled once QKᵀ retired, while
-V is still being read by PV; on the shared ring a stage waited for both. With the overlap on, the waits and
-releases sit where the head and the tail are issued and retired, and `pingpong` (CudaOptions(pingpong=True),
-FA3's inter-warpgroup schedule) makes the consumer warpgroups take turns issuing a step's two products, so one
-warpgroup's softmax runs while the next one's products occupy the tensor cores. `fa3_switches` turns all of them on,
-with the persistent grid (FA3's schedule), for the programs where the H200 measured a gain: attention on two
-consumer warpgroups, causal or not.
-
-A warp-specialised kernel may run persistent (`Plan.persistent`): the launch
-starts one block per SM (at most), each walking the logical grid's tiles in block_idx order, producer and
-consumers alike; the ring of stages runs on across tiles, so the producer loads tile t+1's first stages
-while the consumers finish tile t (its last steps, its epilogue): a block no longer pays the pipeline's
-fill and its epilogue alone. Alone (CudaOptions(persistent=True)) it tied on GEMMs and lost on attention while Q
-was loaded by the consumers after each epilogue (H200, 2026-12-03); with Q on the producer and the ping-pong it is
-part of FA3's schedule (`fa3_switches`). The tiles are dealt statically, longest first where tiles differ in work
-(`work_axis`; no dynamic tile counter).
+`FA3` is FlashAttention 3's schedule, for a warp-specialised kernel whose compute region is two products, the
+second accumulating into a carry (attention: S = QKᵀ, the softmax, O = O·α + PV). Its parts, which only run
+together (alone each measured no gain on the H200, perf-notes 2026-12-03; git keeps them):
+  * the split ring (`RingGroup`): each staged buffer of every pipeline is read by exactly one wgmma of the compute
+    region that retires before it returns, so each reader's buffers get their own full and empty barrier per
+    stage; K is refilled once QKᵀ retired, while V is still being read by PV;
+  * the producer prologue: the loads before the pipelines (Q) issued by the producer on barriers of their own;
+  * the overlap (`dataflow.Overlap`, FA3's intra-warpgroup overlap): step i issues its head product, then the tail of step
+    i-1 (the accumulator's rescale and its product), and runs the rest of step i, the softmax, while the tail's
+    product is on the tensor cores; the waits and releases of the split ring sit where the head and the tail are
+    issued and retired;
+  * the ping-pong (FA3's inter-warpgroup schedule): the consumer warpgroups take turns issuing a step's two
+    products, so one warpgroup's softmax runs while the next one's products occupy the tensor cores;
+  * the persistent grid (`Plan.persistent`): the launch starts one block per SM (at most), each walking the
+    logical grid's tiles in block_idx order, producer and consumers alike; the ring runs on across tiles, so the
+    producer loads tile t+1's first stages while the consumers finish tile t. The tiles are dealt statically,
+    longest first where tiles differ in work (`work_axis`; no dynamic tile counter).
+The backend takes it unasked where it measured a gain (`fa3_variant`: attention on two or three consumer
+warpgroups, causal or not).
 
 `plan(program, target)` returns the decisions; `describe(plan)` prints them (`hk compile --emit lowered`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from ...codegen.patterns import use_counts
-from ...interface import opcodes
+from ...codegen.layouts import Strip
 from ...interface.backend import Target
 from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
-from . import archs
+from . import archs, dataflow, footprint, occupancy
+from .dataflow import (MMA_ASYNC, MMA_STAGED, MMA_STANDALONE, TMA_SWIZZLE_BYTES, Overlap,  # noqa: F401 (as schedule.*)
+                       wgmma_eligible)
 
-MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2
-TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
-PRODUCER_REGS = 24               # setmaxnreg's least: a loop, two barriers' addresses and TMA coordinates fit (no spill)
-MAX_CONSUMER_REGS = 240          # below the ISA's 255 so ptxas keeps its reserved registers
 # Tiles go longest first once the work axis has this many blocks (query blocks a head). Block order measured better
 # with 8 and 32 (causal D128 N1024 / N4096 and GQA N4096 on the H200: 0.69 vs 0.60 in one A/B; 479 and 490 TFLOP/s
 # in block order against 449 and 460 longest first, hk bench across calls), longest first with 128 (N16384: 0.97
 # vs 0.66 of cuDNN). 64 lies between: a head's ramp then spans half the SMs' blocks, where dealing beats against it.
 LONGEST_FIRST_MIN = 64
-# Chained pipeline pairs at most, the last ones first (_chain_pipelines). None by default: on the H200 (2026-12-04,
-# ninth session, attention_schedules, 7 rounds, spreads under 1 %) one pair (causal attention's unmasked blocks into
-# the diagonal) tied at N1024 (D128 338 vs 339 TFLOP/s, D64 227 vs 226) and N4096 (493 vs 496) and lost 2.6 %
-# unmasked at N1024 (468 vs 481). Two pairs (a window's leading masked blocks too) spill 312 bytes at D=128.
-CHAIN_PAIRS = 0
 
 
 @dataclass(frozen=True)
@@ -92,21 +79,6 @@ class TmaLoad:
                 "box_cols": self.box_cols, "store": self.store}
 
 
-@dataclass
-class Overlap:
-    """A compute region split for software pipelining (module docstring): `head` is issued first in every
-    step; `tail` (program order, `mma` last) runs one step late and produces carry number `carry`;
-    `crossing` are the values the tail reads from its own step (snapshotted when that step ends); `late` the
-    ops that make only crossing values (P's cast to bf16): they run after the tail's product retired, so P's
-    new registers can reuse those of the P it read (FA3 converts P there too)."""
-    head: Op
-    tail: list[Op]
-    mma: Op
-    carry: int
-    crossing: list[Value]
-    late: list[Op] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class RingGroup:
     """Staged buffers of a pipeline with barriers of their own in a split ring (module docstring): `reader` is
@@ -123,7 +95,7 @@ class PipelinePlan:
     tma_loads: dict[int, int] = field(default_factory=dict)   # global_to_shared op id -> tensor map index
     tx_bytes: int = 0                               # bytes one stage's TMA copies deliver
     async_mma: bool = False
-    overlap: Overlap | None = None                  # software-pipelined compute (warp-specialised only)
+    overlap: dataflow.Overlap | None = None                  # software-pipelined compute (warp-specialised only)
     groups: list[RingGroup] = field(default_factory=list)      # split ring (Plan.ring_groups > 1) only
 
 
@@ -142,7 +114,9 @@ class Plan:
     longest_first: int = 0              # ... once it has this many blocks (hk_cuda/tile_order.cuh); 0: never
     ring_groups: int = 1                # specialised only: > 1, each stage has that many barrier pairs (split ring)
     pingpong: bool = False              # split and overlapped only: consumer warpgroups take turns issuing wgmma
-    free_turns: bool = False            # pingpong only: turns run on across pipelines and tiles (no meeting)
+    free_turns: bool = False            # pingpong only: turns run on across pipelines and tiles (no meeting), where
+                                        # the consumers write no shared memory of their own (tma_fed)
+    tma_fed: bool = False               # specialised only: with tensor maps every shared buffer is filled by TMA
     prologue: dict[int, int] = field(default_factory=dict)   # specialised only: load op id -> tensor map, the producer's
     prologue_tx: int = 0                # bytes those loads deliver per tile
     tma_stores: dict[int, int] = field(default_factory=dict)  # specialised only: register_to_global op id -> tensor
@@ -151,10 +125,6 @@ class Plan:
     prologue_stages: int = 1            # persistent only: copies of those buffers, tile t's in copy t % stages, so the
                                         # producer loads tile t+1's while the consumers still read tile t's; the
                                         # emitter takes it back to 1 where shared memory cannot hold the copy
-    chained: dict[int, int] = field(default_factory=dict)   # pipeline op id -> the id of the pipeline just before it
-                                        # whose last tail it issues in its first step (_chain_pipelines)
-    load_ahead: bool = True             # not specialised: a step whose mma waits for itself frees its stage at once,
-                                        # and the next step's copy is issued before it computes (hk_cuda/tma.cuh)
     ring_runs: list[tuple[int, ...]] = field(default_factory=list)   # not specialised: runs of consecutive TMA
                                         # pipelines (op ids) on one ring, each pipeline's first copies issued while
                                         # the one before runs (hk::ring_open / ring_steps / ring_close: _ring_runs)
@@ -179,15 +149,57 @@ def grouped_blocks(program: Program) -> bool:
     return axes == {0, 1} and pipelined_mma
 
 
-def plan(program: Program, target: Target, overlap: bool = False, persistent: bool = False,
-         split_ring: bool = False, pingpong: bool = False, producer_prologue: bool = False,
-         longest_first: int = LONGEST_FIRST_MIN, free_turns: bool = True, prologue_stages: int = 2,
-         tma_store: bool = True, chain: int = CHAIN_PAIRS, heavy_first: bool = True, load_ahead: bool = True,
-         one_ring: bool = True, strips: frozenset = frozenset()) -> Plan:
-    out = Plan(grouped_blocks=grouped_blocks(program), load_ahead=load_ahead)
+@dataclass(frozen=True)
+class Base:
+    """The schedule every program gets unless FA3's is taken: the cp.async ring on every target; on the async path
+    the TMA ring (consecutive pipelines on one ring, `one_ring`), warp-specialised where the Program allows
+    (_specialisable) with its epilogue stores by TMA (`tma_store`). A grid whose blocks' work grows along an axis
+    dispatches its heaviest blocks first (`heavy_first`). one_ring and heavy_first are what the build search
+    (backend._fill_sm) gives up, in that order, where only the build without them fills the SM."""
+    name: ClassVar[str] = "base"
+    tma_store: bool = True
+    one_ring: bool = True
+    heavy_first: bool = True
+
+
+@dataclass(frozen=True)
+class FA3:
+    """FlashAttention 3's schedule, as one variant: warp-specialised on a split ring (K and V released apart), the
+    loads before the pipelines (Q) on the producer in `prologue_stages` copies, each compute region
+    software-pipelined one step (dataflow.Overlap), consumer warpgroups taking turns issuing wgmma (ping-pong, turns running
+    on across pipelines and tiles where the consumers write no shared memory), and a persistent grid dealing its
+    tiles longest first once the work axis has `longest_first` blocks. A Program that cannot take all of it gets
+    the Base plan (plan()): none of its parts alone is a schedule (each measured no gain alone, perf-notes
+    2026-12-03), so none can be asked for alone."""
+    name: ClassVar[str] = "fa3"
+    tma_store: bool = True
+    longest_first: int = LONGEST_FIRST_MIN
+    prologue_stages: int = 2
+
+
+Variant = Base | FA3
+BASE = Base()
+
+
+def plan(program: Program, target: Target, variant: Variant = BASE, strips: frozenset | None = None) -> Plan:
+    """The schedule of `program` on `target` under `variant`, with its uses of spare shared memory fitted to the
+    target (_fit_shared). `strips`: the ids of values the layout pass made strips (None: run it)."""
+    if strips is None:
+        lay = footprint.layouts(program, footprint.num_warps(program, target))
+        strips = frozenset(v.id for v, l in lay.items() if isinstance(l, Strip))
+    p = _plan(program, target, variant, strips)
+    if isinstance(variant, FA3) and not (p.pingpong and p.prologue):
+        p = _plan(program, target, Base(tma_store=variant.tma_store), strips)
+    _fit_shared(program, p, target)
+    return p
+
+
+def _plan(program: Program, target: Target, v: Variant, strips: frozenset) -> Plan:
+    fa3 = isinstance(v, FA3)
+    out = Plan(grouped_blocks=grouped_blocks(program))
     producers = {r.id: op for op in program.body.walk() for r in op.results}
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
-    if heavy_first and not out.grouped_blocks:
+    if (fa3 or v.heavy_first) and not out.grouped_blocks:
         out.dispatch_axis = work_axis(pipes, producers)
     if not archs.of(target).async_tensor_core:
         return out
@@ -195,36 +207,61 @@ def plan(program: Program, target: Target, overlap: bool = False, persistent: bo
     for op in pipes:
         out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
     if not _specialisable(program, out, producers):
-        if one_ring and load_ahead:
+        if not fa3 and v.one_ring:
             _ring_runs(program, out, producers, params)
         return out
     out.producer_warps = PRODUCER_WARPS
-    out.persistent = persistent
-    if persistent:
-        out.dispatch_axis = None          # a persistent block walks its tiles itself (work_axis below)
-    out.work_axis = work_axis(pipes, producers) if persistent and longest_first else None
-    out.longest_first = longest_first
-    if split_ring:
-        _split_ring(pipes, out, producers, program.num_warps)
-    if producer_prologue:
-        _producer_prologue(program, pipes, out, producers, params)
-        out.prologue_stages = prologue_stages if persistent and out.prologue else 1
-    for op in pipes if overlap else ():
-        pp = out.pipelines[id(op)]
-        pp.overlap = _overlap(op.regions[1], out.mma_modes, program.num_warps)
-        if pp.overlap and pp.groups and [g.reader for g in pp.groups] != [pp.overlap.head, pp.overlap.mma]:
-            pp.overlap = None           # the split ring's waits sit where the head and the tail read
-    out.pingpong = (pingpong and out.ring_groups > 1 and program.num_warps >= 8
-                    and all(out.pipelines[id(op)].overlap for op in pipes))
-    out.free_turns = out.pingpong and free_turns
-    if chain > 0 and out.free_turns:
-        _chain_pipelines(program, out, chain)
-    if tma_store:
+    out.longest_first = v.longest_first if fa3 else LONGEST_FIRST_MIN
+    if fa3:
+        _fa3(program, pipes, out, producers, params, v)
+    if v.tma_store:
         _tma_stores(program, out, producers, params, strips)
+    out.tma_fed = _tma_fed(program, out, target)
+    out.free_turns = out.pingpong and out.tma_fed
     return out
 
 
-FA3 = {"split_ring": True, "producer_prologue": True, "overlap": True, "pingpong": True, "persistent": True}
+def _fa3(program: Program, pipes: list[Op], out: Plan, producers: dict, params: dict, v: FA3) -> None:
+    """FA3's parts on a specialised plan: a persistent grid, the split ring, Q on the producer, the overlap, and
+    the ping-pong where every pipeline took the split and the overlap."""
+    out.persistent = True
+    out.dispatch_axis = None          # a persistent block walks its tiles itself (work_axis below)
+    out.work_axis = work_axis(pipes, producers) if v.longest_first else None
+    _split_ring(pipes, out, producers, program.num_warps)
+    _producer_prologue(program, pipes, out, producers, params)
+    out.prologue_stages = v.prologue_stages if out.prologue else 1
+    for op in pipes:
+        pp = out.pipelines[id(op)]
+        pp.overlap = dataflow.overlap_split(op.regions[1], out.mma_modes, program.num_warps)
+        if pp.overlap and pp.groups and [g.reader for g in pp.groups] != [pp.overlap.head, pp.overlap.mma]:
+            pp.overlap = None           # the split ring's waits sit where the head and the tail read
+    out.pingpong = (out.ring_groups > 1 and program.num_warps >= 8
+                    and all(out.pipelines[id(op)].overlap for op in pipes))
+
+
+def _tma_fed(program: Program, p: Plan, target: Target) -> bool:
+    """Whether, with tensor maps, the consumers write no shared memory in a tile: every shared buffer is filled
+    by the producer's TMA copies (its ring, the prologue), nothing is stored to shared, no scratch. Then a
+    persistent block's consumer warpgroups need not meet between tiles (the barriers order each buffer):
+    one finishes its epilogue while the other still multiplies, and the ping-pong runs on across tiles."""
+    ops = list(program.body.walk())
+    if (footprint.scratch_bytes(program, footprint.num_warps(program, target))
+            or any(o.opcode == "register_to_shared" for o in ops)):
+        return False
+    by_tma = {i for pp in p.pipelines.values() for i in pp.tma_loads} | set(p.prologue)
+    return all(id(o) in by_tma for o in ops if o.opcode == "global_to_shared")
+
+
+def _fit_shared(program: Program, p: Plan, target: Target) -> None:
+    """The schedule's uses of spare shared memory, kept while the block still fits the target: the prologue's
+    second copy is given up first (it measured neutral to a few percent), then the TMA stores' staging area."""
+    if not footprint.fits(program, p, target):
+        p.prologue_stages = 1
+    if not footprint.fits(program, p, target):
+        p.tma_stores = {}
+        p.tensor_maps = [m for m in p.tensor_maps if not m.store]   # the stores' maps come last
+
+
 FA3_WHY = ("FA3's schedule (split ring, Q on the producer, overlap, ping-pong, persistent grid): attention on two or "
            "three consumer warpgroups, built within FA3_SPILL_BYTES and with the register hand-over; on the H200 "
            "+20 % causal and +3-30 % unmasked against the shared ring on two (perf-notes 2026-12-03, fifth session), "
@@ -235,20 +272,14 @@ FA3_WHY = ("FA3's schedule (split ring, Q on the producer, overlap, ping-pong, p
 FA3_SPILL_BYTES = {2: 0, 3: 16}
 
 
-def fa3_switches(program: Program, target: Target, switches: dict) -> dict | None:
-    """The switches of FA3's schedule for this program when the measurements say it pays, else None: attention on
-    two consumer warpgroups, masked or not (perf-notes 2026-12-03, fifth session: with the persistent grid and the
-    fused masks, 471 against the shared ring's 393 TFLOP/s causal at N4096 D128, 452 against 355 unmasked at N1024;
-    without the persistent grid the causal kernel lost 20 %). On three warpgroups, D64's 192-row block, it lost in the
-    fourth session and won in the tenth, once each tile stopped starting with five divisions (hk::tile_grid): 484
-    against 420 TFLOP/s at N4096, 495 against 457 at N16384. Only where the caller asked for none of its switches
-    itself; the backend keeps it only if the build keeps the register hand-over and spills no more than
-    FA3_SPILL_BYTES."""
-    if (any(switches.get(k) for k in FA3) or program.num_warps % PRODUCER_WARPS
-            or program.num_warps // PRODUCER_WARPS not in FA3_SPILL_BYTES):
+def fa3_variant(program: Program, target: Target, v: FA3) -> FA3 | None:
+    """`v` where the backend takes FA3's schedule unasked, else None: a Program that can take all of it (attention,
+    masked or not) on two or three consumer warpgroups (FA3_WHY's measurements). The backend keeps it only if the
+    build keeps the register hand-over and spills no more than FA3_SPILL_BYTES."""
+    if program.num_warps % PRODUCER_WARPS or program.num_warps // PRODUCER_WARPS not in FA3_SPILL_BYTES:
         return None
-    p = plan(program, target, **{**switches, **FA3})
-    return {**switches, **FA3} if p.pingpong and p.prologue else None
+    p = _plan(program, target, v, frozenset())
+    return v if p.pingpong and p.prologue else None
 
 
 def work_axis(pipes: list[Op], producers: dict) -> int | None:
@@ -291,11 +322,11 @@ def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: 
     first = next(k for k, o in enumerate(ops) if o.opcode == "pipeline")
     inside = {id(o) for op in pipes for r in op.regions for o in r.walk()}
     for g2s in (o for o in ops[:first] if o.opcode == "global_to_shared"):
-        buf, spec = _buffer(g2s.operands[0], producers), _tma_spec(g2s, producers, params)
+        buf, spec = dataflow.buffer_of(g2s.operands[0], producers), _tma_spec(g2s, producers, params)
         users = [u for u in program.body.walk() if u is not g2s and u.opcode != "shared_stage"
-                 and any(_buffer(v, producers) == buf for v in u.operands)]
+                 and any(dataflow.buffer_of(v, producers) == buf for v in u.operands)]
         if (spec is None or not users
-                or any(u.opcode != "mma" or id(u) not in inside or not wgmma_eligible(u, program.num_warps) for u in users)):
+                or any(u.opcode != "mma" or id(u) not in inside or not dataflow.wgmma_eligible(u, program.num_warps) for u in users)):
             continue
         if spec not in out.tensor_maps:
             out.tensor_maps.append(spec)
@@ -303,34 +334,6 @@ def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: 
         out.prologue_buffers.add(buf)
         t = g2s.operands[0].type
         out.prologue_tx += t.rows * t.cols * t.dtype.itemsize
-
-
-CHAIN_GAP_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "global_dim")
-
-
-def _chain_pipelines(program: Program, out: Plan, limit: int) -> None:
-    """Overlapped pipelines that run one after another on one accumulator (causal attention: its unmasked key
-    blocks, then the masked diagonal) are chained (the last `limit` such pairs): the first leaves its last tail (the last P·V) pending and the
-    next one's first step issues it behind its own head (QKᵀ), as any step does, instead of each pipeline ramping
-    down (the last P·V alone) and up (the first QKᵀ alone) in turn. Taken when B directly follows A at the top level
-    (scalars between them), both are overlapped on the split ring, and B's accumulator starts from A's, which
-    nothing else reads (it is final only after B's first step). FA3's mainloop runs its masked and unmasked key
-    blocks as one software pipeline the same way."""
-    ops = program.body.ops
-    readers = use_counts(program)
-    pipes = [k for k, o in enumerate(ops) if o.opcode == "pipeline"]
-    for ka, kb in zip(pipes, pipes[1:]):
-        a, b = ops[ka], ops[kb]
-        pa, pb = out.pipelines[id(a)], out.pipelines[id(b)]
-        if (not (pa.overlap and pb.overlap and pa.groups and pb.groups)
-                or any(o.opcode not in CHAIN_GAP_OPS for o in ops[ka + 1:kb])):
-            continue
-        acc = a.results[pa.overlap.carry]
-        if b.operands[1 + pb.overlap.carry] is acc and readers.get(acc) == 1:
-            out.chained[id(b)] = id(a)
-    pairs = list(out.chained)
-    for b in pairs[:max(len(pairs) - limit, 0)]:
-        del out.chained[b]
 
 
 def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, strips: frozenset) -> None:
@@ -359,22 +362,6 @@ def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, stri
         out.tma_stores[id(op)] = out.tensor_maps.index(spec)
 
 
-TMA_STORE_CHUNK_BYTES = 64 * 64 * 2      # one chunk of a warpgroup's rows: 64 rows of one 128-byte column block
-
-
-def tma_store_buffers(program: Program, p: Plan) -> int:
-    """Chunk buffers each consumer warpgroup stages its TMA stores through (hk::store_tma's BUFS): two, so one is
-    written while the other's copy reads it, or one where every stored tile is a single chunk wide."""
-    chunks = max((o.operands[1].type.cols * 2 // TMA_SWIZZLE_BYTES for o in program.body.ops
-                  if id(o) in p.tma_stores), default=0)
-    return min(chunks, 2)
-
-
-def tma_store_bytes(program: Program, p: Plan) -> int:
-    """Shared bytes the TMA stores stage through: each consumer warpgroup's chunk buffers (the stores share them)."""
-    return program.num_warps // 4 * tma_store_buffers(program, p) * TMA_STORE_CHUNK_BYTES
-
-
 def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[RingGroup]:
     """The pipeline's staged buffers grouped by the one top-level compute op reading each (a staged wgmma,
     which retires before it returns), in the order those readers run; [] when a buffer has no such reader."""
@@ -383,13 +370,13 @@ def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[R
         return []
     readers: dict[int, list[Op]] = {}
     for o in (o for o in creg.ops if o.opcode != "shared_stage"):
-        for b in {_stage_buffer(v, producers) for v in o.operands} - {None}:
+        for b in {dataflow.stage_buffer(v, producers) for v in o.operands} - {None}:
             readers.setdefault(b, []).append(o)
     by_reader: dict[int, list[Op]] = {}
     for g2s in (o for o in lreg.walk() if o.opcode == "global_to_shared"):
-        rs = readers.get(_stage_buffer(g2s.operands[0], producers), [])
+        rs = readers.get(dataflow.stage_buffer(g2s.operands[0], producers), [])
         if (len(rs) != 1 or rs[0].opcode != "mma" or out.mma_modes.get(id(rs[0])) != MMA_STAGED
-                or not wgmma_eligible(rs[0], num_warps) or id(g2s) not in out.pipelines[id(pipe)].tma_loads):
+                or not dataflow.wgmma_eligible(rs[0], num_warps) or id(g2s) not in out.pipelines[id(pipe)].tma_loads):
             return []
         by_reader.setdefault(id(rs[0]), []).append(g2s)
     order = [o for o in creg.ops if id(o) in by_reader]
@@ -417,24 +404,10 @@ def _specialisable(program: Program, p: Plan, producers: dict) -> bool:
             or any(op not in ops or p.pipelines[id(op)].schedule != "tma" for op in pipes)
             or len({op.attrs["stages"] for op in pipes}) != 1):
         return False
-    staged = set().union(*(_staged_buffers(op.regions[0], producers) for op in pipes))
+    staged = set().union(*(dataflow.staged_buffers(op.regions[0], producers) for op in pipes))
     others = [o for op in ops if op.opcode != "pipeline" for o in [op, *(n for r in op.regions for n in r.walk())]]
-    return not any(_buffer(v, producers) in staged for o in others if o.opcode != "shared_stage"
+    return not any(dataflow.buffer_of(v, producers) in staged for o in others if o.opcode != "shared_stage"
                    for v in o.operands if isinstance(v.type, (TileType, SharedBufType)))
-
-
-def _quiet(op: Op) -> bool:
-    """An op that touches no memory and holds no regions (scalars, register tiles): it may run while a ring's
-    copies are in flight, and a load's publication may wait past it."""
-    spec = opcodes.spec(op.opcode)
-    return spec is not None and spec.effects == opcodes.NO_EFFECTS and not op.regions
-
-
-def _free_values(reg, producers: dict) -> list[Value]:
-    """Values a region reads that it does not define (its arguments and its ops' results are its own)."""
-    own = {a.id for a in reg.args} | {r.id for o in reg.walk() for r in o.results} | {
-        a.id for o in reg.walk() for r in o.regions for a in r.args}
-    return [v for o in reg.walk() for v in o.operands if v.id not in own]
 
 
 def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> None:
@@ -442,7 +415,7 @@ def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> No
     full blocks and diagonal) on one ring of stages: the ring's barriers are set up once, its step count runs
     across the pipelines and each pipeline's first copies are issued while the one before computes, where
     separate rings started each pipeline on a barrier, a fresh ring and a copy waited for at once. A run takes
-    pipelines with one stage count and one stage size, only quiet ops between them (_quiet), and later pipelines
+    pipelines with one stage count and one stage size, only quiet ops between them (dataflow.quiet), and later pipelines
     whose trip counts and loads read only values defined before the run's first pipeline (their loads are issued
     early). A global_to_shared before the run with only quiet ops between (attention's Q) is published once the
     run's first copies are issued (late_publish): its copy and theirs are in flight together."""
@@ -455,7 +428,7 @@ def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> No
         o = producers.get(v.id)
         if v.id in params or (o is not None and index.get(id(o), first) < first):
             return True
-        if o is None or id(o) not in index or not _quiet(o) or not all(isinstance(r.type, ScalarType) for r in o.results):
+        if o is None or id(o) not in index or not dataflow.quiet(o) or not all(isinstance(r.type, ScalarType) for r in o.results):
             return False
         if all(early(w, first) for w in o.operands):
             hoist.add(id(o))
@@ -473,7 +446,7 @@ def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> No
             else:
                 runs.append(run)
                 run = [id(op)]
-        elif not _quiet(op):                            # anything else touching memory ends a run
+        elif not dataflow.quiet(op):                            # anything else touching memory ends a run
             runs.append(run)
             run = []
     runs.append(run)
@@ -482,12 +455,12 @@ def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> No
         index[r[0]] < i < index[r[-1]] for r in out.ring_runs)]
     for r in out.ring_runs:
         first = index[r[0]]
-        staged = set().union(*(_staged_buffers(ops[index[p]].regions[0], producers) for p in r))
+        staged = set().union(*(dataflow.staged_buffers(ops[index[p]].regions[0], producers) for p in r))
         for j in range(first - 1, -1, -1):
             o = ops[j]
-            if o.opcode == "global_to_shared" and _buffer(o.operands[0], producers) not in staged:
+            if o.opcode == "global_to_shared" and dataflow.buffer_of(o.operands[0], producers) not in staged:
                 out.late_publish.add(id(o))
-            elif not _quiet(o):
+            elif not dataflow.quiet(o):
                 break
 
 
@@ -495,18 +468,18 @@ def _joins(op: Op, pp: PipelinePlan, first_op: Op, out: Plan, early, first: int,
     """Whether pipeline `op` may join the run that began with `first_op` (at top-level index `first`)."""
     head = out.pipelines[id(first_op)]
     return (op.attrs["stages"] == first_op.attrs["stages"] and pp.tx_bytes == head.tx_bytes and not pp.groups
-            and early(op.operands[0], first) and all(early(v, first) for v in _free_values(op.regions[0], producers)))
+            and early(op.operands[0], first) and all(early(v, first) for v in dataflow.free_values(op.regions[0], producers)))
 
 
 def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> PipelinePlan:
     lreg, creg = op.regions
-    staged = _staged_buffers(lreg, producers)
-    written = _written_buffers(op, producers) - staged
+    staged = dataflow.staged_buffers(lreg, producers)
+    written = dataflow.written_buffers(op, producers) - staged
     pp = PipelinePlan("cp_async")
     for mma in (o for o in creg.walk() if o.opcode == "mma"):
-        if all(_published(v, producers, staged, written) for v in mma.operands[:2]):
+        if all(dataflow.published(v, producers, staged, written) for v in mma.operands[:2]):
             out.mma_modes[id(mma)] = MMA_STAGED
-    if _is_accumulator_chain(creg, producers):
+    if dataflow.is_accumulator_chain(creg, producers):
         (mma,) = [o for o in creg.ops if o.opcode == "mma"]
         if out.mma_modes.get(id(mma)) == MMA_STAGED:
             out.mma_modes[id(mma)] = MMA_ASYNC
@@ -522,125 +495,6 @@ def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> Pipeline
             t = g2s.operands[0].type
             pp.tx_bytes += t.rows * t.cols * t.dtype.itemsize
     return pp
-
-
-TAIL_OPS = ("mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where", "shared_stage")
-
-
-def _overlap(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
-    """The split of a compute region into head and tail (module docstring), or None. Taken when the
-    region's top level holds exactly two products, both staged wgmma, the second's result is only a
-    yielded carry, and that carry is read by nothing but the second product's accumulator chain: the
-    tail is that product plus the pure ops that feed only it (its accumulator's rescale, its stage view)."""
-    ops = creg.ops
-    mmas = [o for o in ops if o.opcode == "mma"]
-    if (len(mmas) != 2 or any(o.regions for o in ops)
-            or any(mma_modes.get(id(m)) != MMA_STAGED or not wgmma_eligible(m, num_warps) for m in mmas)):
-        return None
-    head, mma = mmas
-    ks = [k for k, y in enumerate(creg.yields) if y is mma.result]
-    users: dict[int, list[Op]] = {}
-    for o in ops:
-        for v in o.operands:
-            users.setdefault(v.id, []).append(o)
-    if len(ks) != 1 or users.get(mma.result.id):
-        return None
-    defined = {r.id: o for o in ops for r in o.results}
-    yielded = {y.id for y in creg.yields}
-    tail = {id(mma): mma}
-
-    def pull(v: Value) -> None:
-        o = defined.get(v.id)
-        if (o is None or id(o) in tail or o is head or o.opcode not in TAIL_OPS
-                or any(r.id in yielded or any(id(u) not in tail for u in users.get(r.id, [])) for r in o.results)):
-            return
-        tail[id(o)] = o
-        for w in o.operands:
-            pull(w)
-
-    pull(mma.operands[2])
-    pull(mma.operands[1])
-    acc = creg.args[2 + ks[0]]
-    if any(id(u) not in tail for u in users.get(acc.id, [])):
-        return None
-    ordered = [o for o in ops if id(o) in tail]
-    inside = {r.id for o in ordered for r in o.results}
-    stage, outer = creg.args[1], {v.id for v in creg.args} | set(defined)
-    crossing: dict[int, Value] = {}
-    for o in ordered:
-        for v in o.operands:
-            if v.id not in inside and v is not acc and v is not stage and v.id in outer:
-                crossing.setdefault(v.id, v)
-    late = [o for o in ops if id(o) not in tail and o is not head and o.results and all(
-        r.id not in yielded and users.get(r.id) and all(id(u) in tail for u in users[r.id]) for r in o.results)]
-    return Overlap(head, ordered, mma, ks[0], list(crossing.values()), late)
-
-
-def register_split(warps: int, producer_warps: int, arch: archs.Arch) -> tuple[int, int, int]:
-    """(registers per thread the block compiles with, the producer's after setmaxnreg.dec, the consumers'
-    after setmaxnreg.inc) for a specialised block of `warps` consumer and `producer_warps` producer warps,
-    one block per SM (sharing out the arch's SM register file). The incs draw only on what the decs gave back,
-    so both sums must balance against the block's own allocation (ptxas allocates the launch bounds' maximum when setmaxnreg is present)."""
-    threads = 32 * (warps + producer_warps)
-    block = min(255, arch.sm_registers // threads) // 8 * 8
-    spare = (block - PRODUCER_REGS) * 32 * producer_warps
-    consumer = min(MAX_CONSUMER_REGS, (block + spare // (32 * warps)) // 8 * 8)
-    return block, PRODUCER_REGS, consumer
-
-
-def _stage_buffer(v: Value, producers: dict) -> int | None:
-    """The alloc_shared op id whose stage `v` is, if it is one."""
-    op = producers.get(v.id)
-    if op is None or op.opcode != "shared_stage":
-        return None
-    buf = producers.get(op.operands[0].id)
-    return id(buf) if buf is not None else None
-
-
-def _buffer(v: Value, producers: dict) -> int | None:
-    """The alloc_shared op id behind a shared tile value (a stage of it, or the buffer itself)."""
-    op = producers.get(v.id)
-    if op is not None and op.opcode == "alloc_shared":
-        return id(op)
-    return _stage_buffer(v, producers)
-
-
-def _written_buffers(pipe: Op, producers: dict) -> set[int]:
-    """Buffers some op inside the pipeline writes (loads into stages, register stores)."""
-    return {b for reg in pipe.regions for o in reg.walk() if o.opcode in ("global_to_shared", "register_to_shared")
-            for b in [_buffer(o.operands[0], producers)] if b is not None}
-
-
-def _published(v: Value, producers: dict, staged: set[int], written: set[int]) -> bool:
-    """Whether the pipeline has made operand `v` visible to wgmma by the time compute reads it: a register
-    tile, a stage its loads fill (published each step), or a buffer written only before the pipeline
-    (published by the pipeline's first barrier)."""
-    if isinstance(v.type, TileType) and v.type.space == "rt":
-        return True
-    b = _buffer(v, producers)
-    return b is not None and (b in staged or b not in written)
-
-
-def _staged_buffers(lreg, producers: dict) -> set[int]:
-    """Buffers the load region fills (global_to_shared destinations)."""
-    out = set()
-    for o in lreg.walk():
-        if o.opcode == "global_to_shared":
-            b = _stage_buffer(o.operands[0], producers)
-            if b is not None:
-                out.add(b)
-    return out
-
-
-def _is_accumulator_chain(creg, producers: dict) -> bool:
-    """The compute region is stage views + one mma whose accumulator is the carry and whose result is
-    the only yield, so nothing reads the accumulator before the next step's mma."""
-    kinds = [o.opcode for o in creg.ops]
-    if kinds.count("mma") != 1 or any(k not in ("mma", "shared_stage") for k in kinds):
-        return False
-    (mma,) = [o for o in creg.ops if o.opcode == "mma"]
-    carry = creg.args[2:]
-    return (len(carry) == 1 and mma.operands[2] is carry[0] and list(creg.yields) == [mma.result])
 
 
 def _tma_loads(lreg, producers: dict, params: dict) -> list[tuple[Op, TmaLoad]] | None:
@@ -662,29 +516,12 @@ def _tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
     st, gl = o.operands[:2]
     t = st.type
     item = t.dtype.itemsize
-    if (o.attrs.get("fill", 0.0) != 0.0 or _stage_buffer(st, producers) is None or gl.id not in params
+    if (o.attrs.get("fill", 0.0) != 0.0 or dataflow.stage_buffer(st, producers) is None or gl.id not in params
             or not isinstance(gl.type, GlobalType) or gl.type.rank < 2 or item not in (1, 2)
             or (t.cols * item) % TMA_SWIZZLE_BYTES or t.rows % 8 or t.rows > TMA_MAX_BOX):
         return None
     return TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, t.rows, TMA_SWIZZLE_BYTES // item)
 
-
-def blocked(t) -> bool:
-    """Whether shared tile type `t` gets the library's 128-byte-swizzled block layout (st::BLOCKED)."""
-    return (t.cols * t.dtype.itemsize) % TMA_SWIZZLE_BYTES == 0 and t.rows % 8 == 0
-
-
-def wgmma_eligible(op: Op, num_warps: int) -> bool:
-    """Whether the library runs this mma as wgmma on sm_90a: the mirror of `wgmma_fits` in
-    hk_cuda/wgmma.cuh (tests/cuda/test_cuda_hopper.py checks the two agree on compiled PTX). A from shared or
-    (not transposed) from registers; B from shared."""
-    a, b, acc = (v.type for v in op.operands)
-    if a.dtype.name.startswith("fp8"):          # fp8: both K-major in shared (A as M x K, B as N x K)
-        a_ok = a.space == "st" and blocked(a) and not op.attrs["trans_a"] and op.attrs["trans_b"]
-    else:
-        a_ok = blocked(a) if a.space == "st" else (a.space == "rt" and not op.attrs["trans_a"])
-    return (a_ok and b.space == "st" and blocked(b) and num_warps % 4 == 0
-            and acc.rows % 64 == 0 and acc.cols % 8 == 0 and acc.cols <= 256)
 
 
 def fast_path(program: Program, target: Target) -> bool:
@@ -694,7 +531,7 @@ def fast_path(program: Program, target: Target) -> bool:
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
     if not pipes or any(p.pipelines[id(op)].schedule != "tma" for op in pipes):
         return False
-    return all(wgmma_eligible(m, program.num_warps) for op in pipes for m in op.regions[1].walk()
+    return all(dataflow.wgmma_eligible(m, program.num_warps) for op in pipes for m in op.regions[1].walk()
                if m.opcode == "mma")
 
 
@@ -710,7 +547,7 @@ def describe(program: Program, p: Plan, target: Target) -> str:
             pp = p.pipelines.get(id(op), PipelinePlan("cp_async"))
             extra = f", {len(pp.tma_loads)} tile loads/stage ({pp.tx_bytes} bytes)" if pp.schedule == "tma" else ""
             if p.producer_warps:
-                block, prod, cons = register_split(program.num_warps, p.producer_warps, archs.of(target))
+                block, prod, cons = occupancy.register_split(program.num_warps, p.producer_warps, archs.of(target))
                 extra += (f", warp-specialised ({p.producer_warps} producer warps issue the loads; registers "
                           f"{block} -> producer {prod}, consumers {max(cons, block)})")
             if pp.overlap:
@@ -718,7 +555,7 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                           f"{', '.join(names[id(o)] for o in pp.overlap.tail)} one step late; crossing "
                           f"{', '.join(f'%{v.id}' for v in pp.overlap.crossing)})")
             lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
-        elif op.opcode == "mma" and not (hopper and wgmma_eligible(op, program.num_warps)):
+        elif op.opcode == "mma" and not (hopper and dataflow.wgmma_eligible(op, program.num_warps)):
             k = 32 if op.operands[0].type.dtype.itemsize == 1 else 16
             lines.append(f"mma {names[id(op)]}: mma.sync m16n8k{k} (ldmatrix fragments)")
         elif op.opcode == "mma":
@@ -734,14 +571,11 @@ def describe(program: Program, p: Plan, target: Target) -> str:
                  "from its last index)"
                  if p.work_axis is not None else f"persistent, {order}") + ", dealt forwards and backwards in turn"
     lines.append("block order: " + order)
-    for b, a in p.chained.items():
-        lines.append(f"pipeline {names[b]} issues the last tail of pipeline {names[a]} in its first step (chained)")
     for run in p.ring_runs:
         lines.append(f"pipelines {', '.join(names[i] for i in run)} share one ring (each one's first copies issued while "
                      "the one before computes; the SM fill may take separate rings)")
     if hopper and not p.producer_warps and any(pp.schedule == "tma" for pp in p.pipelines.values()):
-        lines.append("ring refills: " + ("before a step whose products wait for themselves (load_ahead)" if p.load_ahead
-                                         else "after each step"))
+        lines.append("ring refills: before a step whose products wait for themselves")
     if p.late_publish:
         lines.append(f"{len(p.late_publish)} load(s) before a ring published after its first copies")
     if p.tma_stores:

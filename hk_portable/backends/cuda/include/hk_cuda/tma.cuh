@@ -157,24 +157,13 @@ HK_DEV void publish_copies() {
 }
 
 namespace detail {
-// One pipeline on a ring of its own. Without AHEAD (CudaOptions.load_ahead=False, kept for the A/B) every step
-// releases the stage of step i - 1 and refills it after computing step i, the order before 2026-12-04.
-template <int S, int TX, bool ASYNC, bool AHEAD = true> struct pipeline_tma {
+// One pipeline on a ring of its own.
+template <int S, int TX, bool ASYNC> struct pipeline_tma {
     template <class L, class C> static HK_DEV void run(int n, L& load, C& compute) {
         __shared__ u64 full[S], empty[S];
         ring_open<S, TX>(full, empty, n, load);
-        if constexpr (AHEAD) {
-            int it = 0;
-            ring_steps<S, TX, ASYNC>(full, empty, it, n, n, load, compute);
-        } else {
-            for (int i = 0; i < n; ++i) {
-                mbar_wait(&full[i % S], (i / S) & 1);
-                compute(i, i % S);
-                if constexpr (ASYNC) wgmma_wait<1>();
-                if (i > 0) release_stage(&empty[(i - 1) % S]);
-                ring_refill<S, TX>(i + S - 1, n, full, empty, load);
-            }
-        }
+        int it = 0;
+        ring_steps<S, TX, ASYNC>(full, empty, it, n, n, load, compute);
         ring_close<S>(full, empty);
     }
 };
@@ -242,28 +231,6 @@ template <int S, bool ASYNC, class C> HK_DEV void ws_consume(int n, int& it, u64
     }
 }
 
-// A consumer warp's n steps of a software-pipelined compute (schedule.py Overlap): first(0, s) is step 0;
-// step(i, s, prev) issues step i's head product, runs the tail of step i - 1 on stage prev and retires that
-// tail's product before it returns, so stage prev is released after it; tail(prev) is the last step's.
-template <int S, class F, class C, class T>
-HK_DEV void ws_consume_overlap(int n, int& it, u64* full, u64* empty, F& first, C& step, T& tail) {
-    fence_proxy_async();
-    sync();
-    if (n <= 0) return;
-    mbar_wait(&full[it % S], (it / S) & 1);
-    first(0, it % S);
-    for (int i = 1; i < n; ++i) {
-        const int prev = it % S, s = ++it % S;
-        mbar_wait(&full[s], (it / S) & 1);
-        step(i, s, prev);
-        release_stage(&empty[prev]);
-    }
-    tail(it % S);
-    wgmma_wait<0>();
-    release_stage(&empty[it % S]);
-    ++it;
-}
-
 // A split ring (schedule.py RingGroup): G groups of S stages, group g's barriers at full/empty + g*S, each
 // filled and released on its own (attention: K once QKᵀ retired, V once PV did). The step counter `it` is the
 // ring index; every group's phase at step it is (it / S) & 1. The producer acquires a group's stage before
@@ -280,13 +247,6 @@ template <int S> HK_DEV void ring_release(u64* empty, int it) { release_stage(&e
 template <int S, class L> HK_DEV void ws_produce_split(int n, int& it, L& load) {
     for (int i = 0; i < n; ++i, ++it) load(i, it % S);
 }
-// A consumer warp's n steps of a split ring: compute(i, s) waits and releases each group itself.
-template <int S, class C> HK_DEV void ws_consume_split(int n, int& it, C& compute) {
-    fence_proxy_async();
-    sync();
-    for (int i = 0; i < n; ++i, ++it) compute(i, it % S);
-}
-
 // Ping-pong (FA3): the W consumer warpgroups take turns issuing their step's wgmma, so one warpgroup's
 // softmax runs while the next one's products are on the tensor cores. Named barrier 2 + w is warpgroup w's
 // turn: w waits on it (128 threads) and warpgroup w - 1 arrives on it (128 more) after issuing. Warpgroup W - 1
@@ -305,39 +265,6 @@ template <int W> HK_DEV void turns_begin() {
 template <int W> HK_DEV void turns_end() {
     if constexpr (W > 1) if (warpgroup_id() == 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");
 }
-// A consumer warp's n steps of a software-pipelined compute on a split ring, as one pipeline of a chain
-// (schedule.py _chain_pipelines; ws_consume_overlap_split runs an unchained one, bracketed as asked): with
-// `pending`, the pipeline before it left its last tail unissued, and this one's first step, chain(0, s, prev),
-// issues that tail behind its own head as every step does; with no step of its own it runs the pending tail
-// alone, close(prev) (the tail's pipeline's own last step). OPEN: this pipeline leaves its last tail pending in
-// turn (returns whether it did; `it` then stays on its last step, whose tail the next pipeline issues).
-template <int S, bool OPEN, class F, class K, class C, class T, class P>
-HK_DEV bool ws_consume_overlap_chain(int n, int& it, bool pending, F& first, K& chain, C& step, T& last, P& close) {
-    if (n <= 0) {
-        if (pending) {
-            close(it % S);
-            ++it;
-        }
-        return false;
-    }
-    if (pending) {
-        const int prev = it % S;
-        ++it;
-        chain(0, it % S, prev);
-    } else {
-        first(0, it % S);
-    }
-    for (int i = 1; i < n; ++i) {
-        const int prev = it % S;
-        ++it;
-        step(i, it % S, prev);
-    }
-    if constexpr (OPEN) return true;
-    last(it % S);
-    ++it;
-    return false;
-}
-
 // A consumer warp's n steps of a software-pipelined compute on a split ring: first, step and last wait,
 // release and take their turns themselves (the emitter's _overlap_step); PINGPONG brackets the pipeline with
 // the turns (false: no ping-pong, or turns that run on across pipelines and tiles, bracketed by the emitter
@@ -350,7 +277,16 @@ HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last)
         sync();
     }
     if constexpr (PINGPONG) turns_begin<NUM_WARPS / 4>();
-    ws_consume_overlap_chain<S, false>(n, it, false, first, step, step, last, last);   // no tail pending before it
+    if (n > 0) {
+        first(0, it % S);
+        for (int i = 1; i < n; ++i) {
+            const int prev = it % S;
+            ++it;
+            step(i, it % S, prev);
+        }
+        last(it % S);
+        ++it;
+    }
     if constexpr (PINGPONG) turns_end<NUM_WARPS / 4>();
 }
 
@@ -425,9 +361,9 @@ HK_DEV void store_tma_drain() {
 }
 
 // Run on TMA when the launch encoded every tensor map (use_tma), else on the cp.async ring.
-template <int S, int TX, bool ASYNC, bool AHEAD = true, class L, class LT, class C>
+template <int S, int TX, bool ASYNC, class L, class LT, class C>
 HK_DEV void pipeline_tma(int n, bool use_tma, L&& load, LT&& load_tma, C&& compute) {
-    if (use_tma) detail::pipeline_tma<S, TX, ASYNC, AHEAD>::run(n, load_tma, compute);
+    if (use_tma) detail::pipeline_tma<S, TX, ASYNC>::run(n, load_tma, compute);
     else pipeline<S>(n, load, compute);
 }
 #endif  // HK_ASYNC_TENSOR_CORE

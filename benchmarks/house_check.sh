@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The house's second floor (issue 38) on one NVIDIA GPU, in one device call: after a refactor of the lowering that
+# must change no generated kernel, the cuda conformance of every library kernel and the GPU tests of the Hopper
+# schedules, the launch path and the torch layer (tests/cuda/, tests/test_gpu_torch.py), in parallel pytest workers
+# (each test compiles its own variants). Logs and conformance JSON under $OUT.
+#   run (device tool): carry [".whl"], command: bash benchmarks/house_check.sh
+#   (.whl: the stevedore wheel the device image lacks, and pytest-xdist + execnet: pip download --no-deps
+#   --only-binary=:all: -d .whl pytest-xdist execnet)
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-$(mktemp -d)}
+export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
+note() { echo "$*"; }
+source benchmarks/device_install.sh
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+t0=$(date +%s)
+timeout 240 $HK conformance --backend cuda -k "kernel/" --json "$OUT/conformance_kernels.json" 2>&1 | tail -4
+echo "conformance: $(( $(date +%s) - t0 )) s"
+t0=$(date +%s)
+timeout 300 python3 -m pytest -q -rs -p no:cacheprovider -n "${WORKERS:-12}" tests/cuda tests/test_gpu_torch.py \
+    2>&1 | tee "$OUT/pytest.log" | tail -30
+echo "pytest: $(( $(date +%s) - t0 )) s"

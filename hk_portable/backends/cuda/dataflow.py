@@ -1,0 +1,166 @@
+"""Facts about a Program's shared buffers and regions that the cuda schedule decides from (none of them a decision):
+which buffer a value is a stage of, what a pipeline stages and writes, whether an operand is published to wgmma,
+which mma runs as wgmma, and where a compute region splits into a head and a tail one step late (Overlap)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...interface import opcodes
+from ...interface.ir import Op, TileType, Value
+
+MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2     # how an mma inside a pipeline is issued (schedule.py)
+TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
+
+
+@dataclass
+class Overlap:
+    """A compute region split for software pipelining (module docstring): `head` is issued first in every
+    step; `tail` (program order, `mma` last) runs one step late and produces carry number `carry`;
+    `crossing` are the values the tail reads from its own step (snapshotted when that step ends); `late` the
+    ops that make only crossing values (P's cast to bf16): they run after the tail's product retired, so P's
+    new registers can reuse those of the P it read (FA3 converts P there too)."""
+    head: Op
+    tail: list[Op]
+    mma: Op
+    carry: int
+    crossing: list[Value]
+    late: list[Op] = field(default_factory=list)
+
+
+def quiet(op: Op) -> bool:
+    """An op that touches no memory and holds no regions (scalars, register tiles): it may run while a ring's
+    copies are in flight, and a load's publication may wait past it."""
+    spec = opcodes.spec(op.opcode)
+    return spec is not None and spec.effects == opcodes.NO_EFFECTS and not op.regions
+
+
+def free_values(reg, producers: dict) -> list[Value]:
+    """Values a region reads that it does not define (its arguments and its ops' results are its own)."""
+    own = {a.id for a in reg.args} | {r.id for o in reg.walk() for r in o.results} | {
+        a.id for o in reg.walk() for r in o.regions for a in r.args}
+    return [v for o in reg.walk() for v in o.operands if v.id not in own]
+
+
+TAIL_OPS = ("mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where", "shared_stage")
+
+
+def overlap_split(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
+    """The split of a compute region into head and tail (module docstring), or None. Taken when the
+    region's top level holds exactly two products, both staged wgmma, the second's result is only a
+    yielded carry, and that carry is read by nothing but the second product's accumulator chain: the
+    tail is that product plus the pure ops that feed only it (its accumulator's rescale, its stage view)."""
+    ops = creg.ops
+    mmas = [o for o in ops if o.opcode == "mma"]
+    if (len(mmas) != 2 or any(o.regions for o in ops)
+            or any(mma_modes.get(id(m)) != MMA_STAGED or not wgmma_eligible(m, num_warps) for m in mmas)):
+        return None
+    head, mma = mmas
+    ks = [k for k, y in enumerate(creg.yields) if y is mma.result]
+    users: dict[int, list[Op]] = {}
+    for o in ops:
+        for v in o.operands:
+            users.setdefault(v.id, []).append(o)
+    if len(ks) != 1 or users.get(mma.result.id):
+        return None
+    defined = {r.id: o for o in ops for r in o.results}
+    yielded = {y.id for y in creg.yields}
+    tail = {id(mma): mma}
+
+    def pull(v: Value) -> None:
+        o = defined.get(v.id)
+        if (o is None or id(o) in tail or o is head or o.opcode not in TAIL_OPS
+                or any(r.id in yielded or any(id(u) not in tail for u in users.get(r.id, [])) for r in o.results)):
+            return
+        tail[id(o)] = o
+        for w in o.operands:
+            pull(w)
+
+    pull(mma.operands[2])
+    pull(mma.operands[1])
+    acc = creg.args[2 + ks[0]]
+    if any(id(u) not in tail for u in users.get(acc.id, [])):
+        return None
+    ordered = [o for o in ops if id(o) in tail]
+    inside = {r.id for o in ordered for r in o.results}
+    stage, outer = creg.args[1], {v.id for v in creg.args} | set(defined)
+    crossing: dict[int, Value] = {}
+    for o in ordered:
+        for v in o.operands:
+            if v.id not in inside and v is not acc and v is not stage and v.id in outer:
+                crossing.setdefault(v.id, v)
+    late = [o for o in ops if id(o) not in tail and o is not head and o.results and all(
+        r.id not in yielded and users.get(r.id) and all(id(u) in tail for u in users[r.id]) for r in o.results)]
+    return Overlap(head, ordered, mma, ks[0], list(crossing.values()), late)
+
+
+def stage_buffer(v: Value, producers: dict) -> int | None:
+    """The alloc_shared op id whose stage `v` is, if it is one."""
+    op = producers.get(v.id)
+    if op is None or op.opcode != "shared_stage":
+        return None
+    buf = producers.get(op.operands[0].id)
+    return id(buf) if buf is not None else None
+
+
+def buffer_of(v: Value, producers: dict) -> int | None:
+    """The alloc_shared op id behind a shared tile value (a stage of it, or the buffer itself)."""
+    op = producers.get(v.id)
+    if op is not None and op.opcode == "alloc_shared":
+        return id(op)
+    return stage_buffer(v, producers)
+
+
+def written_buffers(pipe: Op, producers: dict) -> set[int]:
+    """Buffers some op inside the pipeline writes (loads into stages, register stores)."""
+    return {b for reg in pipe.regions for o in reg.walk() if o.opcode in ("global_to_shared", "register_to_shared")
+            for b in [buffer_of(o.operands[0], producers)] if b is not None}
+
+
+def published(v: Value, producers: dict, staged: set[int], written: set[int]) -> bool:
+    """Whether the pipeline has made operand `v` visible to wgmma by the time compute reads it: a register
+    tile, a stage its loads fill (published each step), or a buffer written only before the pipeline
+    (published by the pipeline's first barrier)."""
+    if isinstance(v.type, TileType) and v.type.space == "rt":
+        return True
+    b = buffer_of(v, producers)
+    return b is not None and (b in staged or b not in written)
+
+
+def staged_buffers(lreg, producers: dict) -> set[int]:
+    """Buffers the load region fills (global_to_shared destinations)."""
+    out = set()
+    for o in lreg.walk():
+        if o.opcode == "global_to_shared":
+            b = stage_buffer(o.operands[0], producers)
+            if b is not None:
+                out.add(b)
+    return out
+
+
+def is_accumulator_chain(creg, producers: dict) -> bool:
+    """The compute region is stage views + one mma whose accumulator is the carry and whose result is
+    the only yield, so nothing reads the accumulator before the next step's mma."""
+    kinds = [o.opcode for o in creg.ops]
+    if kinds.count("mma") != 1 or any(k not in ("mma", "shared_stage") for k in kinds):
+        return False
+    (mma,) = [o for o in creg.ops if o.opcode == "mma"]
+    carry = creg.args[2:]
+    return (len(carry) == 1 and mma.operands[2] is carry[0] and list(creg.yields) == [mma.result])
+
+
+def blocked(t) -> bool:
+    """Whether shared tile type `t` gets the library's 128-byte-swizzled block layout (st::BLOCKED)."""
+    return (t.cols * t.dtype.itemsize) % TMA_SWIZZLE_BYTES == 0 and t.rows % 8 == 0
+
+
+def wgmma_eligible(op: Op, num_warps: int) -> bool:
+    """Whether the library runs this mma as wgmma on sm_90a: the mirror of `wgmma_fits` in
+    hk_cuda/wgmma.cuh (tests/cuda/test_cuda_hopper.py checks the two agree on compiled PTX). A from shared or
+    (not transposed) from registers; B from shared."""
+    a, b, acc = (v.type for v in op.operands)
+    if a.dtype.name.startswith("fp8"):          # fp8: both K-major in shared (A as M x K, B as N x K)
+        a_ok = a.space == "st" and blocked(a) and not op.attrs["trans_a"] and op.attrs["trans_b"]
+    else:
+        a_ok = blocked(a) if a.space == "st" else (a.space == "rt" and not op.attrs["trans_a"])
+    return (a_ok and b.space == "st" and blocked(b) and num_warps % 4 == 0
+            and acc.rows % 64 == 0 and acc.cols % 8 == 0 and acc.cols <= 256)
