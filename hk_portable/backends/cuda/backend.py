@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 
 from ...codegen import layouts
 from ...codegen.abi import param_layout
+from ...codegen.build_search import Build, Search
 from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
@@ -162,34 +163,31 @@ class CudaBackend(Backend):
         return self._build(program, target, opts, opts.base())
 
     def _build(self, program, target: Target, opts: CudaOptions, variant: schedule.Variant) -> Artifact:
-        """NVRTC + ptxas with the fallbacks a spill or a lost register hand-over call for."""
-        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, variant=variant)
+        """NVRTC + ptxas, then the plan changes a spill, a lost register hand-over or an SM left part-empty call for,
+        in the order of the shared build search (codegen/build_search.py), each try recorded in the Artifact."""
         flags = opts.nvrtc_flags()
-        compiled, resources = _nvrtc(emitted, target.arch, flags)
-        min_blocks = opts.min_blocks
-        if min_blocks is None and (resources["spill_stores"] or resources["stack_bytes"]):
-            # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
-            again, _ = codegen.emit(program, target, min_blocks=1, variant=variant)
-            retry, r2 = _nvrtc(again, target.arch, flags)
-            if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
-                emitted, compiled, resources, min_blocks = again, retry, r2, 1
-        fast_exp2 = True
-        if resources["spill_stores"] or resources["stack_bytes"]:
-            # many flushing exps in flight can cost registers the unflushed form does not: try that
-            again, _ = codegen.emit(program, target, min_blocks=min_blocks, fast_exp2=False, variant=variant)
-            retry, r2 = _nvrtc(again, target.arch, flags)
-            if (r2["spill_stores"], r2["stack_bytes"]) < (resources["spill_stores"], resources["stack_bytes"]):
-                emitted, compiled, resources, fast_exp2 = again, retry, r2, False
-        wanted = emitted.extras.get("hand_over_registers")
-        if wanted and resources["registers"] != wanted:
-            # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over
-            emitted, shared = codegen.emit(program, target, min_blocks=min_blocks, hand_over=False,
-                                           fast_exp2=fast_exp2, variant=variant)
+
+        def build(spec: dict) -> Build:
+            emitted, shared = codegen.emit(program, target, **spec)
             compiled, resources = _nvrtc(emitted, target.arch, flags)
-        if min_blocks is None and opts.fill_sm and not emitted.extras.get("producer_warps"):
-            filled = self._fill_sm(program, target, flags, emitted, shared, resources, fast_exp2, variant)
-            if filled is not None:
-                emitted, compiled, resources, min_blocks, variant = filled
+            return Build(spec, (emitted, shared, compiled), resources)
+
+        search = Search(build, refusals=(compiler.CompileError,))
+        search.start({"variant": variant, "min_blocks": opts.min_blocks, "hand_over": True, "fast_exp2": True})
+        if opts.min_blocks is None and any(_spilled(search.kept)):
+            # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
+            search.consider("min_blocks=1", {**search.kept.spec, "min_blocks": 1}, _fewer_spills)
+        if any(_spilled(search.kept)):
+            # many flushing exps in flight can cost registers the unflushed form does not: try that
+            search.consider("fast_exp2=False", {**search.kept.spec, "fast_exp2": False}, _fewer_spills)
+        wanted = search.kept.products[0].extras.get("hand_over_registers")
+        if wanted and search.kept.resources["registers"] != wanted:
+            # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over
+            search.consider("hand_over=False", {**search.kept.spec, "hand_over": False}, lambda c, k: True)
+        if (search.kept.spec["min_blocks"] is None and opts.fill_sm
+                and not search.kept.products[0].extras.get("producer_warps")):
+            self._fill_sm(search, target)
+        (emitted, shared, compiled), resources, spec = search.kept.products, search.kept.resources, search.kept.spec
         resources["shared_bytes"] = shared
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
@@ -198,37 +196,38 @@ class CudaBackend(Backend):
             options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "nvrtc_library": compiler.loaded_nvrtc(),
                      "flags": list(compiled.options),
                      **({} if compiler.ptxas_report(compiled.log) else {"ptxas_log": compiled.log[-4000:]}),
-                     "launch_bounds_min_blocks": min_blocks, "fast_exp2": fast_exp2,
-                     "schedule": {"variant": variant.name, **asdict(variant)},
-                     "library": codegen.library_hash()},
+                     "launch_bounds_min_blocks": spec["min_blocks"], "fast_exp2": spec["fast_exp2"],
+                     "schedule": {"variant": spec["variant"].name, **asdict(spec["variant"])},
+                     "build_tries": search.record(), "library": codegen.library_hash()},
             payload=None)
 
     @staticmethod
-    def _fill_sm(program, target: Target, flags, emitted, shared: int, resources: dict, fast_exp2: bool,
-                 variant: schedule.Variant):
+    def _fill_sm(search: Search, target: Target) -> None:
         """The build asking ptxas for as many blocks an SM as shared memory allows, where registers alone held
-        the block below that and the capped build compiles without spilling (occupancy.py), with the schedule
-        variant it was built with; None otherwise. Where what spills is one ring across the pipelines (the causal 64x64
-        attention block at 96 registers: 96 bytes in its diagonal step) or the heaviest-first dispatch's indices
-        (registers held all kernel long), the build without them is taken, in that order: a fifth 64x64 attention
-        block an SM measured +11 % on the H200, the order +2.8 % (the windowed block spills 140 bytes with both)."""
+        the block below that and the capped build compiles without spilling (occupancy.py). Where what spills is
+        one ring across the pipelines (the causal 64x64 attention block at 96 registers: 96 bytes in its diagonal
+        step) or the heaviest-first dispatch's indices (registers held all kernel long), the build without them
+        is tried, in that order: a fifth 64x64 attention block an SM measured +11 % on the H200, the order +2.8 %
+        (the windowed block spills 140 bytes with both). Stops at the first build kept or refused."""
+        emitted, shared, _ = search.kept.products
+        resources, variant = search.kept.resources, search.kept.spec["variant"]
         want = occupancy.fill_target(resources["registers"], emitted.num_threads, shared, archs.of(target))
         if want is None:
-            return None
+            return
         tries = [variant]
         if "ring_runs" in emitted.extras:       # one ring across pipelines keeps more values live: separate rings
             tries.append(replace(variant, one_ring=False))
         if "dispatch_axis" in emitted.extras:
             tries.append(replace(tries[-1], heavy_first=False))
-        for sw in tries:
-            again, _ = codegen.emit(program, target, min_blocks=want, fast_exp2=fast_exp2, variant=sw)
-            try:
-                retry, r2 = _nvrtc(again, target.arch, flags)
-            except compiler.CompileError:       # too few registers for an instruction (a wgmma's accumulator)
-                return None
-            if not r2["spill_stores"] and r2["stack_bytes"] <= resources["stack_bytes"]:
-                return again, retry, r2, want, sw
-        return None
+
+        def fills(c: Build, kept: Build) -> bool:
+            return not c.resources["spill_stores"] and c.resources["stack_bytes"] <= resources["stack_bytes"]
+        for v in tries:
+            change = f"min_blocks={want}" + ("" if v == variant else f", {v}")
+            if search.consider(change, {**search.kept.spec, "min_blocks": want, "variant": v}, fills):
+                return
+            if "refused" in search.tries[-1]:   # too few registers for an instruction (a wgmma's accumulator)
+                return
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
         emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, variant=opts.base())
@@ -360,3 +359,11 @@ def _nvrtc(emitted, arch: str, flags) -> tuple:
     if compiler.wgmma_serialized(compiled.log):
         resources["wgmma_serialized"] = 1       # recorded (hk compile shows resources); the tests keep it off
     return compiled, resources
+
+
+def _spilled(b: Build) -> tuple[int, int]:
+    return b.resources["spill_stores"], b.resources["stack_bytes"]
+
+
+def _fewer_spills(candidate: Build, kept: Build) -> bool:
+    return _spilled(candidate) < _spilled(kept)

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from ...version import __version__
+from ...codegen.build_search import Build, Search
 from ...codegen.layouts import all_grids, all_strips, all_wide_accumulators
 from ...codegen.layouts import describe as describe_layouts
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
@@ -93,21 +94,23 @@ class HipBackend(Backend):
         opts = HipOptions.coerce(options)
         plan = schedule.make_plan(program, target, opts)
         schedule.check(program, target, plan)
-        k = codegen.emit(program, plan)
+        k = codegen.emit(program, plan)            # the source an offline artifact keeps
         resources: dict[str, Any] = {"waves": plan.waves, "threads": plan.threads, "lds_planned": plan.lds_bytes,
                                      "scratch_lds": plan.scratch_bytes,
                                      "schedule": ", ".join(s["schedule"] for s in plan.schedules) or "none"}
         asm = None
         ok, why = compiler.available()
         if ok:
-            asm = compiler.compile_asm(k.source, target.arch, k.kernel_name, opts.device_flags())
-            rep = compiler.report(asm, k.kernel_name)
+            search = Search(lambda spec: self._build_asm(program, target, opts, spec["plan"]))
+            search.start({"plan": plan})
             if opts.prefetch == "auto" and any(s.get("prefetch") == "split" for s in plan.schedules):
-                plan, k, asm, rep = self._split_or_whole(program, target, opts, plan, k, asm, rep)
+                self._split_or_whole(program, target, search)
             if opts.interleave == "auto" and any(s.get("interleave") == "mfma_exp" for s in plan.schedules):
-                plan, k, asm, rep = self._interleave_or_not(program, target, opts, plan, k, asm, rep)
-            resources.update(rep)
+                self._interleave_or_not(target, search)
+            plan, (k, asm) = search.kept.spec["plan"], search.kept.products
+            resources.update(search.kept.resources)
             resources["compiler"] = compiler.version()
+            resources["build_tries"] = search.record()
         else:
             resources["offline"] = why
         return Artifact(
@@ -119,42 +122,51 @@ class HipBackend(Backend):
             payload=program)
 
     @staticmethod
-    def _split_or_whole(program, target, opts, plan, k, asm, rep):
+    def _build_asm(program: Program, target: Target, opts: HipOptions, plan) -> Build:
+        k = codegen.emit(program, plan)
+        asm = compiler.compile_asm(k.source, target.arch, k.kernel_name, opts.device_flags())
+        return Build({"plan": plan}, (k, asm), compiler.report(asm, k.kernel_name))
+
+    @staticmethod
+    def _split_or_whole(program: Program, target: Target, search: Search) -> None:
         """Split pipeline loads hold a step's tiles in registers across the compute step. When that build
         spills or runs fewer waves per SIMD than the LDS allows, the whole-load build is compiled too and
         the better of the two kept (fewer spilled bytes, then more waves; a tie keeps the split): the
         choice and its reason go into the plan."""
-        def cost(a: str, r: dict) -> tuple[int, int, int]:
+        def cost(b: Build) -> tuple[int, int, int]:
+            (k, a), r = b.products, b.resources
             _, notes = isa.kernel_text(a, k.kernel_name)
             occ = isa.occupancy(target.arch, isa.total_vgprs(r, notes), r.get("lds_bytes", 0),
-                                r.get("max_flat_workgroup_size") or plan.threads)
+                                r.get("max_flat_workgroup_size") or b.spec["plan"].threads)
             spilled = r.get("vgpr_spill", 0) + r.get("scratch_bytes", 0)
             return spilled, occ["waves_per_simd"], occ["waves_per_simd_by_lds"]
-        spill, waves, by_lds = cost(asm, rep)
+        split, plan = search.kept, search.kept.spec["plan"]
+        spill, waves, by_lds = cost(split)
         if not spill and waves >= by_lds:
-            return plan, k, asm, rep
-        whole = schedule.unsplit(plan, "")
-        k2 = codegen.emit(program, whole)
-        asm2 = compiler.compile_asm(k2.source, target.arch, k2.kernel_name, opts.device_flags())
-        rep2 = compiler.report(asm2, k2.kernel_name)
-        spill2, waves2, _ = cost(asm2, rep2)
-        split_build = f"split: {rep.get('vgpr')} VGPRs, {waves} waves/SIMD, {spill} bytes spilled"
-        whole_build = f"whole: {rep2.get('vgpr')} VGPRs, {waves2} waves/SIMD, {spill2} bytes spilled"
-        if (spill2, -waves2) < (spill, -waves):
-            return schedule.unsplit(plan, f"registers: {split_build}; {whole_build}"), k2, asm2, rep2
+            return
+        taken = search.consider("whole loads", {"plan": schedule.unsplit(plan, "")},
+                                lambda c, k: (cost(c)[0], -cost(c)[1]) < (spill, -waves))
+        if search.last is None:                 # not compiled (the cap): the split stays, unexplained
+            return
+        spill2, waves2, _ = cost(search.last)
+        split_build = f"split: {split.resources.get('vgpr')} VGPRs, {waves} waves/SIMD, {spill} bytes spilled"
+        whole_build = f"whole: {search.last.resources.get('vgpr')} VGPRs, {waves2} waves/SIMD, {spill2} bytes spilled"
+        if taken:
+            search.kept.spec["plan"] = schedule.unsplit(plan, f"registers: {split_build}; {whole_build}")
+            return
         for s in plan.schedules:
             if s.get("prefetch") == "split":
                 s["prefetch_why"] += f" (whole build no better: {split_build}; {whole_build})"
-        return plan, k, asm, rep
 
     @staticmethod
-    def _interleave_or_not(program, target, opts, plan, k, asm, rep):
+    def _interleave_or_not(target: Target, search: Search) -> None:
         """The MFMA/exp interleave (patterns.interleaved_pv) reorders the compute step and lets LLVM place its
         VALU among the MFMAs; LLVM may then select differently (on gfx950 it unpacks the packed adds it puts in
         an MFMA's shadow: more VALU instructions). When the interleaved build spills, runs fewer waves per SIMD
         than its LDS allows, or its main loop's VALU time exceeds its MFMA time (issue 10's attention bound), the
         plain build is compiled too and kept if it does none of these; the figures of both go into the plan."""
-        def cost(a: str, r: dict) -> tuple[int, int, int, float]:
+        def cost(b: Build) -> tuple[int, int, int, float]:
+            (k, a), r = b.products, b.resources
             an = isa.analyze(a, target.arch, k.kernel_name, r)
             main = next((lp for lp in an["loops"] if lp["main"]), None)
             ratio = main["one_trip"]["clocks"]["valu_to_mfma"] if main else 0.0
@@ -167,24 +179,25 @@ class HipBackend(Backend):
 
         def says(c) -> str:
             return f"{c[0]} bytes spilled, {c[1]} waves/SIMD, main loop VALU/MFMA {c[3]}"
-        mine = cost(asm, rep)
-        if not (mine[0] or mine[1] < mine[2] or mine[3] > 1.0):
+
+        def note(text: str) -> None:
             for s in plan.schedules:
                 if s.get("interleave") == "mfma_exp":
-                    s["interleave_why"] += f" ({says(mine)})"
-            return plan, k, asm, rep
-        plain = schedule.uninterleaved(plan, "")
-        k2 = codegen.emit(program, plain)
-        asm2 = compiler.compile_asm(k2.source, target.arch, k2.kernel_name, opts.device_flags())
-        rep2 = compiler.report(asm2, k2.kernel_name)
-        theirs = cost(asm2, rep2)
-        if key(theirs) < key(mine):
-            return (schedule.uninterleaved(plan, f"measured: interleaved {says(mine)}; not interleaved {says(theirs)}"),
-                    k2, asm2, rep2)
-        for s in plan.schedules:
-            if s.get("interleave") == "mfma_exp":
-                s["interleave_why"] += f" ({says(mine)}; not interleaved no better: {says(theirs)})"
-        return plan, k, asm, rep
+                    s["interleave_why"] += f" ({text})"
+        plan = search.kept.spec["plan"]
+        mine = cost(search.kept)
+        if not (mine[0] or mine[1] < mine[2] or mine[3] > 1.0):
+            return note(says(mine))
+        taken = search.consider("not interleaved", {"plan": schedule.uninterleaved(plan, "")},
+                                lambda c, k: key(cost(c)) < key(mine))
+        if search.last is None:                 # not compiled (the cap)
+            return note(says(mine))
+        theirs = cost(search.last)
+        if taken:
+            search.kept.spec["plan"] = schedule.uninterleaved(
+                plan, f"measured: interleaved {says(mine)}; not interleaved {says(theirs)}")
+            return
+        note(f"{says(mine)}; not interleaved no better: {says(theirs)}")
 
     def restore(self, artifact: Artifact, program: Program) -> Artifact:
         artifact.payload = program            # the Program (its params) drives argument packing
