@@ -359,3 +359,19 @@ def test_tracing_a_pipeline_whose_load_breaks_the_rules_fails_with_the_rule():
     with pytest.raises(TraceError, match=r"'global_to_shared': in a pipeline's load region shared memory is written "
                                          r"only as buf\[s\].*stages=2"):
         wrong_stages.trace(x)
+
+
+def test_roles_read_off_the_table():
+    """The opcode roles the lowering reads (opcodes.SCALAR_OPS and what derives from it: cuda's TMA load regions and
+    producer warpgroup, the persistent grid's tile-invariant scalars) come from the table's types and effects; a new
+    scalar opcode joins them by its entry alone. Pinned here so a table change that moves one is seen."""
+    from hk_portable.backends.cuda import schedule
+    from hk_portable.codegen import patterns
+    from hk_portable.interface import opcodes
+    assert opcodes.SCALAR_OPS == {"scalar_const", "scalar_binary", "scalar_cast", "block_idx", "num_blocks",
+                                  "global_dim"}
+    assert patterns.TILE_INVARIANT_OPS == opcodes.SCALAR_OPS - {"block_idx"}
+    assert schedule.PRODUCER_OPS == opcodes.SCALAR_OPS | {"global_to_scalar", "alloc_shared", "shared_stage"}
+    for name in opcodes.SCALAR_OPS:
+        s = opcodes.spec(name)
+        assert s.effects == opcodes.NO_EFFECTS and not s.regions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..interface import opcodes
 from ..interface.ir import Op, Program, Value
 
 
@@ -105,7 +106,7 @@ def fused_masks(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, 
     return out
 
 
-TILE_INVARIANT_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "global_dim", "num_blocks")
+TILE_INVARIANT_OPS = opcodes.GRID_INVARIANT_SCALAR_OPS
 
 
 def tile_invariant(program: Program) -> list[Op]:

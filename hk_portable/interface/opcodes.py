@@ -346,6 +346,19 @@ def writes_global(opcode: str) -> bool:
     return opcode in TABLE and TABLE[opcode].effects.writes_global
 
 
+# ------------------------------------------------------------------------------------ roles, read off the table
+def _pure_scalar(s: OpSpec) -> bool:
+    """Makes scalars from scalars (or a tensor's shape) and touches no memory: what any thread may compute."""
+    return (bool(s.results) and not s.regions and s.effects == NO_EFFECTS
+            and all(set(r.kinds) <= {I32, F32} for r in s.results))
+
+
+SCALAR_OPS: frozenset[str] = frozenset(s.name for s in OPS if _pure_scalar(s))
+"""Pure scalar ops: constants, the block's index and the grid's extent, a tensor's dims, arithmetic and casts."""
+GRID_INVARIANT_SCALAR_OPS: frozenset[str] = SCALAR_OPS - {"block_idx"}
+"""The pure scalar ops whose value is the same in every block (all but the block's own index)."""
+
+
 # ------------------------------------------------------------------------------------ rule coverage
 @dataclass(frozen=True)
 class Coverage:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ...codegen.layouts import Strip
+from ...interface import opcodes
 from ...interface.backend import Target
 from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
 from . import archs, dataflow, footprint, occupancy
@@ -385,9 +386,10 @@ def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[R
                           for g in by_reader[id(r)])) for r in order]
 
 
-# What the producer warpgroup runs of the Program: the scalars and shared addresses its loads need.
-PRODUCER_OPS = ("scalar_const", "scalar_binary", "scalar_cast", "block_idx", "num_blocks", "global_dim",
-                "global_to_scalar", "alloc_shared", "shared_stage")
+# What a TMA load region may hold besides its copies (one thread issues it), and what the producer warpgroup runs
+# of the Program: the scalars and shared addresses its loads need.
+TMA_LOAD_REGION_OPS = opcodes.SCALAR_OPS | {"global_to_scalar", "shared_stage"}
+PRODUCER_OPS = TMA_LOAD_REGION_OPS | {"alloc_shared"}
 MIN_SPECIALISED_WARPS = 8        # two consumer warpgroups: a smaller block would lose occupancy to the producer
 
 
@@ -501,13 +503,12 @@ def _tma_loads(lreg, producers: dict, params: dict) -> list[tuple[Op, TmaLoad]] 
     """The TMA form of every load in the region, or None when one of them has none."""
     loads = []
     for o in lreg.walk():
-        if o.opcode in ("global_to_shared",):
+        if o.opcode == "global_to_shared":
             spec = _tma_spec(o, producers, params)
             if spec is None:
                 return None
             loads.append((o, spec))
-        elif o.opcode not in ("shared_stage", "scalar_const", "scalar_binary", "scalar_cast", "block_idx",
-                              "num_blocks", "global_dim", "global_to_scalar"):
+        elif o.opcode not in TMA_LOAD_REGION_OPS:
             return None                 # anything else in the load region keeps the all-threads ring
     return loads or None
 
