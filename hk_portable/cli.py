@@ -100,18 +100,28 @@ def _progress(console, total: int):
 # ------------------------------------------------------------------------------------------- compile
 def cmd_compile(args) -> int:
     from .interface.errors import UnsupportedError
-    backend, target, program, artifact = _compile(args, lower=args.emit not in ("ir", "lowered"))
+    from .codegen.lowering import parse_emit
+    emit, after = parse_emit(args.emit)
+    backend, target, program, artifact = _compile(args, lower=emit not in ("ir", "lowered"))
     out: str | bytes
-    if args.emit == "ir":           # the Program every backend receives, no compiling needed
+    if emit == "ir":                # the Program every backend receives, no compiling needed
         out = str(program)
-    elif args.emit == "lowered":    # the Program with the backend's schedule decisions for the target
-        out = backend.lowered(program, target)
+    elif emit == "lowered":         # the Program with the backend's lowering passes' annotations for the target
+        out = backend.lowered(program, target, after)
     else:
         out = backend.emit(artifact, args.emit)
         if not isinstance(out, (str, bytes)):
             raise UnsupportedError(f"backend {backend.name!r} emitted {type(out).__name__} for {args.emit!r}")
     _write(out, args.output, args.emit)
     return 0
+
+
+def _emit_kind(kind: str) -> str:
+    """argparse's check of --emit: one of EMIT_KINDS, or lowered:after=PASS."""
+    if kind not in EMIT_KINDS and not kind.startswith("lowered:after="):
+        raise argparse.ArgumentTypeError(f"invalid choice: {kind!r} (choose from {', '.join(EMIT_KINDS)}, "
+                                         "lowered:after=PASS)")
+    return kind
 
 
 def _compile(args, lower: bool = True):
@@ -299,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "file that defines example_args)")
     k.add_argument("--backend", required=True, metavar="SPEC", help=SPEC_HELP)
     k.add_argument("--target", metavar="ARCH", help="target arch (default: the backend's default target)")
-    k.add_argument("--emit", required=True, choices=EMIT_KINDS)
+    k.add_argument("--emit", required=True, type=_emit_kind, metavar="|".join(EMIT_KINDS),
+                   help="what to show; lowered:after=PASS shows the lowering after that pass")
     k.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout (needed for binaries)")
     k.add_argument("--arg", action="append", metavar="NAME=VALUE", help=ARG_HELP)
     k.set_defaults(func=cmd_compile)

@@ -152,6 +152,21 @@ def test_compile_writes_to_a_file(capsys, tmp_path):
     assert rc == 0 and out == "" and path.read_text().startswith("kernel @gemm_kernel(") and str(path) in err
 
 
+def test_compile_shows_the_lowering_after_a_named_pass(capsys):
+    """--emit lowered prints the Program and each pass's annotation; lowered:after=PASS stops after PASS; a pass the
+    backend has not, a backend without passes and a suffix on another kind are each one clear line."""
+    rc, out, _ = run(capsys, "compile", "gemm", "--backend", "hip", "--target", "gfx942", "--emit", "lowered:after=plan")
+    assert rc == 0 and out.startswith("kernel @gemm_kernel(") and "// after pass 'plan'" in out
+    assert "// plan (hip backend, hip:gfx942): {" in out and "// layouts (8 waves of 64)" in out
+    rc, _, err = run(capsys, "compile", "gemm", "--backend", "hip", "--emit", "lowered:after=schedule")
+    assert rc != 0 and "no lowering pass 'schedule'" in err and "its passes are, in order: plan" in err
+    rc, _, err = run(capsys, "compile", "gemm", "--backend", "reference", "--emit", "lowered:after=plan")
+    assert rc != 0 and "backend 'reference' has no lowering passes" in err
+    with pytest.raises(SystemExit) as e:               # argparse's own refusal: usage and the reason, exit 2
+        main(["compile", "gemm", "--backend", "reference", "--emit", "ir:after=plan"])
+    assert e.value.code == 2 and "invalid choice: 'ir:after=plan'" in capsys.readouterr().err
+
+
 def test_conformance_and_compile_take_a_backend_spec(capsys):
     rc, out, _ = run(capsys, "conformance", "--backend", "reference:cpu", "-k", "op/cast/f32_to_bf16", "--seed", "7")
     assert rc == 0 and "on backend reference, target cpu" in out and "CONFORMS" in out

@@ -137,9 +137,12 @@ class Backend(abc.ABC):
         configuration. The default judges no build."""
         return None
 
-    def lowered(self, program: Program, target: Target) -> str:
+    def lowered(self, program: Program, target: Target, after: str | None = None) -> str:
         """The Program with this backend's lowering decisions for `target` (schedules, per-op
-        instruction choices) as text: `hk compile --emit lowered`."""
+        instruction choices) as text: `hk compile --emit lowered`; `after`: the state after that pass
+        (`--emit lowered:after=PASS`; codegen/lowering.py)."""
+        if after is not None:
+            raise UnsupportedError(f"backend {self.name!r} has no lowering passes (asked for the state after {after!r})")
         return f"{program}\n\n// {self.name} ({target.spec}): no lowering pass; each op maps to its library call"
 
     def compiler_version(self) -> str:

@@ -147,6 +147,14 @@ def test_hk_compile_shows_wgmma_and_tma_for_sm90a(capsys):
     lowered = capsys.readouterr().out
     assert "pipeline %" in lowered and ": tma," in lowered and "wgmma m64n256k16, async" in lowered
     assert "tensor map 1: param 1 (rank 2, bf16), box 64x64, SWIZZLE_128B" in lowered
+    # the named passes in order, and the state after one of them (codegen/lowering.py)
+    assert [ln for ln in lowered.splitlines() if ln.startswith("// after pass")] == [
+        "// after pass 'layouts'", "// after pass 'variant'", "// after pass 'schedule'"]
+    assert cli.main(["compile", "gemm", "--backend", "cuda", "--target", "sm_90a", "--emit", "lowered:after=variant"]) == 0
+    partial = capsys.readouterr().out
+    assert "// the base schedule: Base(" in partial and "// schedule (cuda backend" not in partial
+    assert cli.main(["compile", "gemm", "--backend", "cuda", "--emit", "lowered:after=fusion"]) != 0
+    assert "its passes are, in order: layouts, variant, schedule" in capsys.readouterr().err
 
 
 def test_no_wgmma_serialisation_in_the_async_chain():
@@ -273,7 +281,7 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     # the view shows the plan compile() tries first: FA3's on two or three consumer warpgroups, persistent, and with
     # a causal band the query blocks longest first
     fa3 = cfg.get("num_warps") in (8, 12)
-    assert lowered.startswith("// FA3's schedule") is fa3 and ("block order: persistent" in plan) is fa3
+    assert ("// FA3's schedule" in lowered) is fa3 and ("block order: persistent" in plan) is fa3
     assert ("longest first once axis 0 has 64 blocks" in plan) is (fa3 and masked)
 
 

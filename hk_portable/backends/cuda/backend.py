@@ -10,7 +10,7 @@ import functools
 import threading
 from dataclasses import asdict, replace
 
-from ...codegen import layouts
+from ...codegen import layouts, lowering
 from ...codegen.abi import param_layout
 from ...codegen.build_search import Build, Search
 from ...codegen.options import OptionError
@@ -125,14 +125,8 @@ class CudaBackend(Backend):
         return (f"spills {r['spill_stores']} bytes ({r['stack_bytes']}-byte stack) at {r['registers']} registers "
                 f"under NVRTC {artifact.options.get('nvrtc')}")
 
-    def lowered(self, program, target: Target) -> str:
-        warps = footprint.num_warps(program, target)
-        lay = layouts.describe(program, footprint.layouts(program, warps))
-        fa3 = schedule.fa3_variant(program, target, DEFAULT.fa3())    # the variant compile() tries first
-        head = "" if fa3 is None else ("// FA3's schedule (kept when its build keeps the hand-over and spills no more "
-                                       "than schedule.FA3_SPILL_BYTES allows)\n")
-        return (head + schedule.describe(program, schedule.plan(program, target, fa3 or DEFAULT.base()), target)
-                + f"\n// layouts ({warps} warps)\n" + "\n".join(lay))
+    def lowered(self, program, target: Target, after: str | None = None) -> str:
+        return lowering.describe(lowering.lower(program, target, PASSES, after), PASSES)
 
     def check(self, program, target: Target, options=None) -> None:
         self._options(target, options)
@@ -367,3 +361,32 @@ def _spilled(b: Build) -> tuple[int, int]:
 
 def _fewer_spills(candidate: Build, kept: Build) -> bool:
     return _spilled(candidate) < _spilled(kept)
+
+
+# ------------------------------------------------------------------------------------------- lowering passes
+def _variant(lo: lowering.Lowered) -> schedule.Variant:
+    """The variant compile() tries first with the default options (FA3's where it applies, kept by compile() only
+    when its build keeps the hand-over and spills no more than schedule.FA3_SPILL_BYTES allows)."""
+    return schedule.fa3_variant(lo.program, lo.target, DEFAULT.fa3()) or DEFAULT.base()
+
+
+def _show_variant(lo: lowering.Lowered, v: schedule.Variant) -> str:
+    head = ("// FA3's schedule (kept when its build keeps the hand-over and spills no more than "
+            "schedule.FA3_SPILL_BYTES allows)" if isinstance(v, schedule.FA3) else "// the base schedule")
+    return f"{head}: {v}"
+
+
+def _strips(lo: lowering.Lowered) -> frozenset:
+    return frozenset(v.id for v, lay in lo["layouts"].items() if isinstance(lay, layouts.Strip))
+
+
+PASSES = (
+    lowering.Pass("layouts", lambda lo: footprint.layouts(lo.program, footprint.num_warps(lo.program, lo.target)),
+                  lambda lo, lay: f"// layouts ({footprint.num_warps(lo.program, lo.target)} warps)\n"
+                  + "\n".join(layouts.describe(lo.program, lay))),
+    lowering.Pass("variant", _variant, _show_variant),
+    lowering.Pass("schedule", lambda lo: schedule.plan(lo.program, lo.target, lo["variant"], _strips(lo)),
+                  lambda lo, plan: schedule.describe(lo.program, plan, lo.target)),
+)
+"""The cuda lowering before the emitter (`hk compile --emit lowered[:after=PASS]`): the layout pass's choice, the
+schedule variant, the plan."""

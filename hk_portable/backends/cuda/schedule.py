@@ -40,7 +40,8 @@ together (alone each measured no gain on the H200, perf-notes 2026-12-03; git ke
 The backend takes it unasked where it measured a gain (`fa3_variant`: attention on two or three consumer
 warpgroups, causal or not).
 
-`plan(program, target)` returns the decisions; `describe(plan)` prints them (`hk compile --emit lowered`).
+`plan(program, target, variant)` returns the decisions; `describe` prints them (the backend's lowering passes,
+`hk compile --emit lowered`).
 """
 from __future__ import annotations
 
@@ -537,8 +538,8 @@ def fast_path(program: Program, target: Target) -> bool:
 
 
 def describe(program: Program, p: Plan, target: Target) -> str:
-    """The plan as text, after the Program (`hk compile --emit lowered`)."""
-    lines = [str(program), "", f"// schedule (cuda backend, {target.spec})"]
+    """The plan as text (`hk compile --emit lowered`, after the Program)."""
+    lines = [f"// schedule (cuda backend, {target.spec})"]
     hopper = archs.of(target).async_tensor_core
     names = {id(op): f"%{op.results[0].id}" if op.results else op.opcode for op in program.body.walk()}
     mode = {MMA_STANDALONE: "standalone (barrier + fence, waits)", MMA_STAGED: "staged (no barrier, waits)",

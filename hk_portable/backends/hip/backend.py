@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from ...version import __version__
+from ...codegen import lowering
 from ...codegen.build_search import Build, Search
 from ...codegen.layouts import all_grids, all_strips, all_wide_accumulators
 from ...codegen.layouts import describe as describe_layouts
@@ -83,11 +84,8 @@ class HipBackend(Backend):
                 return cfg
         return super().choose_config(candidates, target)
 
-    def lowered(self, program: Program, target: Target) -> str:
-        plan = schedule.make_plan(program, target)
-        lay = describe_layouts(program, plan.lowering.layouts)
-        return (super().lowered(program, target) + f"\n// layouts ({plan.waves} waves of {plan.wave_size})\n"
-                + "\n".join(lay))
+    def lowered(self, program: Program, target: Target, after: str | None = None) -> str:
+        return lowering.describe(lowering.lower(program, target, PASSES, after), PASSES)
 
     def compile(self, program: Program, target: Target, options=None) -> Artifact:
         self._require_arch(target)
@@ -252,3 +250,14 @@ class HipBackend(Backend):
     def _require_arch(target: Target) -> None:
         if target.arch not in ARCHS:
             raise UnsupportedError(f"the hip backend generates code for {', '.join(ARCHS)}, not {target.arch!r}")
+
+
+def _show_plan(lo: lowering.Lowered, plan) -> str:
+    lay = describe_layouts(lo.program, plan.lowering.layouts)
+    return (f"// plan (hip backend, {lo.target.spec}): {plan.to_json()}\n"
+            f"// layouts ({plan.waves} waves of {plan.wave_size})\n" + "\n".join(lay))
+
+
+PASSES = (lowering.Pass("plan", lambda lo: schedule.make_plan(lo.program, lo.target), _show_plan),)
+"""The hip lowering before the emitter: make_plan, which runs each analysis once (the layouts, preloads and pattern
+finders it keeps in Plan.lowering) and decides the schedules (`hk compile --emit lowered`)."""
