@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The house's second floor (issue 38) on one NVIDIA GPU, in one device call: after a refactor of the lowering that
-# must change no generated kernel, the cuda conformance of every library kernel and the GPU tests of the Hopper
-# schedules, the launch path and the torch layer (tests/cuda/, tests/test_gpu_torch.py), in parallel pytest workers
-# (each test compiles its own variants). Logs and conformance JSON under $OUT.
+# Every GPU check on one NVIDIA GPU, in one device call (after a refactor of the lowering that must change no
+# generated kernel, or of how the hk:: ops are registered or launched): the cuda conformance of every library kernel
+# and the GPU tests of the Hopper schedules, the launch path and the torch layer (tests/cuda/,
+# tests/test_gpu_torch.py), in parallel pytest workers (each test compiles its own variants). Logs and conformance
+# JSON under $OUT. (It replaces torch_gpu_check.sh, a subset.)
 #   run (device tool): carry [".whl"], command: bash benchmarks/house_check.sh
 #   (.whl: the stevedore wheel the device image lacks, and pytest-xdist + execnet: pip download --no-deps
 #   --only-binary=:all: -d .whl pytest-xdist execnet)
