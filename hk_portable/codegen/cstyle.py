@@ -109,12 +109,16 @@ class CStyleEmitter:
         return str(op.attrs["stages"])
 
     # ---- driver
+    def register_layouts(self, program: Program) -> dict:
+        """Every register value's layout (layouts.assign_layouts with what this library implements); a backend whose
+        plan already holds them returns those, so the layout pass runs once."""
+        return assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts, self.lanes,
+                              self.axes, self.grid_layouts, self.tfrag_layouts, self.narrow_strips)
+
     def emit(self, program: Program) -> EmittedKernel:
         self.p = program
         self.axes = assign_vector_axes(program)
-        self.layouts = assign_layouts(program, self.num_threads(program) // self.lanes, self.strip_layouts,
-                                      self.lanes, self.axes, self.grid_layouts, self.tfrag_layouts,
-                                      self.narrow_strips)
+        self.layouts = self.register_layouts(program)
         if self.col_major_shared:
             self.layouts.update(self.shared_storage(program))
         self.producers = {r: o for o in program.body.walk() for r in o.results}    # value -> the op making it

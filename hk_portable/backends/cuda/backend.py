@@ -376,16 +376,12 @@ def _show_variant(lo: lowering.Lowered, v: schedule.Variant) -> str:
     return f"{head}: {v}"
 
 
-def _strips(lo: lowering.Lowered) -> frozenset:
-    return frozenset(v.id for v, lay in lo["layouts"].items() if isinstance(lay, layouts.Strip))
-
-
 PASSES = (
     lowering.Pass("layouts", lambda lo: footprint.layouts(lo.program, footprint.num_warps(lo.program, lo.target)),
                   lambda lo, lay: f"// layouts ({footprint.num_warps(lo.program, lo.target)} warps)\n"
                   + "\n".join(layouts.describe(lo.program, lay))),
     lowering.Pass("variant", _variant, _show_variant),
-    lowering.Pass("schedule", lambda lo: schedule.plan(lo.program, lo.target, lo["variant"], _strips(lo)),
+    lowering.Pass("schedule", lambda lo: schedule.plan(lo.program, lo.target, lo["variant"], lo["layouts"]),
                   lambda lo, plan: schedule.describe(lo.program, plan, lo.target)),
 )
 """The cuda lowering before the emitter (`hk compile --emit lowered[:after=PASS]`): the layout pass's choice, the

@@ -47,9 +47,9 @@ def _op_scratch(op, warps: int, lay: dict) -> int:
     return 0
 
 
-def scratch_bytes(program: Program, warps: int) -> int:
-    """Scratch shared memory the library uses (128-byte granules)."""
-    lay = layouts(program, warps)
+def scratch_bytes(program: Program, warps: int, lay: dict | None = None) -> int:
+    """Scratch shared memory the library uses (128-byte granules); `lay`: the layouts, where already assigned."""
+    lay = layouts(program, warps) if lay is None else lay
     return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, warps, lay), SMEM_ALIGN)
 
 
@@ -85,5 +85,5 @@ def fits(program: Program, plan, target: Target) -> bool:
     """Whether the block's shared memory (the arena with the plan's uses of it, the scratch, the slack) fits."""
     arena = resources.arena_layout(slots(program, plan, [op.result for op in program.shared_buffers()]),
                                    BUFFER_ALIGN)[1]
-    scratch = scratch_bytes(program, num_warps(program, target))
+    scratch = scratch_bytes(program, num_warps(program, target), plan.layouts or None)
     return resources.shared_bytes(arena, scratch) + base_slack(target) <= target.max_shared_bytes

@@ -135,6 +135,9 @@ class Plan:
     ring_hoist: list[int] = field(default_factory=list)   # quiet scalar ops inside a run that later pipelines' trip
                                         # counts or loads read: emitted when the run opens its ring
 
+    layouts: dict = field(default_factory=dict, repr=False)   # the layout pass's choice the plan was made with
+                                        # (value -> layout), which the emitter renders
+
     @property
     def uses_tma(self) -> bool:
         return bool(self.tensor_maps)
@@ -183,22 +186,23 @@ Variant = Base | FA3
 BASE = Base()
 
 
-def plan(program: Program, target: Target, variant: Variant = BASE, strips: frozenset | None = None) -> Plan:
+def plan(program: Program, target: Target, variant: Variant = BASE, layouts: dict | None = None) -> Plan:
     """The schedule of `program` on `target` under `variant`, with its uses of spare shared memory fitted to the
-    target (_fit_shared). `strips`: the ids of values the layout pass made strips (None: run it)."""
-    if strips is None:
-        lay = footprint.layouts(program, footprint.num_warps(program, target))
-        strips = frozenset(v.id for v, l in lay.items() if isinstance(l, Strip))
-    p = _plan(program, target, variant, strips)
+    target (_fit_shared). `layouts`: the layout pass's choice, where already made (None: run it); the plan keeps
+    it for the emitter."""
+    if layouts is None:
+        layouts = footprint.layouts(program, footprint.num_warps(program, target))
+    p = _plan(program, target, variant, layouts)
     if isinstance(variant, FA3) and not (p.pingpong and p.prologue):
-        p = _plan(program, target, Base(tma_store=variant.tma_store), strips)
+        p = _plan(program, target, Base(tma_store=variant.tma_store), layouts)
     _fit_shared(program, p, target)
     return p
 
 
-def _plan(program: Program, target: Target, v: Variant, strips: frozenset) -> Plan:
+def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> Plan:
     fa3 = isinstance(v, FA3)
-    out = Plan(grouped_blocks=grouped_blocks(program))
+    strips = frozenset(val.id for val, lay in layouts.items() if isinstance(lay, Strip))
+    out = Plan(grouped_blocks=grouped_blocks(program), layouts=layouts)
     producers = {r.id: op for op in program.body.walk() for r in op.results}
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
     if (fa3 or v.heavy_first) and not out.grouped_blocks:
@@ -247,7 +251,7 @@ def _tma_fed(program: Program, p: Plan, target: Target) -> bool:
     persistent block's consumer warpgroups need not meet between tiles (the barriers order each buffer):
     one finishes its epilogue while the other still multiplies, and the ping-pong runs on across tiles."""
     ops = list(program.body.walk())
-    if (footprint.scratch_bytes(program, footprint.num_warps(program, target))
+    if (footprint.scratch_bytes(program, footprint.num_warps(program, target), p.layouts or None)
             or any(o.opcode == "register_to_shared" for o in ops)):
         return False
     by_tma = {i for pp in p.pipelines.values() for i in pp.tma_loads} | set(p.prologue)
@@ -280,7 +284,7 @@ def fa3_variant(program: Program, target: Target, v: FA3) -> FA3 | None:
     build keeps the register hand-over and spills no more than FA3_SPILL_BYTES."""
     if program.num_warps % PRODUCER_WARPS or program.num_warps // PRODUCER_WARPS not in FA3_SPILL_BYTES:
         return None
-    p = _plan(program, target, v, frozenset())
+    p = _plan(program, target, v, {})
     return v if p.pingpong and p.prologue else None
 
 
