@@ -71,7 +71,7 @@ def lookup(k: str, candidates: list[dict]) -> dict | None:
     return None
 
 
-def store(k: str, winner: dict, times_ms: list[tuple[dict, float]], seconds: float) -> None:
+def store(k: str, winner: dict, times_ms: list[tuple[dict, float]], seconds: float, errors: list[str] = ()) -> None:
     with _lock:
         _memory[k] = dict(winner)
         p = _path()
@@ -79,7 +79,7 @@ def store(k: str, winner: dict, times_ms: list[tuple[dict, float]], seconds: flo
             return
         data = _read()
         data[k] = {"config": winner, "ms": [[c, t] for c, t in times_ms], "tuning_seconds": round(seconds, 3),
-                   "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+                   "date": time.strftime("%Y-%m-%d %H:%M:%S"), **({"skipped": list(errors)} if errors else {})}
         try:
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tuning-")
             with os.fdopen(fd, "w") as f:
@@ -124,7 +124,7 @@ def tune(k: str, candidates: list[dict], launch, device: str) -> dict:
     if not ok:
         raise RuntimeError(f"autotune: no candidate ran: {errors}")
     winner = dict(min(ok, key=lambda ct: ct[1])[0])
-    store(k, winner, ok, time.perf_counter() - t0)
+    store(k, winner, ok, time.perf_counter() - t0, errors)
     return winner
 
 
