@@ -348,11 +348,10 @@ class CStyleEmitter:
         self._result(op, f"hk::dropout_mask({{dst}}, {self.args(op.operands)});")
 
     # ---- structured control flow
-    def _carry_vars(self, op: Op, inits, refs=frozenset()) -> list[str]:
-        """A loop's carried variables, each initialised from its init; those numbered in `refs` are references
-        to their init (the same registers) instead of copies."""
-        for k, (r, init) in enumerate(zip(op.results, inits)):
-            self.line(f"{self._ref_decl(r) if k in refs else self.decl(r)} = {self.name(init)};")
+    def _carry_vars(self, op: Op, inits) -> list[str]:
+        """A loop's carried variables, each initialised from its init."""
+        for r, init in zip(op.results, inits):
+            self.line(f"{self.decl(r)} = {self.name(init)};")
         return [self.name(r) for r in op.results]
 
     def _ref_decl(self, v) -> str:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-from hk_portable.backends.cuda import archs, occupancy, preferences, schedule, tma
+from hk_portable.backends.cuda import archs, dataflow, occupancy, preferences, schedule, tma
 from hk_portable.interface import GL, RT, ST, UnsupportedError, f32
 from hk_portable.kernels import attention
 from hk_portable.kernels.gemm import candidates as gemm_candidates
@@ -192,14 +192,14 @@ def _mma_probe_rs(a: GL[2], b: GL[2], c: GL[2], *, M: hk.const = 64, N: hk.const
     (64, 64, 64, False, 4, True), (128, 128, 32, True, 8, True), (64, 32, 64, False, 4, True),
     (32, 64, 64, False, 4, True)])
 def test_python_wgmma_rule_matches_the_library(M, N, K, TB, warps, reg_a):
-    """schedule.wgmma_eligible mirrors wgmma_fits in hk_cuda/wgmma.cuh: the PTX decides."""
+    """dataflow.wgmma_eligible mirrors wgmma_fits in hk_cuda/wgmma.cuh: the PTX decides."""
     b = _meta(N, K) if TB else _meta(K, N)
     args = (_meta(M, K), b, _meta(M, N, dtype=torch.float32))
     kern = _mma_probe_rs if reg_a else _mma_probe
     prog = kern.trace(*args, M=M, N=N, K=K, TB=TB, num_warps=warps)
     (op,) = [o for o in prog.body.walk() if o.opcode == "mma"]
     art = kern.compile(*args, backend="cuda:sm_90a", M=M, N=N, K=K, TB=TB, num_warps=warps)
-    assert ("wgmma.mma_async" in art.asm) == schedule.wgmma_eligible(op, warps)
+    assert ("wgmma.mma_async" in art.asm) == dataflow.wgmma_eligible(op, warps)
 
 
 def test_tensor_map_params_follow_the_program_params_in_the_ptx_entry():
@@ -287,7 +287,7 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
 
 @pytest.mark.parametrize("masked", [False, True])
 def test_attention_compute_is_software_pipelined_on_sm90a(masked):
-    """FA3's intra-warpgroup overlap (schedule.Overlap): a step issues QKᵀ of block i, then the rescale and PV
+    """FA3's intra-warpgroup overlap (dataflow.Overlap): a step issues QKᵀ of block i, then the rescale and PV
     of block i-1, and runs block i's softmax while PV is on the tensor cores; P (bf16) and alpha cross one step.
     ptxas keeps every wgmma asynchronous: a control-flow merge between an issue and its wait would make it
     serialise all of them (it says so in its log), which the first version of this pass did. Part of the FA3

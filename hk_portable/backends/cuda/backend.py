@@ -220,8 +220,8 @@ class CudaBackend(Backend):
             change = f"min_blocks={want}" + ("" if v == variant else f", {v}")
             if search.consider(change, {**search.kept.spec, "min_blocks": want, "variant": v}, fills):
                 return
-            if "refused" in search.tries[-1]:   # too few registers for an instruction (a wgmma's accumulator)
-                return
+            if search.last is None:             # not built: too few registers for an instruction (a wgmma's
+                return                          # accumulator), or the search's cap
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
         emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, variant=opts.base())

@@ -15,7 +15,7 @@ from ...codegen.cstyle import CStyleEmitter, EmittedKernel
 from ...codegen.layouts import Strip
 from ...interface.backend import Target
 from ...interface.ir import Op, Program, TileType
-from . import archs, footprint, occupancy, schedule, wgmma
+from . import archs, dataflow, footprint, occupancy, schedule, wgmma
 from .footprint import BUFFER_ALIGN, base_slack, num_warps, scratch_bytes
 
 HEADER = Path(__file__).with_name("include") / "hk_cuda.cuh"
@@ -117,9 +117,9 @@ class CudaEmitter(CStyleEmitter):
         self.line(f"const int {self.name(op.result)} = hk_grid_{'xyz'[op.attrs['axis']]};")
 
     def mma_template_args(self, op):
-        mode = schedule.MMA_ASYNC if id(op) in self._in_flight else self.plan.mma_modes.get(id(op), schedule.MMA_STANDALONE)
+        mode = dataflow.MMA_ASYNC if id(op) in self._in_flight else self.plan.mma_modes.get(id(op), dataflow.MMA_STANDALONE)
         base = super().mma_template_args(op)
-        return base if mode == schedule.MMA_STANDALONE else f"{base}, {mode}"
+        return base if mode == dataflow.MMA_STANDALONE else f"{base}, {mode}"
 
     def op_global_to_shared(self, op):
         if self._tma_loads is None or id(op) not in self._tma_loads:
@@ -139,11 +139,11 @@ class CudaEmitter(CStyleEmitter):
     def _ring(self, which: str, g: int) -> str:
         return f"hk_{which} + {g * self._stages}"
 
-    def _ring_wait(self, g: int, it: str = "hk_it", cond: str = "") -> None:
-        self.line(f"{cond}hk::ring_wait<{self._stages}>({self._ring('full', g)}, {it});")
+    def _ring_wait(self, g: int, it: str = "hk_it") -> None:
+        self.line(f"hk::ring_wait<{self._stages}>({self._ring('full', g)}, {it});")
 
-    def _ring_release(self, g: int, it: str = "hk_it", cond: str = "") -> None:
-        self.line(f"{cond}hk::ring_release<{self._stages}>({self._ring('empty', g)}, {it});")
+    def _ring_release(self, g: int, it: str = "hk_it") -> None:
+        self.line(f"hk::ring_release<{self._stages}>({self._ring('empty', g)}, {it});")
 
     def emit_ops(self, ops, in_pipeline_load: bool = False) -> None:
         if self._hoisted:                       # computed before the tile loop (_tiles)
@@ -258,8 +258,8 @@ class CudaEmitter(CStyleEmitter):
                   f"hk_first{uid}, hk_step{uid}, hk_last{uid}); hk::fence_operand({carry[pp.overlap.carry]}); }}")
         self.line(f"else hk::pipeline<{stages}>({n}, hk_load{uid}, hk_compute{uid});")
 
-    def _overlap_lambdas(self, creg, ov: schedule.Overlap, carry: list[str], uid: int) -> None:
-        """The software-pipelined form of a compute region (schedule.Overlap): `hk_tail<uid>(s)` runs the
+    def _overlap_lambdas(self, creg, ov: dataflow.Overlap, carry: list[str], uid: int) -> None:
+        """The software-pipelined form of a compute region (dataflow.Overlap): `hk_tail<uid>(s)` runs the
         tail on stage s from the snapshots of the crossing values; `hk_step<uid>(i, s)` issues the head, runs
         the previous step's tail (stage prev), waits for the head only, runs the rest of the step while the
         tail's product is in flight, retires it and snapshots what its own tail will read; `hk_first<uid>`
@@ -302,7 +302,7 @@ class CudaEmitter(CStyleEmitter):
         self.indent -= 1
         self.line("};")
 
-    def _overlap_step(self, name: str, creg, ov: schedule.Overlap, carry: list[str], snaps, tail: str | None):
+    def _overlap_step(self, name: str, creg, ov: dataflow.Overlap, carry: list[str], snaps, tail: str | None):
         """Step 0 (tail None) or step i of the software-pipelined compute on the split ring (group 0 read by the
         head, group 1 by the tail): wait for K of this step and V of the last before the products are issued (in
         this warpgroup's turn), release K once the head retired, V once the tail did."""

@@ -85,5 +85,5 @@ def fits(program: Program, plan, target: Target) -> bool:
     """Whether the block's shared memory (the arena with the plan's uses of it, the scratch, the slack) fits."""
     arena = resources.arena_layout(slots(program, plan, [op.result for op in program.shared_buffers()]),
                                    BUFFER_ALIGN)[1]
-    scratch = scratch_bytes(program, num_warps(program, target), plan.layouts or None)
+    scratch = scratch_bytes(program, num_warps(program, target), plan.layouts)
     return resources.shared_bytes(arena, scratch) + base_slack(target) <= target.max_shared_bytes

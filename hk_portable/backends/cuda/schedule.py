@@ -53,8 +53,7 @@ from ...interface import opcodes
 from ...interface.backend import Target
 from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
 from . import archs, dataflow, footprint, occupancy
-from .dataflow import (MMA_ASYNC, MMA_STAGED, MMA_STANDALONE, TMA_SWIZZLE_BYTES, Overlap,  # noqa: F401 (as schedule.*)
-                       wgmma_eligible)
+from .dataflow import MMA_ASYNC, MMA_STAGED, MMA_STANDALONE, TMA_SWIZZLE_BYTES
 
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
@@ -251,7 +250,7 @@ def _tma_fed(program: Program, p: Plan, target: Target) -> bool:
     persistent block's consumer warpgroups need not meet between tiles (the barriers order each buffer):
     one finishes its epilogue while the other still multiplies, and the ping-pong runs on across tiles."""
     ops = list(program.body.walk())
-    if (footprint.scratch_bytes(program, footprint.num_warps(program, target), p.layouts or None)
+    if (footprint.scratch_bytes(program, footprint.num_warps(program, target), p.layouts)
             or any(o.opcode == "register_to_shared" for o in ops)):
         return False
     by_tma = {i for pp in p.pipelines.values() for i in pp.tma_loads} | set(p.prologue)
@@ -284,7 +283,7 @@ def fa3_variant(program: Program, target: Target, v: FA3) -> FA3 | None:
     build keeps the register hand-over and spills no more than FA3_SPILL_BYTES."""
     if program.num_warps % PRODUCER_WARPS or program.num_warps // PRODUCER_WARPS not in FA3_SPILL_BYTES:
         return None
-    p = _plan(program, target, v, {})
+    p = _plan(program, target, v, footprint.layouts(program, footprint.num_warps(program, target)))
     return v if p.pingpong and p.prologue else None
 
 

@@ -92,7 +92,6 @@ class HipBackend(Backend):
         opts = HipOptions.coerce(options)
         plan = schedule.make_plan(program, target, opts)
         schedule.check(program, target, plan)
-        k = codegen.emit(program, plan)            # the source an offline artifact keeps
         resources: dict[str, Any] = {"waves": plan.waves, "threads": plan.threads, "lds_planned": plan.lds_bytes,
                                      "scratch_lds": plan.scratch_bytes,
                                      "schedule": ", ".join(s["schedule"] for s in plan.schedules) or "none"}
@@ -110,6 +109,7 @@ class HipBackend(Backend):
             resources["compiler"] = compiler.version()
             resources["build_tries"] = search.record()
         else:
+            k = codegen.emit(program, plan)        # the source an offline artifact keeps
             resources["offline"] = why
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=k.kernel_name, program_hash=program.hash,
@@ -131,6 +131,7 @@ class HipBackend(Backend):
         spills or runs fewer waves per SIMD than the LDS allows, the whole-load build is compiled too and
         the better of the two kept (fewer spilled bytes, then more waves; a tie keeps the split): the
         choice and its reason go into the plan."""
+        @_per_build
         def cost(b: Build) -> tuple[int, int, int]:
             (k, a), r = b.products, b.resources
             _, notes = isa.kernel_text(a, k.kernel_name)
@@ -163,6 +164,7 @@ class HipBackend(Backend):
         an MFMA's shadow: more VALU instructions). When the interleaved build spills, runs fewer waves per SIMD
         than its LDS allows, or its main loop's VALU time exceeds its MFMA time (issue 10's attention bound), the
         plain build is compiled too and kept if it does none of these; the figures of both go into the plan."""
+        @_per_build
         def cost(b: Build) -> tuple[int, int, int, float]:
             (k, a), r = b.products, b.resources
             an = isa.analyze(a, target.arch, k.kernel_name, r)
@@ -250,6 +252,17 @@ class HipBackend(Backend):
     def _require_arch(target: Target) -> None:
         if target.arch not in ARCHS:
             raise UnsupportedError(f"the hip backend generates code for {', '.join(ARCHS)}, not {target.arch!r}")
+
+
+def _per_build(cost):
+    """`cost(build)` computed once per build (reading a build's ISA is the expensive part of the search's rules)."""
+    seen: dict[int, tuple] = {}
+
+    def once(b: Build) -> tuple:
+        if id(b) not in seen:
+            seen[id(b)] = cost(b)
+        return seen[id(b)]
+    return once
 
 
 def _show_plan(lo: lowering.Lowered, plan) -> str:
