@@ -24,3 +24,7 @@ HK="python3 -m hk_portable.cli"
 # bytecode, as a wheel install writes it: without it each new process compiles the package's sources again, which
 # a "first call in a new process" figure would count (65 ms on the H200, 2026-12-04)
 python3 -m compileall -q hk_portable >/dev/null 2>&1 || note "compileall failed: first-call figures include compiling"
+# the compiled launcher and op replay (runtime/clauncher.py, runtime/opfast.py) built here, in the foreground:
+# a timed step must not meet the background build of the first GPU op call
+python3 -c 'from hk_portable.runtime import clauncher, opfast
+print("GPU launches:", clauncher.describe()); m = opfast.load(); print("op calls:", opfast.describe())' 2>&1 | tail -2

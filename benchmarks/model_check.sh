@@ -50,7 +50,7 @@ step gemm 420 $HK bench -k "gemm bf16" --json "$OUT/bench_gemm.json"
 step gemmcfg 420 python3 benchmarks/gemm_configs.py --sizes 0 --layouts nn nt tn --shapes ${GEMM_SHAPES:-8192x5632x2048} \
     --json "$OUT/gemm_configs.json"
 step host 200 $HK bench -k "op call" --json "$OUT/bench_host.json"
-step hostprof 150 python3 benchmarks/host_profile.py --out "$OUT/host_profile.txt"
+step hostprof 200 python3 benchmarks/host_profile.py --out "$OUT/host_profile.txt" --json "$OUT/host_profile.json"
 step first 300 python3 benchmarks/first_call.py --repeats 2 --json "$OUT/first_call.json"
 step block 560 $HK bench -k "llama block" --json "$OUT/bench_block.json"
 if (want generate || want genprof) && ls .whl/hf/*.whl >/dev/null 2>&1; then

@@ -51,6 +51,8 @@ def cmd_backends(args) -> int:
     console.print(table)
     from .runtime import clauncher
     console.print(f"GPU launches: {clauncher.describe()}", highlight=False, markup=False)
+    from .runtime import opfast
+    console.print(f"op calls: {opfast.describe()}", highlight=False, markup=False)
     return 0
 
 

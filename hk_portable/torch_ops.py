@@ -39,6 +39,7 @@ from collections.abc import Sequence
 import torch
 
 from .interface.errors import ArgumentError
+from .runtime import opfast
 from .kernels import attention as _attention
 from .kernels import attention_bwd as _attention_bwd
 from .kernels import attention_kvcache as _attention_kvcache
@@ -67,7 +68,7 @@ class _Op:
     def __init__(self, fn):
         self.name, self.__doc__, self.fn = fn.__name__, fn.__doc__, fn
         _LIB.define(self.name + torch.library.infer_schema(fn, mutates_args=()))
-        _LIB.impl(self.name, fn, "CompositeExplicitAutograd")
+        _LIB.impl(self.name, opfast.recordable(self.name, fn), "CompositeExplicitAutograd")
         self.op = getattr(torch.ops.hk, self.name).default
         self.defaults = tuple(a.default_value for a in self.op._schema.arguments)
 

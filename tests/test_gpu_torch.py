@@ -216,3 +216,57 @@ def test_opcheck_of_the_fp8_and_serving_ops_on_cuda():
         args = tuple(x.detach().requires_grad_() if isinstance(x, torch.Tensor) and x.is_leaf and x.requires_grad
                      else x for x in args)
         torch.library.opcheck(op, args)
+
+
+def _replay_cases():
+    """Fresh arguments per call for each op the models call, at sizes that take the TMA paths on sm_90a."""
+    from hk_portable.kernels.rotary import tables
+    cos, sin = tables(256, 128, device="cuda")
+    seqlens = torch.tensor([700, 1000], device="cuda", dtype=torch.int32)
+    return {
+        "gemm nn": lambda: (torch.ops.hk.gemm, (_t(256, 512, dtype=bf16), _t(512, 384, dtype=bf16))),
+        "gemm nt (Linear)": lambda: (torch.ops.hk.gemm, (_t(2, 128, 512, dtype=bf16), _t(384, 512, dtype=bf16).t())),
+        "gemm tn (weight grad)": lambda: (torch.ops.hk.gemm, (_t(512, 256, dtype=bf16).t(), _t(512, 384, dtype=bf16))),
+        "attention causal gqa": lambda: (torch.ops.hk.attention,
+                                         (_t(1, 8, 512, 128, dtype=bf16), _t(1, 2, 512, 128, dtype=bf16),
+                                          _t(1, 2, 512, 128, dtype=bf16), True)),
+        "attention decode": lambda: (torch.ops.hk.attention, (_t(4, 8, 1, 128, dtype=bf16),
+                                                              _t(4, 8, 300, 128, dtype=bf16),
+                                                              _t(4, 8, 300, 128, dtype=bf16))),
+        "attention_kvcache": lambda: (torch.ops.hk.attention_kvcache,
+                                      (_t(2, 1, 8, 128, dtype=bf16), _t(2, 1024, 2, 128, dtype=bf16),
+                                       _t(2, 1024, 2, 128, dtype=bf16), seqlens)),
+        "rotary": lambda: (torch.ops.hk.rotary, (_t(2, 64, 8, 128, dtype=bf16), cos, sin, "neox", 3)),
+        "rms_norm": lambda: (torch.ops.hk.rms_norm, (_t(64, 2048, dtype=bf16), None, _t(2048, dtype=bf16))),
+        "layernorm residual": lambda: (torch.ops.hk.dropout_residual_layernorm,
+                                       (_t(64, 1024, dtype=bf16), _t(64, 1024, dtype=bf16), _t(1024), _t(1024))),
+    }
+
+
+@pytest.mark.parametrize("name", list(_replay_cases()))
+def test_op_replay_gives_the_python_paths_results_on_cuda(name):
+    """Op replay (runtime/opfast.cpp) against the Python path on the same fresh arguments, bit for bit, with the
+    allocator's free blocks poisoned first (a replay that skipped a launch, wrote through stale pointers or tensor
+    maps, or missed an output would show)."""
+    from hk_portable.runtime import opfast
+    make = _replay_cases()[name]
+    opfast.load()
+    if opfast._module is None:
+        pytest.skip(f"op replay unavailable: {opfast.reason()}")
+    replays = opfast.stats()["replays"]
+    for call in range(4):
+        op, args = make()
+        torch.full((64 << 20,), float("nan"), device="cuda")      # freed at once: a poisoned block to reuse
+        with torch.inference_mode():
+            got = op(*args)
+            opfast.block_opened(1)
+            try:
+                want = op(*args)
+            finally:
+                opfast.block_opened(-1)
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype and g.stride() == w.stride()
+            assert torch.equal(g, w) or (g.isnan() == w.isnan()).all() and torch.equal(g.nan_to_num(), w.nan_to_num()), \
+                f"{name}: call {call} differs from the Python path"
+    assert opfast.stats()["replays"] >= replays + 2, f"{name}: not replayed ({opfast.last_refusal()})"

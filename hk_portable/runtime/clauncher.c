@@ -21,13 +21,14 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the kernel parameter buffer is little-endian; this launcher packs in host order"
 #endif
 
-#define HK_LAUNCHER_ABI 2
+#define HK_LAUNCHER_ABI 3
 #define LAUNCH_REFUSED (-1)
 #define PY_ERROR (-2)              /* internal: a Python exception is set (never a status) */
 #define STREAM_NOT_A_HANDLE (-3)
@@ -252,28 +253,32 @@ static int encode_map(const Launcher *L, const TMap *m, const unsigned char *buf
            == 0 ? 0 : -1;
 }
 
-/* The tail tma.TensorMaps.tail gives, from the packed parameters alone: every map, then the flag. A read map TMA
- * cannot describe zeroes the whole tail (flag 0: the kernel's cp.async path); a written one, its map and the
- * flag's stores bit (plain stores). */
-static PyObject *encoded_tail(const Launcher *L, const unsigned char *buf) {
-    const Py_ssize_t len = TMAP_BYTES * L->ntmaps + 4;
-    PyObject *tail = PyBytes_FromStringAndSize(NULL, len);
-    if (tail == NULL) return NULL;
-    unsigned char *t = (unsigned char *)PyBytes_AS_STRING(tail);
-    memset(t, 0, (size_t)len);
+/* The tail tma.TensorMaps.tail gives, from the packed parameters alone, written to `t` (TMAP_BYTES * ntmaps + 4
+ * bytes): every map, then the flag. A read map TMA cannot describe zeroes the whole tail (flag 0: the kernel's cp.async
+ * path); a written one, its map and the flag's stores bit (plain stores). Touches no Python object (replay runs it
+ * without the GIL). */
+static void encode_tail_into(const Launcher *L, const unsigned char *buf, unsigned char *t) {
+    const size_t len = (size_t)(TMAP_BYTES * L->ntmaps + 4);
+    memset(t, 0, len);
     uint32_t flag = TMA_LOADS_OK | TMA_STORES_OK;
     _Alignas(64) unsigned char map[TMAP_BYTES];
     for (Py_ssize_t i = 0; i < L->ntmaps; i++) {
         if (encode_map(L, &L->tmaps[i], buf, map) == 0) {
             memcpy(t + TMAP_BYTES * i, map, TMAP_BYTES);
         } else if (!L->tmaps[i].store) {
-            memset(t, 0, (size_t)len);
-            return tail;
+            memset(t, 0, len);
+            return;
         } else {
             flag &= ~(uint32_t)TMA_STORES_OK;
         }
     }
     memcpy(t + TMAP_BYTES * L->ntmaps, &flag, 4);
+}
+
+static PyObject *encoded_tail(const Launcher *L, const unsigned char *buf) {
+    PyObject *tail = PyBytes_FromStringAndSize(NULL, TMAP_BYTES * L->ntmaps + 4);
+    if (tail == NULL) return NULL;
+    encode_tail_into(L, buf, (unsigned char *)PyBytes_AS_STRING(tail));
     return tail;
 }
 
@@ -330,6 +335,59 @@ static int persistent_grid(Launcher *L, unsigned char *buf, unsigned g[3]) {
     return 0;
 }
 
+/* The launch of a packed buffer (parameters, tail and persistent grid written) on `handle`: 0 or the launch
+ * function's status. With release_gil the launch call runs without the GIL, which the caller holds; without, the
+ * caller holds no Python state at all (op replay, runtime/opfast.cpp). PY_ERROR only when memory runs out. */
+static int launch_packed(Launcher *L, unsigned char *buf, const unsigned g[3], void *handle, int release_gil) {
+    void *stack_ptrs[STACK_PTRS];
+    void **ptrs = stack_ptrs;
+    void *extra[5];
+    size_t size = (size_t)L->size;
+    void **params = NULL, **extra_p = NULL;
+    int rc;
+    if (L->use_params) {
+        if (L->nptrs > STACK_PTRS) {
+            ptrs = malloc(sizeof(void *) * (size_t)L->nptrs);
+            if (ptrs == NULL) {
+                if (release_gil) PyErr_NoMemory();
+                return PY_ERROR;
+            }
+        }
+        for (Py_ssize_t i = 0; i < L->nptrs; i++) ptrs[i] = buf + L->ptr_offsets[i];
+        params = ptrs;
+    } else {
+        extra[0] = L->tags[0];
+        extra[1] = buf;
+        extra[2] = L->tags[1];
+        extra[3] = &size;
+        extra[4] = L->tags[2];
+        extra_p = extra;
+    }
+    if (release_gil) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = L->launch(L->func, g[0], g[1], g[2], L->threads, 1, 1, L->shared, handle, params, extra_p);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = L->launch(L->func, g[0], g[1], g[2], L->threads, 1, 1, L->shared, handle, params, extra_p);
+    }
+    if (ptrs != stack_ptrs) free(ptrs);
+    return rc;
+}
+
+/* Recording (runtime/opfast.py): while this thread's list is set, each launch appends (launcher, the packed
+ * buffer, the grid launched, the stream handle) to it. */
+static _Thread_local PyObject *record_list = NULL;
+
+static int record_launch(Launcher *L, const unsigned char *buf, const unsigned g[3], void *handle) {
+    if (record_list == NULL) return 0;
+    PyObject *item = Py_BuildValue("(Oy#(III)K)", (PyObject *)L, (const char *)buf, L->size, g[0], g[1], g[2],
+                                   (unsigned long long)(uintptr_t)handle);
+    if (item == NULL) return PY_ERROR;
+    int rc = PyList_Append(record_list, item);
+    Py_DECREF(item);
+    return rc < 0 ? PY_ERROR : 0;
+}
+
 /* The launch: 0, a status (> 0 the launch function's, < 0 ours), or PY_ERROR with an exception set. */
 static int launch_impl(Launcher *L, PyObject *args, PyObject *grid, PyObject *stream) {
     unsigned g[3];
@@ -365,9 +423,7 @@ static int launch_impl(Launcher *L, PyObject *args, PyObject *grid, PyObject *st
     }
 
     _Alignas(64) unsigned char stack_buf[STACK_BYTES];
-    void *stack_ptrs[STACK_PTRS];
     unsigned char *buf = stack_buf;
-    void **ptrs = stack_ptrs;
     if (L->size > STACK_BYTES) {
         buf = PyMem_Malloc((size_t)L->size);
         if (buf == NULL) {
@@ -382,33 +438,9 @@ static int launch_impl(Launcher *L, PyObject *args, PyObject *grid, PyObject *st
         if (buf != stack_buf) PyMem_Free(buf);
         return rc;
     }
-    void *extra[5];
-    size_t size = (size_t)L->size;
-    void **params = NULL, **extra_p = NULL;
-    if (L->use_params) {
-        if (L->nptrs > STACK_PTRS) {
-            ptrs = PyMem_Malloc(sizeof(void *) * (size_t)L->nptrs);
-            if (ptrs == NULL) {
-                if (buf != stack_buf) PyMem_Free(buf);
-                PyErr_NoMemory();
-                return PY_ERROR;
-            }
-        }
-        for (Py_ssize_t i = 0; i < L->nptrs; i++) ptrs[i] = buf + L->ptr_offsets[i];
-        params = ptrs;
-    } else {
-        extra[0] = L->tags[0];
-        extra[1] = buf;
-        extra[2] = L->tags[1];
-        extra[3] = &size;
-        extra[4] = L->tags[2];
-        extra_p = extra;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = L->launch(L->func, g[0], g[1], g[2], L->threads, 1, 1, L->shared, handle, params, extra_p);
-    Py_END_ALLOW_THREADS
+    rc = launch_packed(L, buf, g, handle, 1);
+    if (rc == 0) rc = record_launch(L, buf, g, handle);
     if (buf != stack_buf) PyMem_Free(buf);
-    if (ptrs != stack_ptrs) PyMem_Free(ptrs);
     return rc;
 }
 
@@ -675,6 +707,31 @@ static PyObject *Launcher_get_size(PyObject *self, void *closure) {
     return PyLong_FromSsize_t(((Launcher *)self)->size);
 }
 
+/* where each gl parameter's data pointer lies in the buffer (op recording resolves them to tensors) */
+static PyObject *Launcher_get_data_offsets(PyObject *self, void *closure) {
+    Launcher *L = (Launcher *)self;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < L->nparams; i++) {
+        if (L->params[i].kind != KIND_GL) continue;
+        PyObject *o = PyLong_FromSsize_t(L->params[i].off);
+        if (o == NULL || PyList_Append(out, o) < 0) {
+            Py_XDECREF(o);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(o);
+    }
+    Py_SETREF(out, PyList_AsTuple(out));
+    return out;
+}
+
+/* whether a recorded launch can be replayed without Python: its tail, if any, is encoded here */
+static PyObject *Launcher_get_replayable(PyObject *self, void *closure) {
+    Launcher *L = (Launcher *)self;
+    return PyBool_FromLong(ABSENT(L->tail_fn) || L->encode != NULL);
+}
+
 static PyMethodDef Launcher_methods[] = {
     {"pack", Launcher_pack, METH_O, "pack(args) -> the parameter buffer as bytes, or an int status"},
     {NULL, NULL, 0, NULL},
@@ -682,6 +739,8 @@ static PyMethodDef Launcher_methods[] = {
 
 static PyGetSetDef Launcher_getset[] = {
     {"size", Launcher_get_size, NULL, "bytes of the parameter buffer", NULL},
+    {"data_offsets", Launcher_get_data_offsets, NULL, "offsets of the gl parameters' data pointers", NULL},
+    {"replayable", Launcher_get_replayable, NULL, "whether op replay can launch it without Python", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1033,7 +1092,43 @@ static PyObject *set_tensor_type(PyObject *mod, PyObject *t) {
     Py_RETURN_NONE;
 }
 
+/* record_into(list | None): this thread's launches are appended to the list until it is None again */
+static PyObject *record_into(PyObject *mod, PyObject *lst) {
+    if (lst != Py_None && !PyList_Check(lst)) {
+        PyErr_SetString(PyExc_TypeError, "record_into: a list or None");
+        return NULL;
+    }
+    Py_XSETREF(record_list, lst == Py_None ? NULL : Py_NewRef(lst));
+    Py_RETURN_NONE;
+}
+
+/* ----------------------------------------------------------------------------- the C API (op replay)
+ * runtime/opfast.cpp replays recorded launches through these, without the GIL and without Python objects:
+ * the Launchers it holds are kept alive by its plans. Layout fixed by HK_LAUNCHER_ABI. */
+typedef struct {
+    int abi;
+    Py_ssize_t (*size)(PyObject *launcher);                   /* bytes of the buffer */
+    Py_ssize_t (*tail_offset)(PyObject *launcher);            /* where the tensor maps start; -1: none */
+    void (*encode_tail)(PyObject *launcher, unsigned char *buf);  /* the maps again from the packed pointers */
+    int (*launch)(PyObject *launcher, unsigned char *buf, const unsigned g[3], void *stream);
+} hk_launcher_api;
+
+static Py_ssize_t api_size(PyObject *o) { return ((Launcher *)o)->size; }
+static Py_ssize_t api_tail_offset(PyObject *o) {
+    Launcher *L = (Launcher *)o;
+    return L->encode != NULL && L->ntmaps > 0 ? L->tail_off : -1;
+}
+static void api_encode_tail(PyObject *o, unsigned char *buf) {
+    Launcher *L = (Launcher *)o;
+    encode_tail_into(L, buf, buf + L->tail_off);
+}
+static int api_launch(PyObject *o, unsigned char *buf, const unsigned g[3], void *stream) {
+    return launch_packed((Launcher *)o, buf, g, stream, 0);
+}
+static hk_launcher_api c_api = {HK_LAUNCHER_ABI, api_size, api_tail_offset, api_encode_tail, api_launch};
+
 static PyMethodDef module_methods[] = {
+    {"record_into", record_into, METH_O, "record_into(list | None): record this thread's launches into the list"},
     {"signature", signature, METH_O, "signature(args) -> the flat argument-kind key of a kernel call"},
     {"set_tensor_type", set_tensor_type, METH_O, "set_tensor_type(torch.Tensor)"},
     {"grid3", grid3, METH_O, "grid3(grid) -> (gx, gy, gz), or None when the grid needs the Python check"},
@@ -1069,7 +1164,8 @@ PyMODINIT_FUNC PyInit__hk_launcher(void) {
         PyModule_AddIntConstant(m, "LAUNCH_REFUSED", LAUNCH_REFUSED) < 0 ||
         PyModule_AddIntConstant(m, "GRID_REFUSED", GRID_REFUSED) < 0 ||
         PyModule_AddIntConstant(m, "STREAM_NOT_A_HANDLE", STREAM_NOT_A_HANDLE) < 0 ||
-        PyModule_AddIntConstant(m, "STACK_BYTES", STACK_BYTES) < 0) {
+        PyModule_AddIntConstant(m, "STACK_BYTES", STACK_BYTES) < 0 ||
+        PyModule_AddObject(m, "_C_API", PyCapsule_New(&c_api, "hk_portable._hk_launcher._C_API", NULL)) < 0) {
         Py_DECREF(m);
         return NULL;
     }

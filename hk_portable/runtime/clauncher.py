@@ -35,7 +35,7 @@ from . import selection
 
 SOURCE = Path(__file__).with_name("clauncher.c")
 ENV = "HK_C_LAUNCHER"
-ABI = 2                                    # HK_LAUNCHER_ABI in clauncher.c
+ABI = 3                                    # HK_LAUNCHER_ABI in clauncher.c
 # a Launcher's statuses besides 0 (launched) and > 0 (the launch function's error), as clauncher.c numbers them
 LAUNCH_REFUSED, STREAM_NOT_A_HANDLE, GRID_REFUSED = -1, -3, -4
 MODULE = "_hk_launcher"                    # PyInit__hk_launcher
@@ -170,19 +170,30 @@ def build(dest: Path) -> None:
         raise RuntimeError(f"no Python headers (Python.h) under {sysconfig.get_paths().get('include')}; "
                            "install python3-dev or your Python's development package")
     extra = ["-undefined", "dynamic_lookup"] if sys.platform == "darwin" else []
+    compile_shared([*cc, *CFLAGS, *extra, "-I", str(inc), str(SOURCE)], [], dest)
+
+
+def compile_shared(cmd: list[str], tail: list[str], dest: Path, timeout_s: int = BUILD_TIMEOUT_S) -> None:
+    """Run `cmd + ["-o", out] + tail` and move `out` to `dest` atomically (racing processes both win);
+    RuntimeError with the compiler's words when it fails. The compiled op replay builds through it too."""
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
     try:
         out = tmp / dest.name
-        cmd = [*cc, *CFLAGS, *extra, "-I", str(inc), str(SOURCE), "-o", str(out)]
+        full = [*cmd, "-o", str(out), *tail]
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            res = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise RuntimeError(f"{' '.join(cc)} failed to run: {e}") from None
+            raise RuntimeError(f"{cmd[0]} failed to run: {e}") from None
         if res.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed (exit {res.returncode}): {(res.stderr or res.stdout)[-1500:]}")
+            raise RuntimeError(f"{' '.join(full)} failed (exit {res.returncode}): {(res.stderr or res.stdout)[-1500:]}")
         os.replace(out, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cache_root() -> Path:
+    """The directory compiled host modules live in: <cache>/launcher, or a private temporary one."""
+    return _root()
 
 
 def _import(p: Path):

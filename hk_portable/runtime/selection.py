@@ -152,9 +152,12 @@ def selection_key() -> tuple:
 @contextlib.contextmanager
 def use_backend(spec: str):
     """Within this block, kernels run on the backend (and target) `spec` names unless a call names one."""
+    from . import opfast                         # (imports this module)
     resolve(spec, require_runnable=False)        # a bad name, spec or arch fails here, not at the first call
     token = _context.set(spec)
+    opfast.block_opened(1)
     try:
         yield
     finally:
+        opfast.block_opened(-1)
         _context.reset(token)

@@ -15,7 +15,7 @@ import threading
 
 from ...codegen.abi import launcher_params, make_packer
 from ...interface.errors import ArgumentError, BackendError
-from ...runtime import clauncher
+from ...runtime import clauncher, opfast
 from . import archs, cudrv, emulator, tma
 
 CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
@@ -269,6 +269,7 @@ class LaunchPlan(_Packing):
         if self.c_launch is not None:
             self.c_launch(args, grid, stream)
             return
+        opfast.untracked_launch()
         self.check_grid(grid, kernel_name)
         handle = self.raw_stream(self.device_index) if stream is None and self.raw_stream else \
             self.stream_handle(stream)

@@ -22,6 +22,7 @@ from ...codegen import abi
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
 from ...interface.ir import GlobalType, Param
 from ...interface.names import c_symbol
+from ...runtime import opfast
 from . import compiler, hipapi
 from .archs import NAMES as SUPPORTED
 from .hipapi import HipError
@@ -124,6 +125,7 @@ def launch(fn, grid: tuple[int, int, int], threads: int, kernargs, stream=None) 
     for g in grid:
         if g * threads >= 2**32:
             raise UnsupportedError(f"grid {grid} x {threads} threads: HIP needs gridDim * blockDim < 2^32 per axis")
+    opfast.untracked_launch()                    # op replay cannot record this path: it stays in Python
     hip = hipapi.hip()
     hipapi.ok(hip.hipModuleLaunchKernel(fn, *grid, threads, 1, 1, 0, current_stream(stream), None, extra=(kernargs,)),
         "hipModuleLaunchKernel")
