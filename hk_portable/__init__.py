@@ -19,6 +19,7 @@ from .runtime.precompile import precompile  # noqa: E402  (every kernel a step l
 from .runtime.tuning import bucket as shape_bucket  # noqa: E402  (autotuning: a call's shape bucket)
 from .runtime.plans import CallPlans  # noqa: E402  (a wrapper's decisions per call signature)
 from .runtime.devices import compute_units  # noqa: E402  (SMs / CUs of a tensor's device, to size a grid)
+from .runtime.opfast import constant as constant_table  # noqa: E402  (a table made once, passed on every call)
 
 
 # hk.backends(): every installed backend with whether it can run here and why not (list of BackendInfo).

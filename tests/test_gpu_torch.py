@@ -243,7 +243,11 @@ def _replay_cases():
     }
 
 
-@pytest.mark.parametrize("name", list(_replay_cases()))
+REPLAY_CASES = ["gemm nn", "gemm nt (Linear)", "gemm tn (weight grad)", "attention causal gqa", "attention decode",
+                "attention_kvcache", "rotary", "rms_norm", "layernorm residual"]
+
+
+@pytest.mark.parametrize("name", REPLAY_CASES)
 def test_op_replay_gives_the_python_paths_results_on_cuda(name):
     """Op replay (runtime/opfast.cpp) against the Python path on the same fresh arguments, bit for bit, with the
     allocator's free blocks poisoned first (a replay that skipped a launch, wrote through stale pointers or tensor

@@ -208,3 +208,12 @@ def test_describe_and_stats(mod):
     assert "op replay in C++" in opfast.describe()
     s = opfast.stats()
     assert {"replays", "records", "refusals", "plans"} <= set(s) and "gemm" in s["plans"]
+
+
+def test_a_constant_table_is_kept_not_refused(mod, driver):
+    """hnn's rms_norm without a weight passes a vector of ones made once (hk.constant_table): replayed, pointing at it."""
+    from hk_portable.nn import functional as F
+    before = opfast.stats()["replays"]
+    for _ in range(4):
+        F.rms_norm(r(8, 1024), (1024,))
+    assert opfast.stats()["replays"] == before + 2, opfast.last_refusal()

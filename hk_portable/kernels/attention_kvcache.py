@@ -104,14 +104,14 @@ _IOTA: dict = {}
 def _iota(n: int, device) -> torch.Tensor:
     key = (n, str(device))
     if key not in _IOTA:
-        _IOTA[key] = torch.arange(n, dtype=torch.int32, device=device)
+        _IOTA[key] = hk.constant_table(torch.arange(n, dtype=torch.int32, device=device))
     return _IOTA[key]
 
 
 def _row_pos(n_q: int, g: int, device) -> torch.Tensor:
     key = ("pos", n_q, g, str(device))
     if key not in _IOTA:
-        _IOTA[key] = (torch.arange(n_q * g, dtype=torch.int32, device=device) // g).to(torch.int32)
+        _IOTA[key] = hk.constant_table((torch.arange(n_q * g, dtype=torch.int32, device=device) // g).to(torch.int32))
     return _IOTA[key]
 
 

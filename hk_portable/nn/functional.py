@@ -8,6 +8,8 @@ import functools
 
 import torch
 
+import hk_portable as hk
+
 from .. import torch_ops  # noqa: F401  (registers the hk:: ops)
 
 __all__ = ["linear", "attention", "rotary", "layer_norm", "rms_norm", "dropout_residual_layer_norm",
@@ -62,7 +64,7 @@ def _vector(t: torch.Tensor | None, d: int, like: torch.Tensor, fill: float | No
 def _filled(d: int, fill: float, device, dtype) -> torch.Tensor:
     """A constant vector (the weight of a norm without one), made once per shape, device and dtype: the kernels only
     read it."""
-    return torch.full((d,), fill, device=device, dtype=dtype)
+    return hk.constant_table(torch.full((d,), fill, device=device, dtype=dtype))
 
 
 def _shaped(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

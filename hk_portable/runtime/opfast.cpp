@@ -93,6 +93,7 @@ struct Plan {
     std::vector<Alloc> allocs;
     std::vector<Output> outputs;
     std::vector<std::unique_ptr<Launch>> launches;
+    std::vector<PyObject *> keep;           // constant tables the launches point at (strong references, never dropped)
 };
 
 struct Entry {
@@ -361,7 +362,8 @@ PyObject *bad_plan(const char *why) {
     return nullptr;
 }
 
-/* set_plan(None | (device, stream, allocs, outputs, launches)): device as torch names it ("cuda:0");
+/* set_plan(None | (device, stream, allocs, outputs, launches, keep)): device as torch names it ("cuda:0"); keep: the
+ *   constant tables (runtime/opfast.constant) recorded pointers lie in, held as long as the plan;
  *   allocs: ((sizes, strides, dtype), ...); outputs: ((alloc, sizes, strides, offset, whole), ...);
  *   launches: ((launcher, buffer bytes, (gx, gy, gz), ((offset, source, delta), ...)), ...). */
 PyObject *set_plan(PyObject *, PyObject *spec) {
@@ -372,9 +374,9 @@ PyObject *set_plan(PyObject *, PyObject *spec) {
     }
     const char *device;
     unsigned long long stream;
-    PyObject *allocs, *outputs, *launches;
-    if (!PyArg_ParseTuple(spec, "sKO!O!O!", &device, &stream, &PyTuple_Type, &allocs, &PyTuple_Type, &outputs,
-                          &PyTuple_Type, &launches))
+    PyObject *allocs, *outputs, *launches, *keep;
+    if (!PyArg_ParseTuple(spec, "sKO!O!O!O!", &device, &stream, &PyTuple_Type, &allocs, &PyTuple_Type, &outputs,
+                          &PyTuple_Type, &launches, &PyTuple_Type, &keep))
         return nullptr;
     auto plan = std::make_shared<Plan>();
     try {
@@ -430,6 +432,11 @@ PyObject *set_plan(PyObject *, PyObject *spec) {
         Py_INCREF(launcher);
         l->launcher = launcher;
         plan->launches.push_back(std::move(l));
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keep); i++) {
+        PyObject *t = PyTuple_GET_ITEM(keep, i);
+        Py_INCREF(t);
+        plan->keep.push_back(t);
     }
     t_plan = std::move(plan);
     t_plan_set = true;

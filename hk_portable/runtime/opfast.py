@@ -26,6 +26,7 @@ import shutil
 import sys
 import sysconfig
 import threading
+import weakref
 from pathlib import Path
 
 import torch
@@ -215,6 +216,16 @@ def recordable(name: str, fn):
     return impl
 
 
+_constants: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def constant(t: torch.Tensor) -> torch.Tensor:
+    """Declares `t` a table a library wrapper made once and passes to its kernels unchanged on every call (an iota,
+    a vector of ones): a recording may then keep pointing at it (its plan holds `t`). Returns t."""
+    _constants[id(t)] = t
+    return t
+
+
 _ALLOCATING = frozenset(("empty.memory_format", "empty_strided.default", "new_empty.default",
                          "new_empty_strided.default", "empty_like.default"))
 _METADATA = frozenset(("sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous", "dim", "size",
@@ -322,6 +333,8 @@ def _plan(args, out, launches, watch):
         whole = (o.shape, o.stride(), o.storage_offset()) == (a.shape, a.stride(), 0)
         outputs.append((j, tuple(o.shape), tuple(o.stride()), o.storage_offset(), whole))
     sources = tensors + [(-1 - j, a) for j, a in enumerate(allocs)]
+    tables = [t for t in list(_constants.values()) if t.device == device]
+    keep: list[torch.Tensor] = []
     specs = []
     for launcher, buf, grid, handle in launches:
         if not launcher.replayable:
@@ -335,11 +348,16 @@ def _plan(args, out, launches, watch):
                 continue
             found = _resolve(p, sources)
             if found is None:
-                raise _Refused(f"a pointer (parameter at byte {off}) is no argument's nor allocation's")
+                table = _resolve(p, list(enumerate(tables)))
+                if table is None:
+                    raise _Refused(f"a pointer (parameter at byte {off}) is no argument's, allocation's or "
+                                   "declared constant table's")
+                keep.append(tables[table[0]])          # the pointer stays as recorded; the plan keeps the table
+                continue
             slots.append((off, *found))
         specs.append((launcher, buf, grid, tuple(slots)))
     return (str(device), stream, tuple((tuple(a.shape), tuple(a.stride()), a.dtype) for a in allocs),
-            tuple(outputs), tuple(specs))
+            tuple(outputs), tuple(specs), tuple(keep))
 
 
 _recording = threading.local()     # .launches: the record list of the recording running on this thread
