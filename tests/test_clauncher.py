@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import os
 import random
 import struct
 import weakref
@@ -26,19 +25,9 @@ from hk_portable.runtime.launch import _grid3
 from hk_portable.testing import fake_cuda
 
 
-def _unavailable(why: str):
-    """CI (.ci/run sets HK_REQUIRE_C_LAUNCHER) installs a compiler and Python's headers: fail there, skip elsewhere."""
-    if os.environ.get("HK_REQUIRE_C_LAUNCHER"):
-        pytest.fail(f"HK_REQUIRE_C_LAUNCHER is set but {why}")
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def mod():
-    m = clauncher.load()
-    if m is None:
-        _unavailable(f"no compiled launcher here: {clauncher.reason()}")
-    return m
+    return fake_cuda.compiled_or_skip(clauncher.load(), f"no compiled launcher here: {clauncher.reason()}")
 
 
 # ------------------------------------------------------------------------------ a C stub of cuLaunchKernel
@@ -91,9 +80,7 @@ class Stub:
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory):
-    cc = clauncher.compiler()
-    if cc is None:
-        _unavailable("no host C compiler")
+    cc = fake_cuda.compiled_or_skip(clauncher.compiler(), "no host C compiler")
     return Stub(fake_cuda.build_stub(cc, STUB, tmp_path_factory.mktemp("stub")))
 
 

@@ -107,21 +107,31 @@ fastcall = _py_fastcall
 
 
 # ------------------------------------------------------------------------------------------- build
+def switched_on(env: str) -> bool:
+    """Whether the switch `env` (HK_C_LAUNCHER, HK_OP_REPLAY) leaves its compiled path on (the default)."""
+    return os.environ.get(env, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ENV)
+
+
+def find_compiler(env: str, names: tuple[str, ...]) -> list[str] | None:
+    """A host compiler as a command: $env split as a shell would, else the first of `names` on PATH."""
+    given = os.environ.get(env)
+    if given:
+        import shlex
+        return shlex.split(given)
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return None
 
 
 def compiler() -> list[str] | None:
     """The host C compiler as a command: $CC, else the first of COMPILERS on PATH."""
-    cc = os.environ.get("CC")
-    if cc:
-        import shlex
-        return shlex.split(cc)
-    for name in COMPILERS:
-        path = shutil.which(name)
-        if path:
-            return [path]
-    return None
+    return find_compiler("CC", COMPILERS)
 
 
 def python_include() -> Path | None:
@@ -196,10 +206,16 @@ def cache_root() -> Path:
     return _root()
 
 
-def _import(p: Path):
-    spec = importlib.util.spec_from_file_location(f"hk_portable.{MODULE}", p)
+def import_extension(p: Path, name: str):
+    """The compiled extension module at `p`, imported as hk_portable.<name> (also op replay's)."""
+    spec = importlib.util.spec_from_file_location(f"hk_portable.{name}", p)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _import(p: Path):
+    mod = import_extension(p, MODULE)
     if getattr(mod, "ABI", None) != ABI or (mod.LAUNCH_REFUSED, mod.STREAM_NOT_A_HANDLE, mod.GRID_REFUSED) != (
             LAUNCH_REFUSED, STREAM_NOT_A_HANDLE, GRID_REFUSED):
         raise RuntimeError(f"{p} has launcher ABI {getattr(mod, 'ABI', None)}, expected {ABI}")

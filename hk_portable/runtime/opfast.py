@@ -19,10 +19,8 @@ Where there is no C++ compiler, no compiled launcher, or HK_OP_REPLAY=0, every c
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
-import shutil
 import sys
 import sysconfig
 import threading
@@ -52,20 +50,12 @@ _open_blocks = 0               # use_backend() blocks open now (replay is off wh
 
 # ------------------------------------------------------------------------------------------- build
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off") and clauncher.enabled()
+    return clauncher.switched_on(ENV) and clauncher.enabled()
 
 
 def compiler() -> list[str] | None:
     """The host C++ compiler as a command: $CXX, else the first of CXX on PATH."""
-    cxx = os.environ.get("CXX")
-    if cxx:
-        import shlex
-        return shlex.split(cxx)
-    for name in CXX:
-        found = shutil.which(name)
-        if found:
-            return [found]
-    return None
+    return clauncher.find_compiler("CXX", CXX)
 
 
 def _torch_dirs() -> tuple[list[str], str]:
@@ -155,9 +145,7 @@ def load(build_if_missing: bool = True):
                 if not build_if_missing:
                     return None
                 build(p)
-            spec = importlib.util.spec_from_file_location(f"hk_portable.{MODULE}", p)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
+            mod = clauncher.import_extension(p, MODULE)
             if getattr(mod, "ABI", None) != ABI:
                 raise RuntimeError(f"{p} has op-replay ABI {getattr(mod, 'ABI', None)}, expected {ABI}")
             mod.configure(launcher.Launcher, launcher._C_API)
