@@ -207,3 +207,16 @@ def test_a_constant_table_is_kept_not_refused(mod, driver):
     for _ in range(4):
         F.rms_norm(r(8, 1024), (1024,))
     assert opfast.stats()["replays"] == before + 2, opfast.last_refusal()
+
+
+def test_opcheck_passes_with_the_cpp_kernels_serving(mod):
+    """torch.library.opcheck (schema, autograd registration, fake tensors, AOT dispatch) on the reference backend with
+    the C++ kernels serving the CPU: AOT dispatch calls the op under PythonDispatcher, which the C++ Autograd kernel
+    must mask off before it redispatches (it once recursed until the stack overflowed)."""
+    x, w = r(10, 96).float().requires_grad_(), r(96).float().requires_grad_()
+    mod.serve_devices(["cpu"])
+    try:
+        torch.library.opcheck(torch.ops.hk.rms_norm.default, (x, None, w, None, 0.0))
+    finally:
+        mod.serve_devices(["cuda"])
+        mod.clear()
