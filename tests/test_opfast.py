@@ -220,3 +220,4 @@ def test_opcheck_passes_with_the_cpp_kernels_serving(mod):
     finally:
         mod.serve_devices(["cuda"])
         mod.clear()
+

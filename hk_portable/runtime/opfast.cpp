@@ -155,6 +155,8 @@ bool make_key(const torch::jit::Stack &stack, size_t n, std::string &key, c10::D
             if (!t.defined()) return false;
             const c10::Device d = t.device();
             if (!served_device(d.type())) return false;
+            // a sparse, nested or storage-less tensor: the Python path's checks name what is wrong with it
+            if (t.layout() != c10::kStrided || t.is_nested() || !t.has_storage()) return false;
             if (!have_device) {
                 device = d;
                 have_device = true;
