@@ -206,6 +206,22 @@ def cache_root() -> Path:
     return _root()
 
 
+def ensure_built(p: Path, build_fn, build_if_missing: bool) -> bool:
+    """Whether the shared object `p` exists, built by build_fn(p) first where it is missing and building is allowed
+    (also op replay's)."""
+    if p.is_file():
+        return True
+    if not build_if_missing:
+        return False
+    build_fn(p)
+    return True
+
+
+def failure_reason(e: Exception) -> str:
+    """Why a compiled module is unavailable, from its failure: a RuntimeError's words (ours), else the type too."""
+    return str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}"
+
+
 def import_extension(p: Path, name: str):
     """The compiled extension module at `p`, imported as hk_portable.<name> (also op replay's)."""
     spec = importlib.util.spec_from_file_location(f"hk_portable.{name}", p)
@@ -238,13 +254,11 @@ def load(build_if_missing: bool = True):
             return None
         try:
             p = path()
-            if not p.is_file():
-                if not build_if_missing:
-                    return None
-                build(p)
+            if not ensure_built(p, build, build_if_missing):
+                return None
             mod = _import(p)
         except Exception as e:  # noqa: BLE001 - any failure means the Python path, with the reason kept
-            _reason = f"{type(e).__name__}: {e}" if not isinstance(e, RuntimeError) else str(e)
+            _reason = failure_reason(e)
             log.debug("hk_portable: compiled launcher unavailable, using the Python path: %s", _reason)
             return None
         signature, fastcall = mod.signature, mod.fastcall

@@ -102,7 +102,7 @@ def _first_gpu_call() -> None:
             try:
                 build(path())
             except Exception as e:  # noqa: BLE001 - kept as the reason; every call stays on the Python path
-                _reason = str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}"
+                _reason = clauncher.failure_reason(e)
         _builder = threading.Thread(target=build_quietly, name="hk-op-replay-build", daemon=True)
         _builder.start()
 
@@ -141,10 +141,8 @@ def load(build_if_missing: bool = True):
             return None
         try:
             p = path()
-            if not p.is_file():
-                if not build_if_missing:
-                    return None
-                build(p)
+            if not clauncher.ensure_built(p, build, build_if_missing):
+                return None
             mod = clauncher.import_extension(p, MODULE)
             if getattr(mod, "ABI", None) != ABI:
                 raise RuntimeError(f"{p} has op-replay ABI {getattr(mod, 'ABI', None)}, expected {ABI}")
@@ -153,7 +151,7 @@ def load(build_if_missing: bool = True):
             for name in _ops:
                 mod.enable(name)
         except Exception as e:  # noqa: BLE001 - any failure means the Python path, with the reason kept
-            _reason = str(e) if isinstance(e, RuntimeError) else f"{type(e).__name__}: {e}"
+            _reason = clauncher.failure_reason(e)
             log.debug("hk_portable: op replay unavailable: %s", _reason)
             return None
         _module = mod
