@@ -7,11 +7,16 @@ from dataclasses import dataclass, field
 
 from ...interface.backend import Target
 
-# MFMA cycles on one SIMD's matrix core, (M, N, K, input kind) -> cycles. Source: AMD, "Matrix Core Programming on
-# AMD CDNA3 and CDNA4 architecture" (ROCm blog, 2025), table of MFMA instructions with cycle counts, which agrees
-# with the CDNA3 / CDNA4 ISA guides (ch. 7, "Matrix Arithmetic Instructions", passes x 4) and the peak figures:
-# 2*16*16*16 flop * 1216 matrix cores * 2.1 GHz / 16 cycles = 1307 TFLOP/s bf16 on MI325X, and
-# 2*16*16*32 * 1024 * 2.4 GHz / 16 = 2.5 PFLOP/s on MI355X.
+# MFMA cycles on one SIMD's matrix core, (M, N, K, instruction kind) -> cycles, one table per arch. Sources, which
+# agree on every entry but one: AMD, "Matrix Core Programming on AMD CDNA3 and CDNA4 architecture" (ROCm blog,
+# 2025), its table of MFMA instructions with cycle counts, and the CDNA3 / CDNA4 ISA guides (ch. 7, "Matrix
+# Arithmetic Instructions": passes, 4 cycles each); LLVM's scheduling model (SISchedule.td), as its llvm-mca tests
+# print it: the HWXDL resource cycles of llvm/test/tools/llvm-mca/AMDGPU/gfx942-mfma.s and gfx950.s are passes
+# (16x16 forms 4, 32x32 8, f32 16x16x4 8, f64 16x16x4 8 on gfx942 and 16 on gfx950). On gfx950 LLVM gives
+# 16x16x16 f16/bf16 and 16x16x32 f16/bf16 both 4 passes: the older form does half the work in the same time (the
+# analyser's form efficiency, below, reads 0.5). The one disagreement: LLVM gives the f8f6f4 forms 4 (16x16x128)
+# and 8 (32x32x64) passes whatever the operands, with a FIXME saying fp8 operands should cost more; AMD's tables
+# give fp8 operands 8 and 16 passes (FP6/FP4: 4 and 8), which the peaks below confirm: the table takes AMD's.
 CDNA3_MFMA_CYCLES = {
     (16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
     (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
@@ -20,14 +25,22 @@ CDNA3_MFMA_CYCLES = {
     (16, 16, 8, "xf32"): 16, (32, 32, 4, "xf32"): 32,
     (16, 16, 4, "f64"): 32}          # 8 passes on gfx940 (llvm-project PR #83782)
 CDNA4_MFMA_CYCLES = {
-    (16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,
+    (16, 16, 16, "f16"): 16, (32, 32, 8, "f16"): 32,          # half rate on CDNA4: the x32 / x16 forms do twice
     (16, 16, 32, "f16"): 16, (32, 32, 16, "f16"): 32,
-    (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,
+    (16, 16, 32, "f8"): 16, (32, 32, 16, "f8"): 32,           # half rate on CDNA4: f8f6f4 does 4x in 2x the time
     (16, 16, 64, "i8"): 16, (32, 32, 32, "i8"): 32,
     (16, 16, 32, "i8"): 16, (32, 32, 16, "i8"): 32,
     (16, 16, 128, "f8f6f4"): 32, (32, 32, 64, "f8f6f4"): 64,   # the FP8 forms (FP4/FP6: half)
     (16, 16, 4, "f32"): 32, (32, 32, 2, "f32"): 64,
     (16, 16, 4, "f64"): 64}
+# The matrix cores' peak, FLOP (int8: OP) per clock per SIMD, by operand kind ("f16" is f16 and bf16; "f8" fp8 and
+# bf8, also as f8f6f4 operands): AMD's dense peaks divided by SIMDs x clock. MI300X (gfx942; 304 CUs x 4 SIMDs,
+# 2.1 GHz): 1307.4 TFLOP/s f16/bf16, 2614.9 fp8 and int8, 653.7 tf32, 163.4 f32 and f64 matrix. MI355X (gfx950;
+# 256 CUs x 4, 2.4 GHz): 2516.6 f16/bf16, 5033.2 fp8 and int8, 157.3 f32 and 78.6 f64 matrix (FP6/FP4 10066: not
+# listed, the analyser costs f8f6f4 as fp8). Each equals the best form's 2*M*N*K / cycles in the table above
+# (tests/hip/test_analyze.py): the two sources agree.
+CDNA3_MFMA_PEAK = {"f16": 512, "f8": 1024, "i8": 1024, "xf32": 256, "f32": 64, "f64": 64}
+CDNA4_MFMA_PEAK = {"f16": 1024, "f8": 2048, "i8": 2048, "f32": 64, "f64": 32}
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,8 @@ class Arch:
                                    # schedule.quartered_carries move the mapping and the rescale out of the loop
     emulator_id: int = 0           # the id the CPU emulator's runtime models the arch by (emulator/runtime_abi.py)
     mfma_cycles: dict = field(default_factory=dict)     # the ISA analyser's MFMA costs (above)
+    mfma_peak: dict = field(default_factory=dict)       # FLOP per clock per SIMD by operand kind (above): what
+                                                        # `hk analyze` measures a loop's MFMA work against
     # LDS bytes per clock per CU: 32 banks x 4 bytes on gfx942 (CDNA3 ISA guide, "Local Data Share"); 64 banks on
     # gfx950 (CDNA4 doubled the LDS bandwidth with its size; the backend's swizzle assumes 64 banks too)
     lds_bytes_per_clock: int = 128
@@ -55,10 +70,11 @@ ARCHS = {a.name: a for a in (
     Arch("gfx942", 64 * 1024, ("16x16x16", "16x16x32 fp8"),            # CDNA3: MI300X / MI325X
          "FNUZ hardware: e4m3 x e4m3 mapped onto FNUZ codes (value halved, -0/NaN remapped, accumulator "
          "rescaled by 4); any e5m2 widened to f16 (FNUZ has no infinity)", fnuz_e4m3=True,
-         emulator_id=942, mfma_cycles=CDNA3_MFMA_CYCLES, lds_bytes_per_clock=128),
+         emulator_id=942, mfma_cycles=CDNA3_MFMA_CYCLES, mfma_peak=CDNA3_MFMA_PEAK, lds_bytes_per_clock=128),
     Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32", "16x16x32 fp8"),   # CDNA4: MI350X / MI355X
          "native OCP e4m3/e5m2 (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})", emulator_id=950,
-         mfma_cycles=CDNA4_MFMA_CYCLES, lds_bytes_per_clock=256, lds_transpose_read=True, lds_dma_wide=True),
+         mfma_cycles=CDNA4_MFMA_CYCLES, mfma_peak=CDNA4_MFMA_PEAK, lds_bytes_per_clock=256,
+         lds_transpose_read=True, lds_dma_wide=True),
 )}
 NAMES = tuple(ARCHS)
 
