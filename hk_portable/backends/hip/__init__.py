@@ -8,6 +8,7 @@
   codegen.py   Program + plan -> header-free HIP C++ over include/hk_hip.h (the device library)
   compiler.py  the pinned clang offline (assembly, code object, resource report; no ROCm needed) and hiprtc
   analyze.py   the ISA analyser behind `hk analyze`: loops, instruction classes, occupancy, issue-rate bound
+  costs.py     its cost model: instruction clocks, the matrix peak, the bounds against the MFMAs chosen and the peak
   driver.py    device probe, module load, argument packing (codegen/abi.py), launch (GPU or emulator)
   hipapi.py    hip-python access shared by compiler and driver
   emulator/    the CPU wave64 emulator that runs the same source for emulated targets

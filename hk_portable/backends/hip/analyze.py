@@ -17,8 +17,11 @@ this module
   * for the trip, counts the MFMAs between each global load and the s_waitcnt that covers it
     (`load_waits`: does the prefetch overlap the matrix cores?);
   * reports resource use (from the metadata compiler.py parses) and waves per SIMD;
-  * computes the issue-rate bound: MFMA clocks / max(MFMA clocks, VALU clocks, LDS clocks), the
-    fraction of MFMA peak the loop could reach if nothing but instruction issue limited it.
+  * computes two issue-rate bounds (costs.py): `bound`, MFMA clocks / max(MFMA, VALU, LDS clocks), against
+    the MFMA instructions chosen (a loop of half-rate forms reads 1.0), and `bound_vs_peak`, the loop's MFMA
+    FLOPs at the arch's peak rate for their operand kind over the same clocks: the fraction of the chip's
+    matrix peak the loop could reach if nothing but instruction issue limited it. Their ratio is the
+    `form_efficiency` of the MFMA forms used.
 
 Assumptions (the figures are a static model, not a measurement -- no AMD hardware measured them):
   * `all_paths` counts edge-tile code a full tile skips, so it bounds one iteration's issue from above;
@@ -40,19 +43,20 @@ from dataclasses import dataclass, field
 
 from . import compiler
 from .archs import ARCHS
+from .costs import (
+    QUARTER_RATE,
+    QUARTER_RATE_CYCLES,
+    SIMDS_PER_CU,
+    TRANSCENDENTAL,
+    VALU_CYCLES,
+    clocks,
+    mfma_cycles,
+    table,
+)
 
-SIMDS_PER_CU = 4
+# MFMA cycles, the matrix peak and LDS bytes per clock: the arch's row (archs.Arch); VALU, transcendental and
+# quarter-rate costs and the clock arithmetic: costs.py, which cites their sources.
 
-# ---------------------------------------------------------------------------------------- cost tables
-# MFMA cycles and LDS bytes per clock: the arch's row (archs.Arch.mfma_cycles, .lds_bytes_per_clock).
-# VALU: a SIMD is 16 lanes wide, so a wave64 instruction issues over 4 cycles (CDNA3 white paper;
-# MI300X: 304 CUs * 4 SIMDs * 16 lanes * 2 flop * 2.1 GHz = 81.7 TFLOP/s f32 vector). Transcendentals
-# and the 32-bit integer multiplies run at quarter rate (LLVM SISchedule.td: WriteTrans32 and
-# WriteQuarterRate32 take 4x Write32Bit).
-VALU_CYCLES = 4
-QUARTER_RATE_CYCLES = 16
-TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)(_|$)")
-QUARTER_RATE = re.compile(r"^v_(mul_lo_u32|mul_lo_i32|mul_hi_u32|mul_hi_i32|mad_u64_u32|mad_i64_i32)(_|$)")
 # Waves per SIMD: gfx90a and later have one 512-entry register file per lane per SIMD shared by VGPRs
 # and AGPRs (a wave holds at most 512: 256 VGPRs + 256 AGPRs, CDNA3/CDNA4 ISA guides), allocated in
 # blocks of 8, at most 8 waves per SIMD (LLVM AMDGPUBaseInfo: getVGPRAllocGranule = 8 and
@@ -73,7 +77,6 @@ _SIZE_BYTES = {"dwordx4": 16, "dwordx3": 12, "dwordx2": 8, "dword": 4, "b128": 1
                "b32": 4, "u32": 4, "i32": 4, "f32": 4, "f64": 8, "u64": 8, "i64": 8, "b16": 2, "u16": 2,
                "i16": 2, "f16": 2, "bf16": 2, "ushort": 2, "sshort": 2, "short": 2, "b8": 1, "u8": 1,
                "i8": 1, "ubyte": 1, "sbyte": 1, "byte": 1}
-_MFMA_SHAPE = re.compile(r"^v_(?:mfma|smfmac)_\w+?_(\d+)x(\d+)x(\d+)_?(\w*)$")
 
 
 @dataclass
@@ -318,21 +321,6 @@ def is_lds_dma(ins: Instr) -> bool:
                                       re.search(r"(^|\s)lds(\s|$)", ins.operands) is not None)
 
 
-def mfma_cycles(op: str, arch: str) -> tuple[int, bool]:
-    """(cycles, known) of an MFMA; an unknown variant is costed by its output shape (16x16: 16, 32x32: 32)."""
-    m = _MFMA_SHAPE.match(op)
-    if not m:
-        return 16, False
-    shape, kind = tuple(int(g) for g in m.groups()[:3]), m.group(4)
-    kind = ("f16" if kind.startswith(("f16", "bf16")) else "xf32" if kind.startswith("xf32") else
-            "f8f6f4" if kind.startswith("f8f6f4") else "f8" if re.match(r"(fp8|bf8)", kind) else
-            "i8" if kind.startswith("i8") else kind or "f32")
-    if op.startswith("v_mfma_f64"):
-        kind = "f64"
-    cycles = ARCHS[arch].mfma_cycles.get((*shape, kind))
-    return (cycles, True) if cycles else (16 if shape[0] <= 16 else 32, False)
-
-
 def count(instrs: list[Instr], lanes: int, sched_barriers: int = 0) -> dict:
     """Class counts, MFMA variants, LDS bytes per class (of waves of `lanes`) and waits of a list of instructions."""
     counts = dict.fromkeys(CLASSES, 0)
@@ -360,29 +348,6 @@ def count(instrs: list[Instr], lanes: int, sched_barriers: int = 0) -> dict:
     counts["sched_barrier"] = sched_barriers
     return {"counts": counts, "mfma": mfma, "lds_bytes": lds, "lds_cost_bytes": lds_cost_bytes,
             "quarter_rate_valu": quarter_rate, "waits": waits}
-
-
-def clocks(c: dict, arch: str) -> dict:
-    """MFMA, VALU and LDS clocks per wave and iteration, the issue-rate bound and what limits it."""
-    mfma, unknown = 0, []
-    for op, n in c["mfma"].items():
-        cyc, known = mfma_cycles(op, arch)
-        mfma += n * cyc
-        if not known:
-            unknown.append(op)
-    n = c["counts"]
-    valu = ((n.get("valu", 0) - c["quarter_rate_valu"]) * VALU_CYCLES
-            + (c["quarter_rate_valu"] + n.get("trans", 0)) * QUARTER_RATE_CYCLES)
-    lds = c["lds_cost_bytes"] / (ARCHS[arch].lds_bytes_per_clock / SIMDS_PER_CU)
-    out = {"mfma": mfma, "valu": valu, "lds": round(lds, 1)}
-    worst = max(out, key=lambda k: out[k])
-    out["bound"] = round(mfma / out[worst], 4) if mfma else 0.0
-    out["limiter"] = worst if mfma else "no MFMA"
-    out["valu_to_mfma"] = round(valu / mfma, 3) if mfma else None
-    out["lds_to_mfma"] = round(lds / mfma, 3) if mfma else None
-    if unknown:
-        out["mfma_cost_guessed"] = sorted(unknown)
-    return out
 
 
 # ---------------------------------------------------------------------------------------- resources
@@ -436,9 +401,7 @@ def analyze(asm: str, arch: str, kernel: str | None = None, resources: dict | No
             "occupancy": {**occupancy(arch, total_vgprs(resources, notes), lds, threads),
                           "llvm_occupancy": llvm},
             "main_loop": main["header"] if main else None, "loops": loops,
-            "costs": {"mfma_cycles": {f"{m}x{n}x{kk} {t}": c for (m, n, kk, t), c in ARCHS[arch].mfma_cycles.items()},
-                      "valu_cycles": VALU_CYCLES, "quarter_rate_cycles": QUARTER_RATE_CYCLES,
-                      "lds_bytes_per_clock_per_cu": ARCHS[arch].lds_bytes_per_clock},
+            "costs": table(arch),
             "assumptions": ASSUMPTIONS}
 
 
@@ -574,6 +537,9 @@ ASSUMPTIONS = [
     "load_waits: per global load of one_trip, the MFMAs issued before the s_waitcnt that covers it (read "
     "cyclically; vmcnt in issue order); memory latency itself is not modelled",
     "clocks per wave per iteration on one SIMD; MFMA, VALU and LDS overlap; the slowest bounds",
+    ("bound: MFMA clocks of the instructions chosen / the slowest pipe's clocks (against the chosen MFMA forms); "
+     "bound_vs_peak: the MFMA FLOPs at the arch's peak rate for their operand kind (peak_clocks) / the slowest "
+     "pipe's clocks (against the chip); form_efficiency: peak_clocks / MFMA clocks (f8f6f4 costed as fp8)"),
     "LDS: a SIMD's share is a quarter of the CU's bytes/clock; dword-granular; LDS-DMA counts as LDS writes",
     "interleave: one wave issuing the trip in order alone on its SIMD (MFMA: waits for the matrix core, one "
     "4-cycle issue pass; VALU its cycles; s_nop N: N+1; other: 1); how much VALU issues under an MFMA",
