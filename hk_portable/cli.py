@@ -197,6 +197,12 @@ def _print_analysis(report: dict) -> None:
                 if any(figures.get(k) not in (0, None, "") for _, figures in columns)]      # zero rows left out
         _table("the main loop, per iteration (figures that are zero left out)", ["figure"] + [h for h, _ in columns],
                [[k] + [figures.get(k, "") for _, figures in columns] for k in keys])
+    for lp in shown:
+        for view, c in ((v, lp[v].get("clocks", {})) for v in ("one_trip", "all_paths") if isinstance(lp.get(v), dict)):
+            if "bound_vs_peak" in c:
+                print(f"{lp['header']} {view}: bound {c['bound']} against the MFMA instructions chosen, "
+                      f"{c['bound_vs_peak']} against {report['target']}'s matrix peak (bound_vs_peak; the forms used "
+                      f"reach {c['form_efficiency']} of the peak)")
     for line in report.get("assumptions", []):
         print(f"  - {line}")
 

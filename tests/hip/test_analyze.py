@@ -333,6 +333,7 @@ def test_cli_analyze_json_and_table(capsys):
     out = capsys.readouterr().out
     assert "main loop: .LBB" in out and "clocks.bound" in out and "waves_per_simd" in out
     assert MFMA["gfx942"] in out
+    assert "bound 1.0 against the MFMA instructions chosen, 1.0 against gfx942's matrix peak" in out
 
 
 def test_cli_analyze_errors(capsys):
