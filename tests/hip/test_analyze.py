@@ -382,7 +382,7 @@ def test_gemm_main_loop_meets_the_issue_bounds(arch, capsys):
     assert r["resources"]["vgpr_spill"] == 0 and r["resources"]["scratch_bytes"] == 0
 
 
-# bound_vs_peak of the gemms' steady-state loop, 2026-12-04 (clang 22.1.8, the configuration `hk analyze` compiles):
+# bound_vs_peak of the gemms' steady-state loop, 2026-12-06 (clang 22.1.8, the configuration `hk analyze` compiles):
 # 1.0 on gfx942; 0.5 on gfx950, whose 16x16x16 bf16 and 16x16x32 fp8 forms run at half CDNA4's rate (the loops are
 # MFMA-bound at `bound` 1.0 against those instructions). Floors: the test fails on a regression, not on a gain;
 # issue 37 asks >= 0.9 on both archs.
