@@ -324,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_compile)
 
     a = sub.add_parser("analyze", help="what bounds a kernel's speed, read from its machine code: loops, "
-                       "instruction classes, occupancy, the issue-rate bound (hip)")
+                       "instruction classes, occupancy, the issue-rate bound against the MFMAs chosen and "
+                       "against the arch's matrix peak (hip)")
     a.add_argument("kernel", metavar="KERNEL", help="a library kernel or MODULE:KERNEL, as for hk compile")
     a.add_argument("--backend", required=True, metavar="SPEC", help=SPEC_HELP)
     a.add_argument("--target", metavar="ARCH", help="target arch (default: the backend's default target)")
