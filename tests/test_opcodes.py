@@ -422,3 +422,19 @@ def test_every_opcode_has_one_role_and_roles_agree_with_the_types():
     assert by_role[opcodes.ELEMENTWISE] | by_role[opcodes.ALONG_AXIS] == tile_to_tile
     assert by_role[opcodes.ALONG_AXIS] == {n for n in tile_to_tile if ops[n].attr("axis")}
 
+
+def test_the_lowerings_opcode_sets_are_roles_and_named_exceptions():
+    """The sets a layout or a schedule decides by, read off the roles, pinned to the lists they replaced (a table
+    change that moves one is seen here, and the generated kernels did not change when they were derived)."""
+    from hk_portable.backends.cuda import dataflow
+    from hk_portable.codegen import layouts, patterns
+    assert layouts.PINNED_TO_FRAGMENT == {"mma", "shared_to_register", "register_to_shared"}
+    assert layouts.SHARE_A_LAYOUT == {"unary", "binary", "compare", "where", "cast", "broadcast", "reduce"}
+    assert layouts.GRID_OPS == {"fill", "splat", "unary", "binary", "cast", "global_to_register",
+                                "register_to_global", "atomic_add", "pipeline", "for", "mma"}
+    assert layouts.TFRAG_OPS == {"fill", "splat", "unary", "binary", "compare", "where", "cast", "broadcast",
+                                 "reduce", "mma", "causal_mask", "bounds_mask", "register_to_global", "pipeline", "for"}
+    assert dataflow.TAIL_OPS == {"mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where",
+                                 "shared_stage"}
+    assert patterns.MASK_LEAVES == {"causal_mask", "bounds_mask"}
+    assert {n for n in opcodes.OPCODES if opcodes.writes_shared(n)} == {"global_to_shared", "register_to_shared"}
