@@ -62,6 +62,8 @@ def test_names_say_the_data_path():
     assert opcodes.TABLE["atomic_add"].path == ("register", "global")
     assert opcodes.moves("global", ("register", "scalar")) == {"global_to_register", "global_to_scalar"}
     assert opcodes.moves_between("register", "shared") == {"register_to_shared", "shared_to_register"}
+    with pytest.raises(ValueError, match="not a space: registers"):
+        opcodes.moves("global", "registers")
 
 
 def test_the_runner_takes_its_capabilities_from_the_table():

@@ -411,6 +411,10 @@ CONTROL_OPS = _role(CONTROL)
 @functools.cache
 def moves(src: str | tuple[str, ...] | None = None, dst: str | tuple[str, ...] | None = None) -> frozenset[str]:
     """The moves from space `src` to space `dst` (of SPACES; a tuple: any of those; None: any)."""
+    named = {e for w in (src, dst) if w is not None for e in ((w,) if isinstance(w, str) else w)}
+    if named - set(SPACES):
+        raise ValueError(f"not a space: {', '.join(sorted(named - set(SPACES)))} (the spaces: {', '.join(SPACES)})")
+
     def fits(end: str, want) -> bool:
         return want is None or end == want or (isinstance(want, tuple) and end in want)
     return frozenset(s.name for s in OPS if s.path and fits(s.path[0], src) and fits(s.path[1], dst))
