@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import hk_portable
+from hk_portable.interface.opcodes import OPCODES
 
 ROOT = Path(hk_portable.__file__).resolve().parent
 PACKAGE = "hk_portable"
@@ -172,3 +173,60 @@ def test_lowering_modules_stay_small(module):
     """A module of the lowering holds one concept a newcomer can read: split it by concept past MAX_LINES."""
     lines = len(_path(module).read_text().splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines (at most {MAX_LINES}): split it by concept"
+
+
+# ------------------------------------------------------------------------------ opcode roles come from the table
+def _opcode_list(node) -> list[str] | None:
+    """The opcode names of a tuple, list or set literal that holds two or more of them, else None."""
+    if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return None
+    names = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in OPCODES]
+    return names if len(names) >= 2 else None
+
+
+def _bare(node):
+    """A literal wrapped in frozenset/set/tuple, unwrapped."""
+    wrapped = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1
+    return node.args[0] if wrapped and node.func.id in ("frozenset", "set", "tuple") else node
+
+
+def _hand_written_roles(path: Path) -> list[str]:
+    """Where code spells an opcode role by hand: an `in` test against a literal of two or more opcode names (inline,
+    or joined to another set there), or a name bound to such a literal alone. A role read off the table plus or minus
+    named exceptions, bound to a name whose comment says why (layouts.GRID_OPS), is how a layout's or a schedule's
+    own choice is written, and is not counted."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        found = []
+        if isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops):
+            found = [names for c in node.comparators for n in ast.walk(c) if (names := _opcode_list(n))]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            found = [names] if (names := _opcode_list(_bare(node.value))) else []
+        out += [f"line {node.lineno}: {names}" for names in found]
+    return out
+
+
+def test_the_role_scan_sees_hand_written_lists(tmp_path):
+    """Lists bound to names and inline ones are seen; a role with named exceptions and other strings are not."""
+    src = tmp_path / "m.py"
+    src.write_text(
+        'ELEMENTWISE = ("unary", "binary")\n'
+        'TAIL = frozenset({"mma", "cast"})\n'
+        'ROLE = opcodes.ELEMENTWISE_OPS - {"compare", "where"}\n'
+        'def f(op, kinds):\n'
+        '    return (op.opcode in ELEMENTWISE + ("fill", "splat") or op.attrs["op"] in ("and", "or")\n'
+        '            or any(k not in ("mma", "shared_stage") for k in kinds))\n')
+    assert _hand_written_roles(src) == ["line 1: ['unary', 'binary']", "line 2: ['mma', 'cast']",
+                                        "line 5: ['fill', 'splat']", "line 6: ['mma', 'shared_stage']"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, f"{PACKAGE}.backends")
+                                          or _under(m, f"{PACKAGE}.codegen")))
+def test_the_lowering_reads_opcode_roles_off_the_table(module):
+    """Which ops are elementwise, move data between which spaces, write shared memory, ... is the opcode table's to
+    say (interface/opcodes.py: each entry's role, path and effects, and the sets derived from them); the lowering
+    reads those, so a new opcode joins the right sets by its table entry alone."""
+    found = _hand_written_roles(_path(module))
+    assert not found, f"{module} lists opcodes by hand ({'; '.join(found)}): read a role off the table " \
+                      "(opcodes.ELEMENTWISE_OPS, opcodes.moves(...), opcodes.writes_shared, ...), with named " \
+                      "exceptions and their reason where a layout or schedule takes less"

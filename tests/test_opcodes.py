@@ -38,7 +38,8 @@ def test_the_table_is_plain_printable_data():
     mma = str(opcodes.TABLE["mma"])
     assert ("mma(a: rt|st<bf16|f16|fp8e4m3|fp8e5m2>, b: rt|st<bf16|f16|fp8e4m3|fp8e5m2>, acc: rt<f32>) -> rt<f32>"
             in mma)
-    assert "trans_a: bool" in mma and "reads shared" in mma
+    assert "trans_a: bool" in mma and "reads shared" in mma and "role: contraction" in mma
+    assert "role: move (global -> register)" in str(opcodes.TABLE["global_to_register"])
     with pytest.raises(Exception):
         opcodes.TABLE["mma"].name = "other"                    # frozen
     out = subprocess.run([sys.executable, "-m", "hk_portable.interface.opcodes"], capture_output=True, text=True,
@@ -47,14 +48,22 @@ def test_the_table_is_plain_printable_data():
 
 
 def test_names_say_the_data_path():
-    moves = {"global_to_register", "global_to_shared", "shared_to_register", "register_to_shared",
-             "register_to_global", "shared_to_global"}
-    assert moves <= set(opcodes.OPCODES)
+    """A move's path (source, destination) is its name, source_to_destination (atomic_add is named for the add it
+    does on the way), and its effects: it reads memory at its source and writes memory at its destination."""
     assert not {"load_gl", "load_st", "st_to_rt", "rt_to_st", "store_gl", "sbin", "scast"} & set(opcodes.OPCODES)
-    for name in moves:
-        src, dst = name.split("_to_")
+    assert opcodes.moves() == {s.name for s in opcodes.OPS if s.path} == {s.name for s in opcodes.OPS
+                                                                          if s.role == opcodes.MOVE}
+    for name in opcodes.moves():
+        src, dst = opcodes.TABLE[name].path
+        assert src != dst and {src, dst} <= set(opcodes.SPACES)
+        assert name == f"{src}_to_{dst}" or name == "atomic_add"
         e = opcodes.TABLE[name].effects
         assert (src in ("global", "shared")) == (src in e.reads) and (dst in ("global", "shared")) == (dst in e.writes)
+    assert opcodes.TABLE["atomic_add"].path == ("register", "global")
+    assert opcodes.moves("global", ("register", "scalar")) == {"global_to_register", "global_to_scalar"}
+    assert opcodes.moves_between("register", "shared") == {"register_to_shared", "shared_to_register"}
+    with pytest.raises(ValueError, match="not a space: registers"):
+        opcodes.moves("global", "registers")
 
 
 def test_the_runner_takes_its_capabilities_from_the_table():
@@ -375,3 +384,59 @@ def test_roles_read_off_the_table():
     for name in opcodes.SCALAR_OPS:
         s = opcodes.spec(name)
         assert s.effects == opcodes.NO_EFFECTS and not s.regions
+
+
+ROLE_SETS = {           # each derived set, pinned: a table change that moves an opcode between them is seen here
+    "SHARED_VIEW_OPS": {"alloc_shared", "shared_stage"},
+    "UNIFORM_OPS": {"fill", "splat"},
+    "POSITIONAL_OPS": {"causal_mask", "bounds_mask", "dropout_mask"},
+    "ELEMENTWISE_OPS": {"unary", "binary", "compare", "where", "cast"},
+    "ALONG_AXIS_OPS": {"broadcast", "reduce"},
+    "CONTRACTION_OPS": {"mma"},
+    "CONTROL_OPS": {"for", "pipeline"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROLE_SETS))
+def test_each_role_set_is_what_the_table_says(name):
+    role = getattr(opcodes, name.removesuffix("_OPS"))
+    assert getattr(opcodes, name) == {s.name for s in opcodes.OPS if s.role == role} == ROLE_SETS[name]
+
+
+def test_every_opcode_has_one_role_and_roles_agree_with_the_types():
+    """The declared roles against what the types, effects and regions say on their own."""
+    def kinds(specs) -> set[str]:
+        return {k for t in specs for k in t.kinds}
+    tiles, scalars = {opcodes.RT, opcodes.RV}, {opcodes.I32, opcodes.F32}
+    ops = {s.name: s for s in opcodes.OPS if s.role in opcodes.ROLES}
+    assert set(ops) == set(opcodes.OPCODES)
+    by_role = {r: {n for n, s in ops.items() if s.role == r} for r in opcodes.ROLES}
+    assert by_role[opcodes.SCALAR] == opcodes.SCALAR_OPS                       # read off the types
+    assert by_role[opcodes.CONTROL] == {n for n, s in ops.items() if s.regions}
+    assert by_role[opcodes.SHARED_VIEW] == {n for n, s in ops.items()
+                                            if s.results and kinds(s.results) <= {opcodes.SMEM, opcodes.ST}}
+    made_from_scalars = {n for n, s in ops.items() if s.results and kinds(s.results) <= tiles
+                         and kinds(o.type for o in s.operands) <= scalars}
+    assert by_role[opcodes.UNIFORM] | by_role[opcodes.POSITIONAL] == made_from_scalars
+    assert all(ops[n].results[0].dtypes == ("bool",) for n in by_role[opcodes.POSITIONAL])
+    tile_to_tile = {n for n, s in ops.items() if s.results and kinds(s.results) <= tiles
+                    and s.operands and kinds(o.type for o in s.operands) <= tiles}
+    assert by_role[opcodes.ELEMENTWISE] | by_role[opcodes.ALONG_AXIS] == tile_to_tile
+    assert by_role[opcodes.ALONG_AXIS] == {n for n in tile_to_tile if ops[n].attr("axis")}
+
+
+def test_the_lowerings_opcode_sets_are_roles_and_named_exceptions():
+    """The sets a layout or a schedule decides by, read off the roles, pinned to the lists they replaced (a table
+    change that moves one is seen here, and the generated kernels did not change when they were derived)."""
+    from hk_portable.backends.cuda import dataflow
+    from hk_portable.codegen import layouts, patterns
+    assert layouts.PINNED_TO_FRAGMENT == {"mma", "shared_to_register", "register_to_shared"}
+    assert layouts.SHARE_A_LAYOUT == {"unary", "binary", "compare", "where", "cast", "broadcast", "reduce"}
+    assert layouts.GRID_OPS == {"fill", "splat", "unary", "binary", "cast", "global_to_register",
+                                "register_to_global", "atomic_add", "pipeline", "for", "mma"}
+    assert layouts.TFRAG_OPS == {"fill", "splat", "unary", "binary", "compare", "where", "cast", "broadcast",
+                                 "reduce", "mma", "causal_mask", "bounds_mask", "register_to_global", "pipeline", "for"}
+    assert dataflow.TAIL_OPS == {"mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where",
+                                 "shared_stage"}
+    assert patterns.MASK_LEAVES == {"causal_mask", "bounds_mask"}
+    assert {n for n in opcodes.OPCODES if opcodes.writes_shared(n)} == {"global_to_shared", "register_to_shared"}

@@ -31,14 +31,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..interface import opcodes
 from ..interface.errors import UnsupportedError
 from ..interface.ir import Op, Program, TileType, Value
 
 ROW, COL = "ROW", "COL"
 CHUNK = 8                   # elements per lane chunk of a strip (16 bytes of a 16-bit tensor)
 
-ELEMENTWISE = ("unary", "binary", "compare", "where", "cast")
-PINNED_TO_FRAGMENT = ("mma", "shared_to_register", "register_to_shared")
+# the matrix instruction's layout: what an mma's operands and accumulator and a copy to or from shared memory take
+PINNED_TO_FRAGMENT = opcodes.CONTRACTION_OPS | opcodes.moves_between("register", "shared")
+# ops whose register operands and results share one layout: elementwise ones, and a reduction's tile and vector,
+# a broadcast's vector and tile
+SHARE_A_LAYOUT = opcodes.ELEMENTWISE_OPS | opcodes.ALONG_AXIS_OPS
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,7 @@ def assign_vector_axes(program: Program) -> dict[Value, str]:
             fixed.append((op.result, ROW if op.attrs["axis"] == "row" else COL, op))
         elif op.opcode == "broadcast":
             fixed.append((op.operands[0], ROW if op.attrs["axis"] == "row" else COL, op))
-        elif op.opcode in ELEMENTWISE + ("splat", "fill"):
+        elif op.opcode in opcodes.ELEMENTWISE_OPS:
             for v in rvs[1:]:
                 uf.union(rvs[0], v)
         for a, b in _carry_links(op):
@@ -184,9 +188,11 @@ def assign_vector_axes(program: Program) -> dict[Value, str]:
 
 
 # ------------------------------------------------------------------------------------ tile layouts
-# what a wave-grid accumulator may meet besides its mma: ops that touch each element where it lies
-GRID_OPS = ("fill", "splat", "unary", "binary", "cast", "global_to_register", "register_to_global", "atomic_add",
-            "pipeline", "for", "mma")
+# what a wave-grid accumulator may meet besides its mma: ops that touch each element where it lies (hk_hip's grid
+# tiles have loads, stores, fills and elementwise arithmetic, no masks, broadcasts or reductions). Not compare or
+# where either: the grid was made for gemm's epilogue, which selects nothing, and selects are not tried in it.
+GRID_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.moves_between("register", "global")
+            | opcodes.CONTRACTION_OPS | opcodes.CONTROL_OPS) - {"compare", "where"}
 
 
 def _shared_operand_mma(op: Op) -> bool:
@@ -204,7 +210,7 @@ def _components(program: Program, grids: bool = False) -> tuple[_UnionFind, set[
             uf.union(op.operands[2], op.result)
         elif op.opcode in PINNED_TO_FRAGMENT:
             pinned.update(tiles)
-        elif op.opcode in ELEMENTWISE + ("broadcast", "reduce"):
+        elif op.opcode in SHARE_A_LAYOUT:
             for v in tiles[1:]:
                 uf.union(tiles[0], v)
         for a, b in _carry_links(op):
@@ -245,7 +251,7 @@ def _grid_for(members: list[Value], uses: dict[Value, set[str]], warps: int) -> 
     """The wave grid for a component of mma accumulators (only rt tiles, met only by GRID_OPS) that
     divides every tile into whole 16x16 blocks per warp and reads the fewest operand rows and columns per
     warp (R/wm + C/wn); None when no grid beats the fragment layout (one warp column)."""
-    if any(v.type.space != "rt" or uses.get(v, set()) - set(GRID_OPS) for v in members):
+    if any(v.type.space != "rt" or uses.get(v, set()) - GRID_OPS for v in members):
         return None
     if not any("mma" in uses.get(v, set()) for v in members):
         return None
@@ -311,9 +317,12 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
 
 
 # what a transposed-fragment component may meet: elementwise ops, row broadcasts and reductions, masks made
-# where each element lies, stores, loop carries, and the two kinds of mma below
-TFRAG_OPS = ("fill", "splat", "unary", "binary", "compare", "where", "cast", "broadcast", "reduce", "mma",
-             "causal_mask", "bounds_mask", "register_to_global", "pipeline", "for")
+# where each element lies, stores, loop carries, and the two kinds of mma below; no loads (hk_hip has no
+# transposed-fragment tile load). Not atomic_add or dropout masks: the layout was made for attention's forward,
+# which has neither, and they are not tried in it.
+TFRAG_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.ALONG_AXIS_OPS | opcodes.POSITIONAL_OPS
+             | opcodes.moves("register", "global") | opcodes.CONTRACTION_OPS | opcodes.CONTROL_OPS
+             ) - {"atomic_add", "dropout_mask"}
 TFRAG_MMA_DTYPES = ("bf16", "f16")
 
 
@@ -349,8 +358,8 @@ def tfrag_components(program: Program, axes: dict[Value, str] | None = None) -> 
                     uf.union(tiles[0], v)
                 if kind == "rt_a":
                     has_rt_a.add(op.operands[0])
-        elif op.opcode in ELEMENTWISE + ("broadcast", "reduce"):
-            if op.opcode in ("broadcast", "reduce") and op.attrs["axis"] != "row":
+        elif op.opcode in SHARE_A_LAYOUT:
+            if op.opcode in opcodes.ALONG_AXIS_OPS and op.attrs["axis"] != "row":
                 bad.update(tiles)
             for v in tiles[1:]:
                 uf.union(tiles[0], v)
@@ -387,7 +396,7 @@ def shared_buffer_uses(program: Program) -> tuple[dict[Value, list[Value]], list
             stages.setdefault(op.operands[0], []).append(op.result)
         for i, v in enumerate(op.operands):
             src = producers.get(v)
-            if src is None or src.opcode not in ("shared_stage", "alloc_shared"):
+            if src is None or src.opcode not in opcodes.SHARED_VIEW_OPS:
                 continue
             if op.opcode == "shared_stage" and i == 0:
                 continue

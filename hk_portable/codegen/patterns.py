@@ -72,7 +72,9 @@ def use_counts(program: Program, carried: int = 1) -> dict[Value, int]:
     return uses
 
 
-MASK_LEAVES = ("causal_mask", "bounds_mask")
+# the masks a select may evaluate at each element it writes: those the libraries have a predicate of
+# (hk::causal_at, hk::bounds_at); dropout_mask has none
+MASK_LEAVES = opcodes.POSITIONAL_OPS - {"dropout_mask"}
 
 
 def fused_masks(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, Op]:

@@ -41,7 +41,11 @@ def free_values(reg, producers: dict) -> list[Value]:
     return [v for o in reg.walk() for v in o.operands if v.id not in own]
 
 
-TAIL_OPS = ("mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where", "shared_stage")
+# What an overlapped tail may hold: its product, its stage view, and register-tile arithmetic that touches no memory
+# (the accumulator's rescale, P's cast). Not reduce or compare (nor masks): the tail was made for FA3's rescale,
+# which needs none, and they are not tried in it.
+TAIL_OPS = (opcodes.CONTRACTION_OPS | {"shared_stage"} | opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS
+            | opcodes.ALONG_AXIS_OPS) - {"reduce", "compare"}
 
 
 def overlap_split(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
@@ -112,7 +116,7 @@ def buffer_of(v: Value, producers: dict) -> int | None:
 
 def written_buffers(pipe: Op, producers: dict) -> set[int]:
     """Buffers some op inside the pipeline writes (loads into stages, register stores)."""
-    return {b for reg in pipe.regions for o in reg.walk() if o.opcode in ("global_to_shared", "register_to_shared")
+    return {b for reg in pipe.regions for o in reg.walk() if opcodes.writes_shared(o.opcode)
             for b in [buffer_of(o.operands[0], producers)] if b is not None}
 
 
@@ -141,7 +145,7 @@ def is_accumulator_chain(creg, producers: dict) -> bool:
     """The compute region is stage views + one mma whose accumulator is the carry and whose result is
     the only yield, so nothing reads the accumulator before the next step's mma."""
     kinds = [o.opcode for o in creg.ops]
-    if kinds.count("mma") != 1 or any(k not in ("mma", "shared_stage") for k in kinds):
+    if kinds.count("mma") != 1 or kinds.count("shared_stage") != len(kinds) - 1:
         return False
     (mma,) = [o for o in creg.ops if o.opcode == "mma"]
     carry = creg.args[2:]

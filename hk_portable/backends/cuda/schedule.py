@@ -352,7 +352,7 @@ def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, stri
     if not out.producer_warps:
         return
     read = {o.operands[1].id for o in program.body.walk() if o.opcode == "global_to_shared"} | {
-        o.operands[0].id for o in program.body.walk() if o.opcode in ("global_to_register", "global_to_scalar")}
+        o.operands[0].id for o in program.body.walk() if o.opcode in opcodes.moves("global", ("register", "scalar"))}
     for op in (o for o in program.body.ops if o.opcode == "register_to_global"):
         gl, src = op.operands[:2]
         t = src.type

@@ -142,7 +142,7 @@ def arena(program: Program, pre: dict[Value, Op], align: int = resources.SMEM_AL
     first: dict[Value, int] = {}
     for i, t in enumerate(top):
         for o in [t, *(x for r in t.regions for x in r.walk())]:
-            if o.opcode in ("alloc_shared", "shared_stage"):
+            if o.opcode in opcodes.SHARED_VIEW_OPS:
                 continue
             for v in o.operands:
                 b = buffer_of(v, producers)
@@ -186,7 +186,7 @@ def scratch_bytes(program: Program, waves: int, lay: dict) -> int:
 def _talks_across_waves(region: Region, waves: int, lay: dict | None = None) -> str | None:
     """Why a pipeline's compute step needs other waves (barriers inside), or None if it is wave-local."""
     for op in region.walk():
-        if op.opcode in ("global_to_shared", "register_to_shared"):
+        if opcodes.writes_shared(op.opcode):
             return f"it writes shared memory ('{op.opcode}')"
         if op.opcode == "pipeline":
             return "it contains a pipeline"
