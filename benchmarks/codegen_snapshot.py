@@ -13,8 +13,10 @@ import argparse
 import difflib
 import hashlib
 import json
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 TARGETS = ("cuda:sm_80", "cuda:sm_90a", "hip:gfx942", "hip:gfx950")
@@ -116,7 +118,11 @@ def main(argv=None) -> int:
         return diff(*args.diff)
     if args.out is None:
         ap.error("--out DIR (or --diff BEFORE AFTER)")
-    return snapshot(args.out, args.targets, args.pattern)
+    # a cold compile cache of its own: a cached binary is keyed by what went into it as the code that wrote the
+    # key saw it, so a snapshot reading a shared cache could show an earlier tree's streams
+    with tempfile.TemporaryDirectory(prefix="hk-snapshot-cache-") as cold:
+        os.environ["HK_CACHE_DIR"] = cold
+        return snapshot(args.out, args.targets, args.pattern)
 
 
 if __name__ == "__main__":

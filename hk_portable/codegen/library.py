@@ -12,6 +12,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+OPCODE_TABLE = Path(__file__).parents[1] / "interface" / "opcodes.py"
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.M)
 
 
@@ -54,7 +55,7 @@ class DeviceLibrary:
     """A backend's device library as its codegen uses it: the header-free text for the prelude and the
     fingerprint for the cache key: every piece, and every Python file that decides what is generated (the
     backend's modules beside its emitter: schedules, arch tables; the shared codegen package: the
-    emitter, the layout pass)."""
+    emitter, the layout pass; the opcode table, whose roles the lowering reads)."""
 
     def __init__(self, top: Path, emitter: Path):
         self.top, self.emitter = Path(top), Path(emitter)
@@ -65,5 +66,6 @@ class DeviceLibrary:
     @lru_cache(maxsize=None)    # noqa: B019 - one instance per backend module, alive for the process
     def fingerprint(self) -> str:
         from .cstyle import source_fingerprint
-        modules = sorted(self.emitter.parent.glob("*.py")) + sorted(Path(__file__).parent.glob("*.py"))
+        here = Path(__file__).parent
+        modules = sorted(self.emitter.parent.glob("*.py")) + sorted(here.glob("*.py")) + [OPCODE_TABLE]
         return source_fingerprint(*pieces(self.top), *modules)
