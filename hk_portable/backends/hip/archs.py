@@ -64,6 +64,9 @@ class Arch:
     lds_dma_wide: bool = False
     # lanes per wave: what a block's waves are counted in, layouts divide rows over, the ISA analyser scales by
     wave_size: int = 64
+    # accelerator dies (XCDs), each with its own L2, that blocks are dealt round-robin over: hk::block_idx numbers
+    # blocks so that consecutive ones share a die (HK_XCDS; 8 on MI300X/MI325X and MI350X/MI355X)
+    xcds: int = 8
 
 
 ARCHS = {a.name: a for a in (

@@ -14,6 +14,7 @@ from ...codegen.cstyle import BINARY_FN, CTYPE, CStyleEmitter, EmittedKernel
 from ...codegen.layouts import ColMajor
 from ...interface import dtypes as D
 from ...interface.ir import Op, Program, Region, SharedBufType, Value
+from . import archs
 from .patterns import where_at_takes
 from .schedule import Plan
 
@@ -212,6 +213,7 @@ class HipEmitter(CStyleEmitter):
             f"#define HK_NUM_THREADS {num_threads}",
             f"#define HK_SCRATCH_BYTES {max(p.scratch_bytes, 16)}",
             f"#define HK_BLOCK_REMAP {1 if p.block_remap else 0}",
+            f"#define HK_XCDS {archs.ARCHS[p.arch].xcds}",
             "#define HK_SMEM_ARENA(name, bytes) __shared__ __attribute__((aligned(128))) unsigned char name[bytes]",
             header_text(),
         ]

@@ -500,31 +500,3 @@ def check(program: Program, target: Target, plan: Plan) -> None:
             if isinstance(t, TileType) and t.dtype.name not in target.dtypes and t.dtype.name != "bool":
                 raise UnsupportedError(f"{program.name}: {t} uses {t.dtype}, which {target.arch} does not "
                                        f"support here (supported: {', '.join(target.dtypes)})")
-
-
-# ----------------------------------------------------------------------------------------- grid order
-XCDS, GROUP = 8, 8
-
-
-def xcd_remap(block: int, n: int) -> int:
-    """Python mirror of hk::detail::xcd_remap: XCD x = block % 8 takes a contiguous range of ids."""
-    per, extra, xcd = n // XCDS, n % XCDS, block % XCDS
-    return xcd * per + min(xcd, extra) + block // XCDS
-
-
-def grouped(l: int, gx: int, gy: int) -> tuple[int, int]:
-    """Python mirror of hk::detail::grouped: runs of GROUP x-rows sweep y."""
-    in_group = GROUP * gy
-    first = (l // in_group) * GROUP
-    size = min(gx - first, GROUP)
-    r = l % in_group
-    return first + r % size, r // size
-
-
-def block_remap(hw: int, grid: tuple[int, int, int]) -> tuple[int, int, int]:
-    """The logical (x, y, z) that hk::block_idx gives the block dispatched as linear id `hw`."""
-    gx, gy, gz = grid
-    l = xcd_remap(hw, gx * gy * gz)
-    z, r = divmod(l, gx * gy)
-    x, y = grouped(r, gx, gy)
-    return x, y, z

@@ -37,6 +37,7 @@
 #include "../../../codegen/include/hk_core/scalar.h"
 #include "../../../codegen/include/hk_core/divider.h"
 #include "../../../codegen/include/hk_core/philox.h"
+#include "../../../codegen/include/hk_core/block_order.h"
 #include "hk_cuda/tile_order.cuh"
 
 #ifdef HK_DEVICE_COMPILE

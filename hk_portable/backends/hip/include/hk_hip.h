@@ -30,6 +30,7 @@
 #include "../../../codegen/include/hk_core/scalar.h"
 #include "../../../codegen/include/hk_core/divider.h"
 #include "../../../codegen/include/hk_core/philox.h"
+#include "../../../codegen/include/hk_core/block_order.h"
 #include "../../../codegen/include/hk_core/functors.h"
 
 // raw instruction wrappers

@@ -16,7 +16,8 @@ HK_DEV int warp_id() { return threadIdx.x >> 5; }
 template <int A> HK_DEV int block_idx() {
     if constexpr (HK_BLOCK_GROUPED && A < 2) {
         unsigned x, y;
-        grouped_xy<unsigned>(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, gridDim.y, x, y);
+        grouped_xy<unsigned>(blockIdx.x + gridDim.x * blockIdx.y, gridDim.x, plain_div<unsigned>(BLOCK_GROUP * gridDim.y),
+                             plain_div<unsigned>(group_tail(gridDim.x)), x, y);
         return (int)(A == 0 ? x : y);
     }
     return dispatched_idx<A>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);

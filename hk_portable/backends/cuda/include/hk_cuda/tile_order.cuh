@@ -4,34 +4,12 @@
 
 namespace hk {
 
-// The block's tile indices. HK_BLOCK_GROUPED (the schedule pass, for GEMM-like grids): the x-y plane is
-// walked in runs of GROUP x-rows that sweep y, so blocks running together share operand tiles in L2
-// (a bijection of the grid; hardware order otherwise).
+// The block's tile indices. HK_BLOCK_GROUPED (the schedule pass, for GEMM-like grids): hk_core's grouped order
+// (hardware order otherwise).
 #ifndef HK_BLOCK_GROUPED
 #define HK_BLOCK_GROUPED 0
 #endif
-constexpr unsigned BLOCK_GROUP = 8;
-// Division by a divisor a grid fixes: U's own / and % (plain_div), or a udivider (hk_core/divider.h) where a
-// persistent block divides by the same extents at every tile. The walks below take either.
-template <class U> struct plain_div {
-    U d = 1;
-    plain_div() = default;
-    HK_HD explicit plain_div(U divisor) : d(divisor) {}
-    HK_HD U quot(U n) const { return n / d; }
-    HK_HD U rem(U n) const { return n % d; }
-};
-template <class U> HK_HD U group_tail(U gx) { return gx % BLOCK_GROUP ? gx % BLOCK_GROUP : BLOCK_GROUP; }
-// l's place in the grouped walk: `group` divides by BLOCK_GROUP * gy (a group's tiles), `tail` by the last
-// group's width (group_tail), the others being BLOCK_GROUP wide
-template <class U, class Div> HK_HD void grouped_xy(U l, U gx, const Div& group, const Div& tail, U& x, U& y) {
-    const U k = group.quot(l), first = k * BLOCK_GROUP, r = l - k * group.d;
-    const bool whole = gx - first >= BLOCK_GROUP;
-    x = first + (whole ? r % BLOCK_GROUP : tail.rem(r));
-    y = whole ? r / BLOCK_GROUP : tail.quot(r);
-}
-template <class U> HK_HD void grouped_xy(U l, U gx, U gy, U& x, U& y) {
-    grouped_xy(l, gx, plain_div<U>(BLOCK_GROUP * gy), plain_div<U>(group_tail(gx)), x, y);
-}
+// (BLOCK_GROUP, plain_div, grouped_xy: hk_core/block_order.h)
 // The k-th tile a persistent block b of g walks: rounds of g consecutive tiles dealt forwards and backwards in
 // turn (b, then g-1-b), so a block's tiles add up to about the same work where work grows along the tile order
 // (causal attention's query blocks). Dealt forwards only, the stride g beat against a head's block count: at
