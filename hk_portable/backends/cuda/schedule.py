@@ -17,8 +17,7 @@ compute region is a pure accumulator chain (the mma's result is only the carry o
 wgmma is left in flight (MMA_ASYNC) and the pipeline waits for it one step later, overlapping the
 tensor cores with the next stage's wait. Everything else is MMA_STANDALONE.
 
-Each Program runs one of two named variants (`Base`, `FA3`), each a frozen set of the parameters that make sense
-for it, so a combination that was never a schedule cannot be written.
+Each Program runs one of two named variants (variants.py: `Base`, `FA3`).
 
 `FA3` is FlashAttention 3's schedule, for a warp-specialised kernel whose compute region is two products, the
 second accumulating into a carry (attention: S = QKᵀ, the softmax, O = O·α + PV). Its parts, which only run
@@ -46,7 +45,6 @@ warpgroups, causal or not).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from ...codegen.layouts import Strip
 from ...interface import opcodes
@@ -54,14 +52,10 @@ from ...interface.backend import Target
 from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
 from . import archs, dataflow, footprint, occupancy
 from .dataflow import MMA_ASYNC, MMA_STAGED, MMA_STANDALONE, TMA_SWIZZLE_BYTES
+from .variants import BASE, FA3, LONGEST_FIRST_MIN, Base, Variant
 
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
-# Tiles go longest first once the work axis has this many blocks (query blocks a head). Block order measured better
-# with 8 and 32 (causal D128 N1024 / N4096 and GQA N4096 on the H200: 0.69 vs 0.60 in one A/B; 479 and 490 TFLOP/s
-# in block order against 449 and 460 longest first, hk bench across calls), longest first with 128 (N16384: 0.97
-# vs 0.66 of cuDNN). 64 lies between: a head's ramp then spans half the SMs' blocks, where dealing beats against it.
-LONGEST_FIRST_MIN = 64
 
 
 @dataclass(frozen=True)
@@ -142,7 +136,6 @@ class Plan:
         return bool(self.tensor_maps)
 
 
-
 def grouped_blocks(program: Program) -> bool:
     """A 2-D grid of output tiles whose pipelined mma reads operands along both axes (a GEMM) is ordered so
     that neighbouring blocks share operand tiles in L2: runs of 8 x-rows sweep y. Other grids keep the
@@ -151,38 +144,6 @@ def grouped_blocks(program: Program) -> bool:
     pipelined_mma = any(op.opcode == "pipeline" and any(o.opcode == "mma" for o in op.regions[1].walk())
                         for op in program.body.walk())
     return axes == {0, 1} and pipelined_mma
-
-
-@dataclass(frozen=True)
-class Base:
-    """The schedule every program gets unless FA3's is taken: the cp.async ring on every target; on the async path
-    the TMA ring (consecutive pipelines on one ring, `one_ring`), warp-specialised where the Program allows
-    (_specialisable) with its epilogue stores by TMA (`tma_store`). A grid whose blocks' work grows along an axis
-    dispatches its heaviest blocks first (`heavy_first`). one_ring and heavy_first are what the build search
-    (backend._fill_sm) gives up, in that order, where only the build without them fills the SM."""
-    name: ClassVar[str] = "base"
-    tma_store: bool = True
-    one_ring: bool = True
-    heavy_first: bool = True
-
-
-@dataclass(frozen=True)
-class FA3:
-    """FlashAttention 3's schedule, as one variant: warp-specialised on a split ring (K and V released apart), the
-    loads before the pipelines (Q) on the producer in `prologue_stages` copies, each compute region
-    software-pipelined one step (dataflow.Overlap), consumer warpgroups taking turns issuing wgmma (ping-pong, turns running
-    on across pipelines and tiles where the consumers write no shared memory), and a persistent grid dealing its
-    tiles longest first once the work axis has `longest_first` blocks. A Program that cannot take all of it gets
-    the Base plan (plan()): none of its parts alone is a schedule (each measured no gain alone, perf-notes
-    2026-12-03), so none can be asked for alone."""
-    name: ClassVar[str] = "fa3"
-    tma_store: bool = True
-    longest_first: int = LONGEST_FIRST_MIN
-    prologue_stages: int = 2
-
-
-Variant = Base | FA3
-BASE = Base()
 
 
 def plan(program: Program, target: Target, variant: Variant = BASE, layouts: dict | None = None) -> Plan:
@@ -526,7 +487,6 @@ def _tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
             or (t.cols * item) % TMA_SWIZZLE_BYTES or t.rows % 8 or t.rows > TMA_MAX_BOX):
         return None
     return TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, t.rows, TMA_SWIZZLE_BYTES // item)
-
 
 
 def fast_path(program: Program, target: Target) -> bool:
