@@ -647,7 +647,7 @@ def test_consecutive_pipelines_share_one_ring_and_publish_q_with_its_first_copie
                                                              "LEFT_BOUND": False})
     p = schedule.plan(program, target)
     pipes = [o for o in program.body.ops if o.opcode == "pipeline"]
-    assert p.ring_runs == [tuple(id(o) for o in pipes)] and len(p.ring_hoist) == 2
+    assert p.ring_runs == (tuple(id(o) for o in pipes),) and len(p.ring_hoist) == 2
     (q_load,) = [o for o in program.body.ops if o.opcode == "global_to_shared"]
     assert p.late_publish == {id(q_load)}
     assert not schedule.plan(program, target, schedule.Base(one_ring=False)).ring_runs
