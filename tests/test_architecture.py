@@ -159,6 +159,68 @@ def test_emitters_read_no_options(module):
     assert not [i for i in MODULES[module] if _under(i, options)], f"{module} imports {options}"
 
 
+def _is_plan(node) -> bool:
+    """`plan` or `self.plan`: how the emitters and passes name a backend's plan."""
+    return ((isinstance(node, ast.Name) and node.id == "plan")
+            or (isinstance(node, ast.Attribute) and node.attr == "plan" and isinstance(node.value, ast.Name)
+                and node.value.id == "self"))
+
+
+def _below_plan(node) -> bool:
+    """An attribute or item reached from a plan (`plan.x`, `self.plan.x[k].y`)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if _is_plan(node.value):
+            return True
+        node = node.value
+    return False
+
+
+MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear", "remove",
+            "discard", "__setattr__", "__setitem__"}
+
+
+def _plan_writes(path: Path) -> list[str]:
+    """Where code changes a plan: an assignment to (or del of) one of its fields or what they hold, a mutating call
+    on them, setattr on it, or dataclasses.replace of it (a changed copy)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
+                   else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        if any(_below_plan(t) for t in targets):
+            out.append(f"line {node.lineno}: assigns to {ast.unparse(targets[0])}")
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in MUTATORS and _below_plan(f.value):
+                out.append(f"line {node.lineno}: {ast.unparse(f)}(...)")
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in ("setattr", "replace") and node.args and (_is_plan(node.args[0]) or _below_plan(node.args[0])):
+                out.append(f"line {node.lineno}: {name}({ast.unparse(node.args[0])}, ...)")
+    return out
+
+
+@pytest.mark.parametrize("module", EMITTERS)
+def test_emitters_change_no_plan(module):
+    """The emitter renders the plan it is handed: it assigns to none of its fields and mutates nothing it holds
+    (cuda's Plan is frozen as well; this says so where a mutable field would let it through)."""
+    writes = _plan_writes(_path(module))
+    assert not writes, f"{module} changes the plan ({'; '.join(writes)}): decide it in the backend's schedule.py"
+
+
+PLAN_TYPES = {"Plan", "PipelinePlan"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, f"{PACKAGE}.backends.cuda")))
+def test_only_the_schedule_makes_a_cuda_plan(module):
+    """backends/cuda/schedule.py alone constructs the cuda Plan and its PipelinePlans (plan.py defines them)."""
+    if module == f"{PACKAGE}.backends.cuda.schedule":
+        return
+    tree = ast.parse(_path(module).read_text())
+    made = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and (
+        (isinstance(n.func, ast.Name) and n.func.id in PLAN_TYPES)
+        or (isinstance(n.func, ast.Attribute) and n.func.attr in PLAN_TYPES))]
+    assert not made, f"{module} constructs a plan (lines {made}): only schedule.plan decides one"
+
+
 MAX_LINES = 600
 
 

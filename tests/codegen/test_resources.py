@@ -7,6 +7,7 @@ import torch
 import hk_portable as hk
 from hk_portable.backends.cuda import codegen as cuda_codegen
 from hk_portable.backends.cuda import footprint as cuda_footprint
+from hk_portable.backends.cuda import schedule as cuda_schedule
 from hk_portable.backends.cuda.archs import make_target as cuda_target
 from hk_portable.backends.hip import schedule as hip_schedule
 from hk_portable.backends.hip.archs import make_target as hip_target
@@ -55,12 +56,13 @@ def test_both_backends_size_the_same_program_as_before():
     # column sum -> 4 * 32 * 4 = 512 bytes scratch after the arena rounded to 128
     assert resources.arena_layout([v.type for v in (op.result for op in prog.shared_buffers())],
                                   cuda_footprint.BUFFER_ALIGN) == ([0, 2048], 2048 + 4096)
-    emitted, total = cuda_codegen.emit(prog, cuda_target("sm_80", runs=False))
+    sm80, sm90 = cuda_target("sm_80", runs=False), cuda_target("sm_90a", runs=False)
+    emitted, total = cuda_codegen.emit(prog, sm80, cuda_schedule.plan(prog, sm80))
     assert emitted.shared_bytes == 6144 and total == 6144 + 512
     assert "#define HK_SCRATCH_OFFSET 6144" in emitted.source and "#define HK_SCRATCH_BYTES 512" in emitted.source
     # sm_90a also reserves the slack smem_base() rounds the window up by
-    _, total90 = cuda_codegen.emit(prog, cuda_target("sm_90a", runs=False))
-    assert total90 == total + cuda_footprint.base_slack(cuda_target("sm_90a", runs=False)) == total + 1024
+    _, total90 = cuda_codegen.emit(prog, sm90, cuda_schedule.plan(prog, sm90))
+    assert total90 == total + cuda_footprint.base_slack(sm90) == total + 1024
     # hip: 4 waves x 2 column blocks x 16 x 4 = 512 bytes, 16-byte granule
     plan = hip_schedule.make_plan(prog, hip_target("gfx942", runs=False))
     assert (plan.arena_bytes, plan.scratch_bytes, plan.lds_bytes) == (5376, 512, 5376 + 512)

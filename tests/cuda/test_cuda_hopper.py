@@ -281,8 +281,9 @@ def test_attention_runs_both_products_on_wgmma_on_sm90a(d, masked):
     # the view shows the plan compile() tries first: FA3's on two or three consumer warpgroups, persistent, and with
     # a causal band the query blocks longest first
     fa3 = cfg.get("num_warps") in (8, 12)
-    assert ("// FA3's schedule" in lowered) is fa3 and ("block order: persistent" in plan) is fa3
-    assert ("longest first once axis 0 has 64 blocks" in plan) is (fa3 and masked)
+    assert ("// FA3's schedule" in lowered) is fa3 and ("persistent = True: FA3's persistent grid" in plan) is fa3
+    assert ("work_axis = 0: tiles' work grows along block_idx axis 0" in plan) is (fa3 and masked)
+    assert ("longest_first = 64: the FA3 variant's" in plan) is fa3
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -646,7 +647,7 @@ def test_consecutive_pipelines_share_one_ring_and_publish_q_with_its_first_copie
                                                              "LEFT_BOUND": False})
     p = schedule.plan(program, target)
     pipes = [o for o in program.body.ops if o.opcode == "pipeline"]
-    assert p.ring_runs == [tuple(id(o) for o in pipes)] and len(p.ring_hoist) == 2
+    assert p.ring_runs == (tuple(id(o) for o in pipes),) and len(p.ring_hoist) == 2
     (q_load,) = [o for o in program.body.ops if o.opcode == "global_to_shared"]
     assert p.late_publish == {id(q_load)}
     assert not schedule.plan(program, target, schedule.Base(one_ring=False)).ring_runs

@@ -195,7 +195,8 @@ def test_cubin_records_what_the_ptxas_report_says(arch):
     from hk_portable.kernels import attention
     args, consts = attention.example_args(D=128, causal=True)
     program = attention.attention_fwd_kernel.trace(*args, **consts)
-    emitted, _ = codegen.emit(program, hk.get_backend("cuda").target(arch))
+    target = hk.get_backend("cuda").target(arch)
+    emitted, _ = codegen.emit(program, target, schedule.plan(program, target))
     for source, name in ((emitted.source, emitted.kernel_name), (_FRAME_KERNEL, "framed")):
         built = compiler.compile_source(source, name, arch, DEFAULT.nvrtc_flags())
         if not compiler.ptxas_report(built.log):     # some pytest processes on the H100/H200 get an empty log

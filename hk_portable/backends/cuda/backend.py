@@ -17,8 +17,9 @@ from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
 from ...runtime import clauncher
-from . import archs, checks, codegen, compiler, driver, emulator, footprint, occupancy, preferences, schedule
+from . import archs, checks, codegen, compiler, dataflow, driver, emulator, footprint, occupancy, preferences, schedule
 from .options import DEFAULT, CudaOptions
+from .plan import describe as describe_plan
 
 EMIT_KINDS = ("source", "asm", "ptx", "sass")
 
@@ -100,7 +101,7 @@ class CudaBackend(Backend):
         """The first candidate on a fast path: TMA + wgmma pipelines (sm_90a), or, for a kernel without
         mma, every register value in a strip (any target); else the kernel's baseline."""
         for cfg, program in candidates:
-            if archs.async_path(target) and schedule.fast_path(program, target):
+            if archs.async_path(target) and _fast_path(program, target):
                 return cfg
             if layouts.all_strips(footprint.layouts(program, footprint.num_warps(program, target))):
                 return cfg
@@ -162,7 +163,7 @@ class CudaBackend(Backend):
         flags = opts.nvrtc_flags()
 
         def build(spec: dict) -> Build:
-            emitted, shared = codegen.emit(program, target, **spec)
+            emitted, shared = codegen.emit(program, target, schedule.plan(program, target, **spec))
             compiled, resources = _nvrtc(emitted, target.arch, flags)
             return Build(spec, (emitted, shared, compiled), resources)
 
@@ -224,7 +225,8 @@ class CudaBackend(Backend):
                 return                          # accumulator), or the search's cap
 
     def _compile_emulated(self, program, target: Target, opts: CudaOptions) -> Artifact:
-        emitted, shared = codegen.emit(program, target, min_blocks=opts.min_blocks, variant=opts.base())
+        emitted, shared = codegen.emit(program, target, schedule.plan(program, target, opts.base(),
+                                                                      min_blocks=opts.min_blocks))
         source = emulator.emulation_source(emitted, shared)
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
@@ -355,6 +357,17 @@ def _nvrtc(emitted, arch: str, flags) -> tuple:
     return compiled, resources
 
 
+def _fast_path(program, target: Target) -> bool:
+    """Whether every pipeline of the Program runs on TMA and every mma in them on wgmma (sm_90a): what
+    the backend's configuration choice looks for among a kernel's candidates."""
+    p = schedule.plan(program, target)
+    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
+    if not pipes or any(p.pipelines[id(op)].schedule != "tma" for op in pipes):
+        return False
+    return all(dataflow.wgmma_eligible(m, program.num_warps) for op in pipes for m in op.regions[1].walk()
+               if m.opcode == "mma")
+
+
 def _spilled(b: Build) -> tuple[int, int]:
     return b.resources["spill_stores"], b.resources["stack_bytes"]
 
@@ -382,7 +395,7 @@ PASSES = (
                   + "\n".join(layouts.describe(lo.program, lay))),
     lowering.Pass("variant", _variant, _show_variant),
     lowering.Pass("schedule", lambda lo: schedule.plan(lo.program, lo.target, lo["variant"], lo["layouts"]),
-                  lambda lo, plan: schedule.describe(lo.program, plan, lo.target)),
+                  lambda lo, plan: describe_plan(lo.program, plan, lo.target)),
 )
 """The cuda lowering before the emitter (`hk compile --emit lowered[:after=PASS]`): the layout pass's choice, the
 schedule variant, the plan."""

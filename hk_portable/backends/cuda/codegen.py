@@ -15,8 +15,9 @@ from ...codegen.cstyle import CStyleEmitter, EmittedKernel
 from ...codegen.layouts import Strip
 from ...interface.backend import Target
 from ...interface.ir import Op, Program, TileType
-from . import archs, dataflow, footprint, occupancy, schedule, wgmma
+from . import archs, dataflow, footprint, schedule, wgmma
 from .footprint import BUFFER_ALIGN, base_slack, num_warps, scratch_bytes
+from .plan import Plan
 
 HEADER = Path(__file__).with_name("include") / "hk_cuda.cuh"
 LIBRARY = library.DeviceLibrary(HEADER, Path(__file__))
@@ -30,15 +31,9 @@ class CudaEmitter(CStyleEmitter):
     strip_layouts = True
     narrow_strips = True
 
-    def __init__(self, target: Target, variant: schedule.Variant = schedule.BASE, min_blocks: int | None = None,
-                 hand_over: bool = True, fast_exp2: bool = True):
+    def __init__(self, target: Target, plan: Plan):
         self.target = target
-        self.variant = variant                  # the schedule variant (schedule.Base or schedule.FA3)
-        self.fast_exp2 = fast_exp2              # exp2 as one ex2.approx.ftz (hw.cuh HK_FAST_EXP2)
-        self.min_blocks = min_blocks
-        self.hand_over = hand_over              # setmaxnreg in a specialised block (see _register_hand_over)
-        self.hand_over_registers = 0
-        self.plan = schedule.Plan()
+        self.plan = plan                        # schedule.plan's decisions for the Program this renders
         self._tma_loads: dict[int, int] | None = None      # while emitting a TMA load lambda
         self._in_flight: set[int] = set()                   # mma ops left in flight (an Overlap's step)
         self._ring_loads: dict[int, tuple] = {}             # split ring: TMA load op id -> (group, its bytes)
@@ -48,17 +43,11 @@ class CudaEmitter(CStyleEmitter):
         self._late_publish = False                          # loads issued whose wait the next ring_open does
 
     def emit(self, program: Program) -> EmittedKernel:
-        self.plan = self.make_plan(program)
         self._scaled = None                     # found from the layouts the base emitter assigns, at first use
         return super().emit(program)
 
-    def make_plan(self, program: Program) -> schedule.Plan:
-        """The schedule pass's plan for this Program under the variant."""
-        self.plan = schedule.plan(program, self.target, self.variant)
-        return self.plan
-
     def register_layouts(self, program: Program) -> dict:
-        return self.plan.layouts                # the layout pass ran once, for the plan
+        return dict(self.plan.layouts)          # the layout pass ran once, for the plan (a copy: the base emitter's)
 
     def _folds(self) -> dict:
         if self._scaled is None:
@@ -94,8 +83,8 @@ class CudaEmitter(CStyleEmitter):
 
     def launch_extras(self) -> dict:
         out = {"tma": [m.to_json() for m in self.plan.tensor_maps]} if self.plan.uses_tma else {}
-        if self.hand_over_registers:
-            out["hand_over_registers"] = self.hand_over_registers
+        if self.plan.hand_over:
+            out["hand_over_registers"] = self.plan.hand_over.block
         if self.plan.persistent:
             out["persistent"] = True
         if self.plan.producer_warps:
@@ -135,7 +124,7 @@ class CudaEmitter(CStyleEmitter):
                           f"{self._ring('empty', g)}, hk_it, {tx});")
         self.line(f"hk::tma_load({self.name(st)}, hk_tm{self._tma_loads[id(op)]}, {bar}, {self.args(idx)});")
 
-    # ---- a split ring (schedule.RingGroup): each group of staged buffers waits and releases on its own
+    # ---- a split ring (plan.RingGroup): each group of staged buffers waits and releases on its own
     def _ring(self, which: str, g: int) -> str:
         return f"hk_{which} + {g * self._stages}"
 
@@ -160,7 +149,7 @@ class CudaEmitter(CStyleEmitter):
         return super().emit_ops(ops, in_pipeline_load)
 
     def _emit_around_rings(self, ops) -> None:
-        """Ops one at a time, as a run's ring_open may hoist some (schedule.Plan.ring_hoist); the loads in
+        """Ops one at a time, as a run's ring_open may hoist some (Plan.ring_hoist); the loads in
         Plan.late_publish are issued without their wait and barrier: the run's ring_open publishes them after
         its own first copies (hk::publish_copies)."""
         for op in ops:
@@ -360,7 +349,7 @@ class CudaEmitter(CStyleEmitter):
         finally:
             self._tma_loads, self._ring_loads = None, {}
 
-    # ---- a warp-specialised kernel (schedule.py _specialisable)
+    # ---- a warp-specialised kernel (Plan.producer_warps: schedule._not_specialisable)
     def region(self, reg, in_pipeline_load: bool = False) -> None:
         if self.plan.producer_warps and reg is self.p.body:
             return self._specialised_body(reg)
@@ -373,7 +362,7 @@ class CudaEmitter(CStyleEmitter):
         cp.async copies, the producer having left at once)."""
         stages = self._stages
         bars = stages * self.plan.ring_groups + (self.plan.prologue_stages if self.plan.prologue else 0)
-        producer, consumer = self._register_hand_over()
+        _, producer, consumer = self.plan.hand_over or (0, 0, 0)     # setmaxnreg's counts (0: no hand-over)
         self.line(f"__shared__ hk::u64 hk_full[{bars}], hk_empty[{bars}];")
         self.line(f"hk::ws_init<{bars}>(hk_full, hk_empty);")
         self.line("int hk_it = 0;                     // steps of the ring so far")
@@ -419,7 +408,7 @@ class CudaEmitter(CStyleEmitter):
     def _turns(self, edge: str, why: str) -> None:
         self.line(f"hk::turns_{edge}<{self.p.num_warps // 4}>();   // {why}")
 
-    # ---- loads before the pipelines, on the producer (schedule.Plan.prologue: attention's Q)
+    # ---- loads before the pipelines, on the producer (Plan.prologue: attention's Q)
     def arena(self, program: Program, buffers: list) -> tuple[list[int], int]:
         offsets, total = resources.arena_layout(footprint.slots(self.p, self.plan, buffers), self.smem_align)
         if len(offsets) > len(buffers):
@@ -528,18 +517,6 @@ class CudaEmitter(CStyleEmitter):
             return
         super().op_scalar_binary(op)
 
-    def _register_hand_over(self) -> tuple[int, int]:
-        """setmaxnreg counts (producer, consumers) of a specialised block; (0, 0) when the consumers would
-        gain nothing (a block small enough to give every thread the most registers already) or the
-        backend turned it off. The incs only balance the decs if ptxas allocates exactly `block` registers
-        per thread: the backend checks that after compiling (`hand_over_registers` in the launch extras)."""
-        block, producer, consumer = occupancy.register_split(num_warps(self.p, self.target), self.plan.producer_warps,
-                                                             archs.of(self.target))
-        if consumer <= block or not self.hand_over:
-            return 0, 0
-        self.hand_over_registers = block
-        return producer, consumer
-
     def num_threads(self, program: Program) -> int:
         return num_warps(program, self.target) * self.lanes
 
@@ -547,9 +524,7 @@ class CudaEmitter(CStyleEmitter):
         return self.num_threads(program) + self.plan.producer_warps * self.lanes
 
     def kernel_qualifiers(self, num_threads: int) -> str:
-        # min_blocks = 1 tells ptxas one block per SM is enough, so it need not cap registers for occupancy;
-        # a specialised block always runs alone (its register hand-over assumes the whole file)
-        min_blocks = 1 if self.plan.producer_warps else self.min_blocks
+        min_blocks = self.plan.min_blocks
         bounds = f"{num_threads}, {min_blocks}" if min_blocks else f"{num_threads}"
         return f"extern \"C\" __global__ __launch_bounds__({bounds})"
 
@@ -572,7 +547,7 @@ class CudaEmitter(CStyleEmitter):
             f"#define HK_WORK_AXIS {-1 if self.plan.work_axis is None else self.plan.work_axis}",
             f"#define HK_DISPATCH_AXIS {-1 if self.plan.dispatch_axis is None else self.plan.dispatch_axis}",
             f"#define HK_LONGEST_FIRST_MIN {self.plan.longest_first}",
-            f"#define HK_FAST_EXP2 {1 if self.fast_exp2 else 0}",
+            f"#define HK_FAST_EXP2 {1 if self.plan.fast_exp2 else 0}",
             "#define HK_SMEM_ARENA(name, bytes) unsigned char* name = hk::smem_base()",
             header_text(),
             wgmma.render(program),
@@ -585,11 +560,10 @@ def _fenceable(v) -> bool:
     return isinstance(t, TileType) and t.space == "rt" and t.dtype.name == "f32"
 
 
-def emit(program: Program, target: Target, variant: schedule.Variant = schedule.BASE, min_blocks: int | None = None,
-         hand_over: bool = True, fast_exp2: bool = True) -> tuple[EmittedKernel, int]:
-    """The generated kernel and the dynamic shared memory it launches with (buffers + scratch), on the schedule
-    variant's plan (schedule.plan); the other arguments are the build's (backend._build)."""
-    em = CudaEmitter(target, variant, min_blocks, hand_over, fast_exp2)
+def emit(program: Program, target: Target, plan: Plan) -> tuple[EmittedKernel, int]:
+    """The generated kernel and the dynamic shared memory it launches with (buffers + scratch): `program` rendered
+    by `plan`, schedule.plan's for it on `target`."""
+    em = CudaEmitter(target, plan)
     out = em.emit(program)
     warps = em.num_threads(program) // em.lanes
     return out, resources.shared_bytes(out.shared_bytes, scratch_bytes(program, warps, em.layouts)) + base_slack(target)

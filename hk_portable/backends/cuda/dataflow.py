@@ -3,7 +3,7 @@ which buffer a value is a stage of, what a pipeline stages and writes, whether a
 which mma runs as wgmma, and where a compute region splits into a head and a tail one step late (Overlap)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...interface import opcodes
 from ...interface.ir import Op, TileType, Value
@@ -12,7 +12,7 @@ MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2     # how an mma inside a pipeli
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
 
 
-@dataclass
+@dataclass(frozen=True)
 class Overlap:
     """A compute region split for software pipelining (module docstring): `head` is issued first in every
     step; `tail` (program order, `mma` last) runs one step late and produces carry number `carry`;
@@ -20,11 +20,11 @@ class Overlap:
     ops that make only crossing values (P's cast to bf16): they run after the tail's product retired, so P's
     new registers can reuse those of the P it read (FA3 converts P there too)."""
     head: Op
-    tail: list[Op]
+    tail: tuple[Op, ...]
     mma: Op
     carry: int
-    crossing: list[Value]
-    late: list[Op] = field(default_factory=list)
+    crossing: tuple[Value, ...]
+    late: tuple[Op, ...] = ()
 
 
 def quiet(op: Op) -> bool:
@@ -94,7 +94,7 @@ def overlap_split(creg, mma_modes: dict, num_warps: int) -> Overlap | None:
                 crossing.setdefault(v.id, v)
     late = [o for o in ops if id(o) not in tail and o is not head and o.results and all(
         r.id not in yielded and users.get(r.id) and all(id(u) in tail for u in users[r.id]) for r in o.results)]
-    return Overlap(head, ordered, mma, ks[0], list(crossing.values()), late)
+    return Overlap(head, tuple(ordered), mma, ks[0], tuple(crossing.values()), tuple(late))
 
 
 def stage_buffer(v: Value, producers: dict) -> int | None:

@@ -55,7 +55,7 @@ def identity() -> str:
 def emulation_source(emitted, shared_bytes: int) -> str:
     """The emitted kernel + an entry point that unpacks the GPU parameter buffer and runs the grid."""
     _, _, params = param_layout(emitted.params)
-    emitter = codegen.CudaEmitter(None)
+    emitter = codegen.CudaEmitter(None, None)      # for its C types of parameters: no target or plan read
     unpack, names = [], []
     for k, ((name, t), p) in enumerate(zip(emitted.params, params)):
         unpack.append(f"  {emitter.ctype(t)} a{k}; std::memcpy(&a{k}, params + {p['offset']}, sizeof(a{k}));")

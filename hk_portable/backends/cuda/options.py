@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...codegen.options import BackendOptions
-from .schedule import FA3, LONGEST_FIRST_MIN, Base
+from .variants import FA3, LONGEST_FIRST_MIN, Base
 
 # what every NVRTC compile passes besides the numerics flags and the arch
 BASE_FLAGS = ("-std=c++17",)

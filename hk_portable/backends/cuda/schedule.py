@@ -17,8 +17,7 @@ compute region is a pure accumulator chain (the mma's result is only the carry o
 wgmma is left in flight (MMA_ASYNC) and the pipeline waits for it one step later, overlapping the
 tensor cores with the next stage's wait. Everything else is MMA_STANDALONE.
 
-Each Program runs one of two named variants (`Base`, `FA3`), each a frozen set of the parameters that make sense
-for it, so a combination that was never a schedule cannot be written.
+Each Program runs one of two named variants (variants.py: `Base`, `FA3`).
 
 `FA3` is FlashAttention 3's schedule, for a warp-specialised kernel whose compute region is two products, the
 second accumulating into a carry (attention: S = QKᵀ, the softmax, O = O·α + PV). Its parts, which only run
@@ -40,107 +39,26 @@ together (alone each measured no gain on the H200, perf-notes 2026-12-03; git ke
 The backend takes it unasked where it measured a gain (`fa3_variant`: attention on two or three consumer
 warpgroups, causal or not).
 
-`plan(program, target, variant)` returns the decisions; `describe` prints them (the backend's lowering passes,
-`hk compile --emit lowered`).
+`plan(program, target, variant)` returns the decisions, a frozen `Plan` (plan.py) with a reason for each, taken here
+alone: the passes below return what they decide and `_Draft` records each value with its reason until the plan is
+frozen. `plan.describe` prints them (the backend's lowering passes, `hk compile --emit lowered`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import MISSING, fields, replace
+from types import MappingProxyType
 
 from ...codegen.layouts import Strip
 from ...interface import opcodes
 from ...interface.backend import Target
 from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
 from . import archs, dataflow, footprint, occupancy
-from .dataflow import MMA_ASYNC, MMA_STAGED, MMA_STANDALONE, TMA_SWIZZLE_BYTES
+from .dataflow import MMA_ASYNC, MMA_STAGED, TMA_SWIZZLE_BYTES
+from .plan import DECISIONS, EMPTY, HandOver, PipelinePlan, Plan, RingGroup, TmaLoad
+from .variants import BASE, FA3, LONGEST_FIRST_MIN, Base, Variant
 
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
-# Tiles go longest first once the work axis has this many blocks (query blocks a head). Block order measured better
-# with 8 and 32 (causal D128 N1024 / N4096 and GQA N4096 on the H200: 0.69 vs 0.60 in one A/B; 479 and 490 TFLOP/s
-# in block order against 449 and 460 longest first, hk bench across calls), longest first with 128 (N16384: 0.97
-# vs 0.66 of cuDNN). 64 lies between: a head's ramp then spans half the SMs' blocks, where dealing beats against it.
-LONGEST_FIRST_MIN = 64
-
-
-@dataclass(frozen=True)
-class TmaLoad:
-    """One tensor map: kernel parameter `param` (index in Program order) read in boxes of
-    box_rows x box_cols elements (box_cols * itemsize == 128 bytes); `store`: written (Plan.tma_stores)."""
-    param: int
-    rank: int
-    dtype: str
-    box_rows: int
-    box_cols: int
-    store: bool = False
-
-    def to_json(self) -> dict:
-        return {"param": self.param, "rank": self.rank, "dtype": self.dtype, "box_rows": self.box_rows,
-                "box_cols": self.box_cols, "store": self.store}
-
-
-@dataclass(frozen=True)
-class RingGroup:
-    """Staged buffers of a pipeline with barriers of their own in a split ring (module docstring): `reader` is
-    the one compute op that reads them (a wgmma), `loads` the global_to_shared op ids filling them, `tx_bytes`
-    what those loads deliver per stage."""
-    reader: Op
-    loads: tuple[int, ...]
-    tx_bytes: int
-
-
-@dataclass
-class PipelinePlan:
-    schedule: str                                   # "cp_async" or "tma"
-    tma_loads: dict[int, int] = field(default_factory=dict)   # global_to_shared op id -> tensor map index
-    tx_bytes: int = 0                               # bytes one stage's TMA copies deliver
-    async_mma: bool = False
-    overlap: dataflow.Overlap | None = None                  # software-pipelined compute (warp-specialised only)
-    groups: list[RingGroup] = field(default_factory=list)      # split ring (Plan.ring_groups > 1) only
-
-
-@dataclass
-class Plan:
-    pipelines: dict[int, PipelinePlan] = field(default_factory=dict)      # pipeline op id -> plan
-    mma_modes: dict[int, int] = field(default_factory=dict)               # mma op id -> MMA_*
-    tensor_maps: list[TmaLoad] = field(default_factory=list)
-    grouped_blocks: bool = False        # block order: runs of GROUP x-rows sweep y (hk::block_idx, HK_BLOCK_GROUPED)
-    dispatch_axis: int | None = None    # not persistent: the block_idx axis a block's trip count grows with, each run
-                                        # of rows dispatched heaviest first (hk::heavy_first_idx, HK_DISPATCH_AXIS)
-    producer_warps: int = 0             # > 0: warp-specialised, a producer warpgroup issues every pipeline's loads
-    persistent: bool = False            # specialised only: one block per SM walks the logical grid's tiles
-    work_axis: int | None = None        # persistent only: the block_idx axis a tile's trip count grows with, walked
-                                        # slowest and from its last index (longest tiles first: `work_axis`)
-    longest_first: int = 0              # ... once it has this many blocks (hk_cuda/tile_order.cuh); 0: never
-    ring_groups: int = 1                # specialised only: > 1, each stage has that many barrier pairs (split ring)
-    pingpong: bool = False              # split and overlapped only: consumer warpgroups take turns issuing wgmma
-    free_turns: bool = False            # pingpong only: turns run on across pipelines and tiles (no meeting), where
-                                        # the consumers write no shared memory of their own (tma_fed)
-    tma_fed: bool = False               # specialised only: with tensor maps every shared buffer is filled by TMA
-    prologue: dict[int, int] = field(default_factory=dict)   # specialised only: load op id -> tensor map, the producer's
-    prologue_tx: int = 0                # bytes those loads deliver per tile
-    tma_stores: dict[int, int] = field(default_factory=dict)  # specialised only: register_to_global op id -> tensor
-                                        # map; each warpgroup stores its rows through shared memory (_tma_stores)
-    prologue_buffers: set[int] = field(default_factory=set)  # alloc_shared op ids those loads fill
-    prologue_stages: int = 1            # persistent only: copies of those buffers, tile t's in copy t % stages, so the
-                                        # producer loads tile t+1's while the consumers still read tile t's; the
-                                        # emitter takes it back to 1 where shared memory cannot hold the copy
-    ring_runs: list[tuple[int, ...]] = field(default_factory=list)   # not specialised: runs of consecutive TMA
-                                        # pipelines (op ids) on one ring, each pipeline's first copies issued while
-                                        # the one before runs (hk::ring_open / ring_steps / ring_close: _ring_runs)
-    late_publish: set[int] = field(default_factory=set)   # loads before a run (attention's Q) published once the
-                                        # run's first copies are issued, so both land together (_ring_runs)
-    ring_hoist: list[int] = field(default_factory=list)   # quiet scalar ops inside a run that later pipelines' trip
-                                        # counts or loads read: emitted when the run opens its ring
-
-    layouts: dict = field(default_factory=dict, repr=False)   # the layout pass's choice the plan was made with
-                                        # (value -> layout), which the emitter renders
-
-    @property
-    def uses_tma(self) -> bool:
-        return bool(self.tensor_maps)
-
 
 
 def grouped_blocks(program: Program) -> bool:
@@ -153,118 +71,244 @@ def grouped_blocks(program: Program) -> bool:
     return axes == {0, 1} and pipelined_mma
 
 
-@dataclass(frozen=True)
-class Base:
-    """The schedule every program gets unless FA3's is taken: the cp.async ring on every target; on the async path
-    the TMA ring (consecutive pipelines on one ring, `one_ring`), warp-specialised where the Program allows
-    (_specialisable) with its epilogue stores by TMA (`tma_store`). A grid whose blocks' work grows along an axis
-    dispatches its heaviest blocks first (`heavy_first`). one_ring and heavy_first are what the build search
-    (backend._fill_sm) gives up, in that order, where only the build without them fills the SM."""
-    name: ClassVar[str] = "base"
-    tma_store: bool = True
-    one_ring: bool = True
-    heavy_first: bool = True
-
-
-@dataclass(frozen=True)
-class FA3:
-    """FlashAttention 3's schedule, as one variant: warp-specialised on a split ring (K and V released apart), the
-    loads before the pipelines (Q) on the producer in `prologue_stages` copies, each compute region
-    software-pipelined one step (dataflow.Overlap), consumer warpgroups taking turns issuing wgmma (ping-pong, turns running
-    on across pipelines and tiles where the consumers write no shared memory), and a persistent grid dealing its
-    tiles longest first once the work axis has `longest_first` blocks. A Program that cannot take all of it gets
-    the Base plan (plan()): none of its parts alone is a schedule (each measured no gain alone, perf-notes
-    2026-12-03), so none can be asked for alone."""
-    name: ClassVar[str] = "fa3"
-    tma_store: bool = True
-    longest_first: int = LONGEST_FIRST_MIN
-    prologue_stages: int = 2
-
-
-Variant = Base | FA3
-BASE = Base()
-
-
-def plan(program: Program, target: Target, variant: Variant = BASE, layouts: dict | None = None) -> Plan:
+def plan(program: Program, target: Target, variant: Variant = BASE, layouts: dict | None = None, *,
+         min_blocks: int | None = None, hand_over: bool = True, fast_exp2: bool = True) -> Plan:
     """The schedule of `program` on `target` under `variant`, with its uses of spare shared memory fitted to the
-    target (_fit_shared). `layouts`: the layout pass's choice, where already made (None: run it); the plan keeps
-    it for the emitter."""
+    target (_fit_shared) and the build's choices (`min_blocks`, `hand_over`, `fast_exp2`: backend._build's search)
+    applied to it. `layouts`: the layout pass's choice, where already made (None: run it); the plan keeps it for
+    the emitter."""
     if layouts is None:
         layouts = footprint.layouts(program, footprint.num_warps(program, target))
-    p = _plan(program, target, variant, layouts)
-    if isinstance(variant, FA3) and not (p.pingpong and p.prologue):
-        p = _plan(program, target, Base(tma_store=variant.tma_store), layouts)
-    _fit_shared(program, p, target)
-    return p
+    d = _plan(program, target, variant, layouts)
+    if isinstance(variant, FA3) and not (d.pingpong and d.prologue):
+        lacks = "a load before the pipelines for the producer" if d.pingpong else "the ping-pong"
+        d = _plan(program, target, Base(tma_store=variant.tma_store), layouts)
+        d.take(f"FA3's schedule asked, but this Program cannot take all of it (it lacks {lacks}), and none of its "
+               "parts alone is a schedule", variant=Base.name)
+    _fit_shared(program, d, target)
+    _build_choices(program, target, d, min_blocks, hand_over, fast_exp2)
+    return d.frozen()
 
 
-def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> Plan:
+class _Draft:
+    """The plan while it is decided: each decision taken with its reason (`take`), read back by the decisions after
+    it (and by footprint.fits, as a plan), frozen into the Plan once every decision is taken (`frozen`)."""
+
+    def __init__(self, layouts: dict):
+        self.layouts = layouts
+        self.values: dict = {}
+        self.reasons: dict[str, str] = {}
+
+    def take(self, why: str, **decided):
+        for name, value in decided.items():
+            assert name in DECISIONS, name
+            self.values[name], self.reasons[name] = value, why
+
+    def rest(self, why: str) -> None:
+        """Every decision of the schedule not taken yet (not the build's: `BUILD`), at the Plan's default, for `why`."""
+        self.take(why, **{f.name: f.default if f.default_factory is MISSING else f.default_factory()
+                          for f in fields(Plan) if f.name in DECISIONS and f.name not in (*self.values, *BUILD)})
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def frozen(self) -> Plan:
+        missing = [n for n in DECISIONS if n not in self.values]
+        assert not missing, f"decisions not taken: {missing}"
+        return Plan(**self.values, reasons=tuple(self.reasons.items()),
+                    layouts=MappingProxyType(dict(self.layouts)))
+
+
+def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft:
     fa3 = isinstance(v, FA3)
-    strips = frozenset(val.id for val, lay in layouts.items() if isinstance(lay, Strip))
-    out = Plan(grouped_blocks=grouped_blocks(program), layouts=layouts)
+    d = _Draft(layouts)
+    d.take("FA3's schedule asked (the fa3 option, or fa3_variant where it measured a gain)" if fa3
+           else "the schedule every program gets unless FA3's is taken", variant=v.name)
     producers = {r.id: op for op in program.body.walk() for r in op.results}
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
-    if (fa3 or v.heavy_first) and not out.grouped_blocks:
-        out.dispatch_axis = work_axis(pipes, producers)
+    grouped = grouped_blocks(program)
+    d.take(GROUPED_WHY if grouped else UNGROUPED_WHY, grouped_blocks=grouped)
+    axis, why = _dispatch_axis(pipes, producers, grouped, fa3 or v.heavy_first)
+    d.take(why, dispatch_axis=axis)
     if not archs.of(target).async_tensor_core:
-        return out
+        d.rest(f"{target.arch} has no async tensor core: the cp.async ring and mma.sync, no TMA, wgmma or warp "
+               "specialisation")
+        return d
     params = {v.id: i for i, v in enumerate(program.body.args)}
+    maps: list[TmaLoad] = []                 # tensor maps in the order the passes ask for them
+    pipelines, modes = {}, {}
     for op in pipes:
-        out.pipelines[id(op)] = _plan_pipeline(op, producers, params, out)
-    if not _specialisable(program, out, producers):
-        if not fa3 and v.one_ring:
-            _ring_runs(program, out, producers, params)
-        return out
-    out.producer_warps = PRODUCER_WARPS
-    out.longest_first = v.longest_first if fa3 else LONGEST_FIRST_MIN
+        pipelines[id(op)] = _plan_pipeline(op, producers, params, maps, modes)
+    d.take("staged: a pipeline's mma whose shared operands the pipeline has published (its stages, buffers written "
+           "only before it); async: one whose compute region is a pure accumulator chain; else standalone",
+           mma_modes=MappingProxyType(modes))
+    not_specialised = _not_specialisable(program, pipelines, producers)
+    if not_specialised:
+        _one_ring(program, d, v, pipelines, producers, params)
+        d.take(PIPELINES_WHY, pipelines=MappingProxyType(pipelines))
+        d.take(MAPS_WHY, tensor_maps=tuple(maps))
+        d.rest(f"not warp-specialised: {not_specialised}")
+        return d
+    d.take(f"warp-specialised: every pipeline on TMA at the top level with one stage count, {program.num_warps} "
+           "warps, nothing else touching a staged buffer: a producer warpgroup issues every load",
+           producer_warps=PRODUCER_WARPS)
+    d.take("the FA3 variant's" if fa3 else "LONGEST_FIRST_MIN (read where the grid is persistent)",
+           longest_first=v.longest_first if fa3 else LONGEST_FIRST_MIN)
     if fa3:
-        _fa3(program, pipes, out, producers, params, v)
-    if v.tma_store:
-        _tma_stores(program, out, producers, params, strips)
-    out.tma_fed = _tma_fed(program, out, target)
-    out.free_turns = out.pingpong and out.tma_fed
-    return out
+        _fa3(program, pipes, d, pipelines, producers, params, maps, v)
+    else:
+        d.take("FA3's part: the base variant runs without it", persistent=False, work_axis=None, ring_groups=1,
+               prologue=EMPTY, prologue_buffers=frozenset(), prologue_tx=0, prologue_stages=1, pingpong=False)
+    d.take(PIPELINES_WHY, pipelines=MappingProxyType(pipelines))
+    stores = _tma_stores(program, producers, params, frozenset(val.id for val, lay in layouts.items()
+                                                                 if isinstance(lay, Strip)), maps) if v.tma_store else {}
+    d.take(TMA_STORES_WHY if stores else "the variant's tma_store is off" if not v.tma_store
+           else "no store after the pipelines TMA can take", tma_stores=MappingProxyType(stores))
+    d.take(MAPS_WHY, tensor_maps=tuple(maps))
+    fed, why = _tma_fed(program, target, layouts, pipelines, d.prologue)
+    d.take(why, tma_fed=fed)
+    d.take("the ping-pong's turns run on across pipelines and tiles: the consumers write no shared memory of their "
+           "own" if d.pingpong and d.tma_fed else "only a ping-pong on a block fed by TMA alone",
+           free_turns=d.pingpong and d.tma_fed)
+    d.rest("a specialised block's pipelines share the producer's ring already")
+    return d
 
 
-def _fa3(program: Program, pipes: list[Op], out: Plan, producers: dict, params: dict, v: FA3) -> None:
+GROUPED_WHY = ("a 2-D grid of output tiles whose pipelined mma reads operands along both axes (a GEMM): runs of 8 "
+               "x-rows sweep y, so neighbouring blocks share operand tiles in L2")
+UNGROUPED_WHY = "not a GEMM's 2-D grid: the hardware order (x fastest), in which consecutive x share everything"
+PIPELINES_WHY = "each pipeline's schedule, with its reason, on its line above"
+MAPS_WHY = "one per (tensor, box) that the TMA loads and stores go through, encoded by the host at launch (tma.py)"
+TMA_STORES_WHY = ("the epilogue's stores of whole 16-bit register tiles: each consumer warpgroup writes its 64 rows to "
+                  "shared memory a 64-column chunk at a time and one thread copies each chunk out by TMA")
+
+
+def _dispatch_axis(pipes: list[Op], producers: dict, grouped: bool, wanted: bool) -> tuple[int | None, str]:
+    """The axis of the heaviest-first dispatch (hk::heavy_first_idx), and why."""
+    if grouped:
+        return None, "grouped blocks keep their order"
+    if not wanted:
+        return None, ("the variant's heavy_first is off (the SM fill gives it up where only the build without it "
+                      "fills the SM: backend._fill_sm)")
+    axis = work_axis(pipes, producers)
+    if axis is None:
+        return None, "no one block_idx axis the pipelines' trip counts grow with"
+    return axis, f"the pipelines' trip counts grow along block_idx axis {axis}: each run of rows heaviest first"
+
+
+def _one_ring(program: Program, d: _Draft, v: Variant, pipelines: dict, producers: dict, params: dict) -> None:
+    """The runs of TMA pipelines on one ring of a block that is not specialised (_ring_runs), where the variant
+    allows them (FA3's plan is specialised or not taken)."""
+    if isinstance(v, FA3) or not v.one_ring:
+        return d.take("off in the variant (the SM fill gives it up where only the build without it fills the SM: "
+                      "backend._fill_sm)", ring_runs=(), ring_hoist=(), late_publish=frozenset())
+    runs, hoist, late = _ring_runs(program, pipelines, producers, params)
+    d.take("consecutive TMA pipelines with one stage count and size and only quiet ops between share one ring: each "
+           "one's first copies issued while the one before computes" if runs else "no two consecutive TMA pipelines "
+           "that could share a ring", ring_runs=runs)
+    d.take("scalars inside a run that later pipelines' trip counts or loads read: emitted when the run opens its ring",
+           ring_hoist=hoist)
+    d.take("loads before a run with only quiet ops between: published once the run's first copies are issued, so "
+           "both are in flight together", late_publish=late)
+
+
+def _fa3(program: Program, pipes: list[Op], d: _Draft, pipelines: dict, producers: dict, params: dict,
+         maps: list[TmaLoad], v: FA3) -> None:
     """FA3's parts on a specialised plan: a persistent grid, the split ring, Q on the producer, the overlap, and
     the ping-pong where every pipeline took the split and the overlap."""
-    out.persistent = True
-    out.dispatch_axis = None          # a persistent block walks its tiles itself (work_axis below)
-    out.work_axis = work_axis(pipes, producers) if v.longest_first else None
-    _split_ring(pipes, out, producers, program.num_warps)
-    _producer_prologue(program, pipes, out, producers, params)
-    out.prologue_stages = v.prologue_stages if out.prologue else 1
+    d.take("a persistent block walks its tiles itself (work_axis)", dispatch_axis=None)
+    d.take("FA3's persistent grid: one block per SM walks the logical grid's tiles, the ring running on across them",
+           persistent=True)
+    axis = work_axis(pipes, producers) if v.longest_first else None
+    d.take(f"tiles' work grows along block_idx axis {axis}: walked slowest, longest tiles first once it has "
+           "longest_first blocks" if axis is not None else "the variant's longest_first is 0: block order"
+           if not v.longest_first else "no one block_idx axis the tiles' trip counts grow with: block order",
+           work_axis=axis)
+    groups = _split_ring(pipes, pipelines, d.mma_modes, producers, program.num_warps)
     for op in pipes:
-        pp = out.pipelines[id(op)]
-        pp.overlap = dataflow.overlap_split(op.regions[1], out.mma_modes, program.num_warps)
-        if pp.overlap and pp.groups and [g.reader for g in pp.groups] != [pp.overlap.head, pp.overlap.mma]:
-            pp.overlap = None           # the split ring's waits sit where the head and the tail read
-    out.pingpong = (out.ring_groups > 1 and program.num_warps >= 8
-                    and all(out.pipelines[id(op)].overlap for op in pipes))
+        pipelines[id(op)] = replace(pipelines[id(op)], groups=groups.get(id(op), ()))
+    d.take("each pipeline's staged buffers fall into groups by their one staged wgmma reader: barriers of their own, "
+           "so K is refilled once QKᵀ retired while V is still read" if groups else "the staged buffers do not fall "
+           "into two or more groups by one reader in every pipeline: one barrier pair a stage",
+           ring_groups=max((len(g) for g in groups.values()), default=1))
+    prologue, buffers, tx = _producer_prologue(program, pipes, producers, params, maps)
+    d.take("loads before the pipelines into buffers only the pipelines' wgmma read: issued by the producer's TMA on a "
+           "barrier pair of their own" if prologue else "no load before the pipelines that only their wgmma read",
+           prologue=MappingProxyType(prologue), prologue_buffers=frozenset(buffers), prologue_tx=tx)
+    d.take("the variant's: the producer loads the next tile's while the consumers read this tile's" if prologue
+           else "no prologue", prologue_stages=v.prologue_stages if prologue else 1)
+    for op in pipes:
+        pp = pipelines[id(op)]
+        ov = dataflow.overlap_split(op.regions[1], d.mma_modes, program.num_warps)
+        if ov and pp.groups and [g.reader for g in pp.groups] != [ov.head, ov.mma]:
+            ov = None                   # the split ring's waits sit where the head and the tail read
+        pipelines[id(op)] = replace(pp, overlap=ov)
+    pingpong = (d.ring_groups > 1 and program.num_warps >= 8 and all(pipelines[id(op)].overlap for op in pipes))
+    d.take("a split ring and every compute region software-pipelined (head, then the last step's tail): the consumer "
+           "warpgroups take turns issuing a step's products" if pingpong else "needs the split ring and every "
+           "compute region overlapped", pingpong=pingpong)
 
 
-def _tma_fed(program: Program, p: Plan, target: Target) -> bool:
+def _tma_fed(program: Program, target: Target, layouts: dict, pipelines: dict, prologue) -> tuple[bool, str]:
     """Whether, with tensor maps, the consumers write no shared memory in a tile: every shared buffer is filled
     by the producer's TMA copies (its ring, the prologue), nothing is stored to shared, no scratch. Then a
     persistent block's consumer warpgroups need not meet between tiles (the barriers order each buffer):
     one finishes its epilogue while the other still multiplies, and the ping-pong runs on across tiles."""
     ops = list(program.body.walk())
-    if (footprint.scratch_bytes(program, footprint.num_warps(program, target), p.layouts)
-            or any(o.opcode == "register_to_shared" for o in ops)):
-        return False
-    by_tma = {i for pp in p.pipelines.values() for i in pp.tma_loads} | set(p.prologue)
-    return all(id(o) in by_tma for o in ops if o.opcode == "global_to_shared")
+    if footprint.scratch_bytes(program, footprint.num_warps(program, target), layouts):
+        return False, "the library's scratch is written in every tile"
+    if any(o.opcode == "register_to_shared" for o in ops):
+        return False, "the consumers store to shared memory"
+    by_tma = {i for pp in pipelines.values() for i in pp.tma_loads} | set(prologue)
+    if not all(id(o) in by_tma for o in ops if o.opcode == "global_to_shared"):
+        return False, "a shared buffer is filled by the consumers' own copies"
+    return True, "every shared buffer filled by the producer's TMA copies; nothing stored to shared, no scratch"
 
 
-def _fit_shared(program: Program, p: Plan, target: Target) -> None:
+def _fit_shared(program: Program, d: _Draft, target: Target) -> None:
     """The schedule's uses of spare shared memory, kept while the block still fits the target: the prologue's
     second copy is given up first (it measured neutral to a few percent), then the TMA stores' staging area."""
-    if not footprint.fits(program, p, target):
-        p.prologue_stages = 1
-    if not footprint.fits(program, p, target):
-        p.tma_stores = {}
-        p.tensor_maps = [m for m in p.tensor_maps if not m.store]   # the stores' maps come last
+    if d.prologue_stages > 1 and not footprint.fits(program, d, target):
+        d.take("shared memory cannot hold a second copy of the prologue's buffers (given up first: it measured "
+               "neutral to a few percent)", prologue_stages=1)
+    if d.tma_stores and not footprint.fits(program, d, target):
+        d.take("shared memory cannot hold the TMA stores' staging area: plain stores", tma_stores=EMPTY,
+               tensor_maps=tuple(m for m in d.tensor_maps if not m.store))    # the stores' maps come last
+
+
+BUILD = ("hand_over", "min_blocks", "fast_exp2")     # the build search's knobs (backend._build), decided last
+
+
+def _build_choices(program: Program, target: Target, d: _Draft, min_blocks: int | None, hand_over: bool,
+                   fast_exp2: bool) -> None:
+    """What the build search's knobs mean for this plan: the register hand-over and the launch bounds."""
+    split, why = _hand_over(program, target, d.producer_warps, hand_over)
+    d.take(why, hand_over=split)
+    if d.producer_warps:
+        d.take("a specialised block runs alone on its SM (its hand-over assumes the whole register file): ptxas need "
+               "not cap registers for occupancy", min_blocks=1)
+    else:
+        d.take("the build's: none, ptxas's own register choice" if min_blocks is None else "the build's (1 where "
+               "ptxas spilled, else as many as shared memory allows: occupancy.py)", min_blocks=min_blocks)
+    d.take("the build's: one ex2.approx.ftz" if fast_exp2 else "the build's: exp2f, where the flushing form spilled",
+           fast_exp2=fast_exp2)
+
+
+def _hand_over(program: Program, target: Target, producer_warps: int, wanted: bool) -> tuple[HandOver | None, str]:
+    """setmaxnreg's counts in a specialised block (occupancy.register_split), or None, and why. The incs only balance
+    the decs if ptxas allocates exactly `block` registers a thread: the backend checks that after compiling
+    (`hand_over_registers` in the launch extras) and builds without the hand-over where it did not."""
+    if not producer_warps:
+        return None, "not warp-specialised"
+    split = HandOver(*occupancy.register_split(footprint.num_warps(program, target), producer_warps, archs.of(target)))
+    if split.consumer <= split.block:
+        return None, f"the block gives every thread {split.block} registers already: the consumers would gain none"
+    if not wanted:
+        return None, "the build's: ptxas did not allocate exactly the block's registers (setmaxnreg.inc would wait)"
+    return split, "the producer warpgroup needs few registers: setmaxnreg moves them to the consumers"
 
 
 FA3_WHY = ("FA3's schedule (split ring, Q on the producer, overlap, ping-pong, persistent grid): attention on two or "
@@ -307,25 +351,27 @@ def work_axis(pipes: list[Op], producers: dict) -> int | None:
     return axes.pop() if len(axes) == 1 else None
 
 
-def _split_ring(pipes: list[Op], out: Plan, producers: dict, num_warps: int) -> None:
-    """Split the ring when every pipeline's staged buffers fall into the same number (two or more) of
-    groups by their one reader: each group gets its own full/empty barriers per stage, so a stage's K is
+def _split_ring(pipes: list[Op], pipelines: dict, modes, producers: dict, num_warps: int) -> dict[int, tuple]:
+    """{pipeline op id: its RingGroups} when every pipeline's staged buffers fall into the same number (two or more)
+    of groups by their one reader, else {}: each group gets its own full/empty barriers per stage, so a stage's K is
     refilled once QKᵀ retired while its V is still being read (FA3 releases them apart)."""
-    groups = [_ring_groups(op, producers, out, num_warps) for op in pipes]
+    groups = [_ring_groups(op, producers, pipelines[id(op)], modes, num_warps) for op in pipes]
     if all(groups) and len({len(g) for g in groups}) == 1 and len(groups[0]) > 1:
-        for op, g in zip(pipes, groups):
-            out.pipelines[id(op)].groups = g
-        out.ring_groups = len(groups[0])
+        return {id(op): tuple(g) for op, g in zip(pipes, groups)}
+    return {}
 
 
-def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: dict, params: dict) -> None:
+def _producer_prologue(program: Program, pipes: list[Op], producers: dict, params: dict,
+                       maps: list[TmaLoad]) -> tuple[dict[int, int], set[int], int]:
     """Loads before the first pipeline that the producer issues by TMA on a barrier pair of their own (attention's
-    Q): a whole-tile load into a buffer that nothing but the pipelines' wgmma read and nothing else writes. The
-    consumers wait for it instead of loading it; a persistent block releases it after its last pipeline, so the
-    producer loads the next tile's while the consumers run this tile's epilogue."""
+    Q), as (load op id -> tensor map, the buffers they fill, the bytes they deliver a tile): a whole-tile load into a
+    buffer that nothing but the pipelines' wgmma read and nothing else writes. The consumers wait for it instead of
+    loading it; a persistent block releases it after its last pipeline, so the producer loads the next tile's while
+    the consumers run this tile's epilogue."""
     ops = program.body.ops
     first = next(k for k, o in enumerate(ops) if o.opcode == "pipeline")
     inside = {id(o) for op in pipes for r in op.regions for o in r.walk()}
+    prologue, buffers, tx = {}, set(), 0
     for g2s in (o for o in ops[:first] if o.opcode == "global_to_shared"):
         buf, spec = dataflow.buffer_of(g2s.operands[0], producers), _tma_spec(g2s, producers, params)
         users = [u for u in program.body.walk() if u is not g2s and u.opcode != "shared_stage"
@@ -333,15 +379,21 @@ def _producer_prologue(program: Program, pipes: list[Op], out: Plan, producers: 
         if (spec is None or not users
                 or any(u.opcode != "mma" or id(u) not in inside or not dataflow.wgmma_eligible(u, program.num_warps) for u in users)):
             continue
-        if spec not in out.tensor_maps:
-            out.tensor_maps.append(spec)
-        out.prologue[id(g2s)] = out.tensor_maps.index(spec)
-        out.prologue_buffers.add(buf)
+        prologue[id(g2s)] = _map_index(maps, spec)
+        buffers.add(buf)
         t = g2s.operands[0].type
-        out.prologue_tx += t.rows * t.cols * t.dtype.itemsize
+        tx += t.rows * t.cols * t.dtype.itemsize
+    return prologue, buffers, tx
 
 
-def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, strips: frozenset) -> None:
+def _map_index(maps: list[TmaLoad], spec: TmaLoad) -> int:
+    """The index of the tensor map `spec` among the plan's, added where new."""
+    if spec not in maps:
+        maps.append(spec)
+    return maps.index(spec)
+
+
+def _tma_stores(program: Program, producers: dict, params: dict, strips: frozenset, maps: list[TmaLoad]) -> dict:
     """A specialised kernel's stores of a whole register tile after its pipelines (the epilogue) go through shared
     memory and TMA (hk::store_tma): each consumer warpgroup writes its 64 rows to shared memory a 64-column chunk
     at a time and one thread copies each chunk out, so the warpgroup leaves the tile after a few shared stores
@@ -349,8 +401,7 @@ def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, stri
     Taken for a 16-bit tile of the tensor's dtype in the fragment layout (not a strip, `strips`: the ids of
     values the layout pass made strips), one 16-row block per warp (the wgmma accumulator's rows), whole 128-byte
     column blocks, at tile indices, into a tensor the kernel never reads (the copy lands after the kernel moved on)."""
-    if not out.producer_warps:
-        return
+    stores = {}
     read = {o.operands[1].id for o in program.body.walk() if o.opcode == "global_to_shared"} | {
         o.operands[0].id for o in program.body.walk() if o.opcode in opcodes.moves("global", ("register", "scalar"))}
     for op in (o for o in program.body.ops if o.opcode == "register_to_global"):
@@ -361,13 +412,12 @@ def _tma_stores(program: Program, out: Plan, producers: dict, params: dict, stri
                 or len(op.operands) - 2 != gl.type.rank or t.rows != 16 * program.num_warps
                 or (t.cols * 2) % TMA_SWIZZLE_BYTES):
             continue
-        spec = TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, 64, TMA_SWIZZLE_BYTES // 2, store=True)
-        if spec not in out.tensor_maps:
-            out.tensor_maps.append(spec)
-        out.tma_stores[id(op)] = out.tensor_maps.index(spec)
+        stores[id(op)] = _map_index(maps, TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, 64,
+                                                  TMA_SWIZZLE_BYTES // 2, store=True))
+    return stores
 
 
-def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[RingGroup]:
+def _ring_groups(pipe: Op, producers: dict, pp: PipelinePlan, modes, num_warps: int) -> list[RingGroup]:
     """The pipeline's staged buffers grouped by the one top-level compute op reading each (a staged wgmma,
     which retires before it returns), in the order those readers run; [] when a buffer has no such reader."""
     lreg, creg = pipe.regions
@@ -380,8 +430,8 @@ def _ring_groups(pipe: Op, producers: dict, out: Plan, num_warps: int) -> list[R
     by_reader: dict[int, list[Op]] = {}
     for g2s in (o for o in lreg.walk() if o.opcode == "global_to_shared"):
         rs = readers.get(dataflow.stage_buffer(g2s.operands[0], producers), [])
-        if (len(rs) != 1 or rs[0].opcode != "mma" or out.mma_modes.get(id(rs[0])) != MMA_STAGED
-                or not dataflow.wgmma_eligible(rs[0], num_warps) or id(g2s) not in out.pipelines[id(pipe)].tma_loads):
+        if (len(rs) != 1 or rs[0].opcode != "mma" or modes.get(id(rs[0])) != MMA_STAGED
+                or not dataflow.wgmma_eligible(rs[0], num_warps) or id(g2s) not in pp.tma_loads):
             return []
         by_reader.setdefault(id(rs[0]), []).append(g2s)
     order = [o for o in creg.ops if id(o) in by_reader]
@@ -397,34 +447,42 @@ PRODUCER_OPS = TMA_LOAD_REGION_OPS | {"alloc_shared"}
 MIN_SPECIALISED_WARPS = 8        # two consumer warpgroups: a smaller block would lose occupancy to the producer
 
 
-def _specialisable(program: Program, p: Plan, producers: dict) -> bool:
-    """Whether the kernel runs warp-specialised: a producer warpgroup (few registers) runs the Program's
-    scalars and issues every pipeline's TMA loads into one ring of stages, then leaves; the Program's warps
-    (more registers) run everything else, wait only on full barriers and release stages by mbarrier.
+def _not_specialisable(program: Program, pipelines: dict, producers: dict) -> str | None:
+    """Why the kernel cannot run warp-specialised, or None where it can: a producer warpgroup (few registers) runs
+    the Program's scalars and issues every pipeline's TMA loads into one ring of stages, then leaves; the Program's
+    warps (more registers) run everything else, wait only on full barriers and release stages by mbarrier.
     Taken when every pipeline is at the top level, on TMA, with one stage count (they share the ring), the
     Program's warps are two or more whole warpgroups, and no other op touches a staged buffer (the
     producer fills them whenever the ring lets it)."""
     ops = program.body.ops
     pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
-    if (not pipes or program.num_warps % 4 or program.num_warps < MIN_SPECIALISED_WARPS
-            or any(op not in ops or p.pipelines[id(op)].schedule != "tma" for op in pipes)
-            or len({op.attrs["stages"] for op in pipes}) != 1):
-        return False
+    if not pipes:
+        return "no pipeline"
+    if program.num_warps % 4 or program.num_warps < MIN_SPECIALISED_WARPS:
+        return f"{program.num_warps} warps, not two or more whole warpgroups beside the producer's"
+    if any(op not in ops or pipelines[id(op)].schedule != "tma" for op in pipes):
+        return "a pipeline inside another op or on the cp.async ring"
+    if len({op.attrs["stages"] for op in pipes}) != 1:
+        return "pipelines with different stage counts (the producer's ring has one)"
     staged = set().union(*(dataflow.staged_buffers(op.regions[0], producers) for op in pipes))
     others = [o for op in ops if op.opcode != "pipeline" for o in [op, *(n for r in op.regions for n in r.walk())]]
-    return not any(dataflow.buffer_of(v, producers) in staged for o in others if o.opcode != "shared_stage"
-                   for v in o.operands if isinstance(v.type, (TileType, SharedBufType)))
+    if any(dataflow.buffer_of(v, producers) in staged for o in others if o.opcode != "shared_stage"
+           for v in o.operands if isinstance(v.type, (TileType, SharedBufType))):
+        return "an op outside the pipelines touches a staged buffer (the producer fills them whenever the ring lets it)"
+    return None
 
 
-def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> None:
-    """Runs of consecutive top-level TMA pipelines of a block that is not specialised (attention's leading edge,
-    full blocks and diagonal) on one ring of stages: the ring's barriers are set up once, its step count runs
-    across the pipelines and each pipeline's first copies are issued while the one before computes, where
-    separate rings started each pipeline on a barrier, a fresh ring and a copy waited for at once. A run takes
-    pipelines with one stage count and one stage size, only quiet ops between them (dataflow.quiet), and later pipelines
-    whose trip counts and loads read only values defined before the run's first pipeline (their loads are issued
-    early). A global_to_shared before the run with only quiet ops between (attention's Q) is published once the
-    run's first copies are issued (late_publish): its copy and theirs are in flight together."""
+def _ring_runs(program: Program, pipelines: dict, producers: dict,
+               params: dict) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], frozenset[int]]:
+    """(the runs, the ops their ring_open hoists, the loads published late): runs of consecutive top-level TMA
+    pipelines of a block that is not specialised (attention's leading edge, full blocks and diagonal) on one ring
+    of stages: the ring's barriers are set up once, its step count runs across the pipelines and each pipeline's
+    first copies are issued while the one before computes, where separate rings started each pipeline on a barrier,
+    a fresh ring and a copy waited for at once. A run takes pipelines with one stage count and one stage size, only
+    quiet ops between them (dataflow.quiet), and later pipelines whose trip counts and loads read only values defined
+    before the run's first pipeline (their loads are issued early). A global_to_shared before the run with only
+    quiet ops between (attention's Q) is published once the run's first copies are issued (late_publish): its copy
+    and theirs are in flight together."""
     ops = program.body.ops
     index = {id(o): i for i, o in enumerate(ops)}
 
@@ -445,9 +503,9 @@ def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> No
 
     runs, run = [], []                                  # run: the pipelines (op ids) of the run being built
     for op in ops:
-        pp = out.pipelines.get(id(op)) if op.opcode == "pipeline" else None
+        pp = pipelines.get(id(op)) if op.opcode == "pipeline" else None
         if pp is not None and pp.schedule == "tma":
-            if run and _joins(op, pp, ops[index[run[0]]], out, early, index[run[0]], producers):
+            if run and _joins(op, pp, ops[index[run[0]]], pipelines, early, index[run[0]], producers):
                 run.append(id(op))
             else:
                 runs.append(run)
@@ -456,65 +514,71 @@ def _ring_runs(program: Program, out: Plan, producers: dict, params: dict) -> No
             runs.append(run)
             run = []
     runs.append(run)
-    out.ring_runs = [tuple(r) for r in runs if len(r) > 1]
-    out.ring_hoist = [id(o) for i, o in enumerate(ops) if id(o) in hoist and any(
-        index[r[0]] < i < index[r[-1]] for r in out.ring_runs)]
-    for r in out.ring_runs:
+    ring_runs = tuple(tuple(r) for r in runs if len(r) > 1)
+    ring_hoist = tuple(id(o) for i, o in enumerate(ops) if id(o) in hoist and any(
+        index[r[0]] < i < index[r[-1]] for r in ring_runs))
+    late = set()
+    for r in ring_runs:
         first = index[r[0]]
         staged = set().union(*(dataflow.staged_buffers(ops[index[p]].regions[0], producers) for p in r))
         for j in range(first - 1, -1, -1):
             o = ops[j]
             if o.opcode == "global_to_shared" and dataflow.buffer_of(o.operands[0], producers) not in staged:
-                out.late_publish.add(id(o))
+                late.add(id(o))
             elif not dataflow.quiet(o):
                 break
+    return ring_runs, ring_hoist, frozenset(late)
 
 
-def _joins(op: Op, pp: PipelinePlan, first_op: Op, out: Plan, early, first: int, producers: dict) -> bool:
+def _joins(op: Op, pp: PipelinePlan, first_op: Op, pipelines: dict, early, first: int, producers: dict) -> bool:
     """Whether pipeline `op` may join the run that began with `first_op` (at top-level index `first`)."""
-    head = out.pipelines[id(first_op)]
+    head = pipelines[id(first_op)]
     return (op.attrs["stages"] == first_op.attrs["stages"] and pp.tx_bytes == head.tx_bytes and not pp.groups
             and early(op.operands[0], first) and all(early(v, first) for v in dataflow.free_values(op.regions[0], producers)))
 
 
-def _plan_pipeline(op: Op, producers: dict, params: dict, out: Plan) -> PipelinePlan:
+def _plan_pipeline(op: Op, producers: dict, params: dict, maps: list[TmaLoad], modes: dict) -> PipelinePlan:
+    """The pipeline's schedule, with the modes of the mma in its compute region (into `modes`)."""
     lreg, creg = op.regions
     staged = dataflow.staged_buffers(lreg, producers)
     written = dataflow.written_buffers(op, producers) - staged
-    pp = PipelinePlan("cp_async")
     for mma in (o for o in creg.walk() if o.opcode == "mma"):
         if all(dataflow.published(v, producers, staged, written) for v in mma.operands[:2]):
-            out.mma_modes[id(mma)] = MMA_STAGED
+            modes[id(mma)] = MMA_STAGED
+    async_mma = False
     if dataflow.is_accumulator_chain(creg, producers):
         (mma,) = [o for o in creg.ops if o.opcode == "mma"]
-        if out.mma_modes.get(id(mma)) == MMA_STAGED:
-            out.mma_modes[id(mma)] = MMA_ASYNC
-            pp.async_mma = True
-    # one stage has nothing to prefetch: its copy would be waited on right after issue (the ring does that)
-    loads = _tma_loads(lreg, producers, params) if op.attrs["stages"] >= 2 else None
-    if loads is not None:
-        pp.schedule = "tma"
-        for g2s, spec in loads:
-            if spec not in out.tensor_maps:
-                out.tensor_maps.append(spec)
-            pp.tma_loads[id(g2s)] = out.tensor_maps.index(spec)
-            t = g2s.operands[0].type
-            pp.tx_bytes += t.rows * t.cols * t.dtype.itemsize
-    return pp
+        if modes.get(id(mma)) == MMA_STAGED:
+            modes[id(mma)] = MMA_ASYNC
+            async_mma = True
+    if op.attrs["stages"] < 2:
+        return PipelinePlan("cp_async", "one stage: nothing to prefetch, a copy would be waited on right after issue",
+                            async_mma=async_mma)
+    loads, why = _tma_loads(lreg, producers, params)
+    if loads is None:
+        return PipelinePlan("cp_async", why, async_mma=async_mma)
+    return PipelinePlan("tma", why, MappingProxyType({id(g2s): _map_index(maps, spec) for g2s, spec in loads}),
+                        sum(g2s.operands[0].type.rows * g2s.operands[0].type.cols * g2s.operands[0].type.dtype.itemsize
+                            for g2s, _ in loads), async_mma)
 
 
-def _tma_loads(lreg, producers: dict, params: dict) -> list[tuple[Op, TmaLoad]] | None:
-    """The TMA form of every load in the region, or None when one of them has none."""
+def _tma_loads(lreg, producers: dict, params: dict) -> tuple[list[tuple[Op, TmaLoad]] | None, str]:
+    """The TMA form of every load in the region, or None when one of them has none; and why."""
     loads = []
     for o in lreg.walk():
         if o.opcode == "global_to_shared":
             spec = _tma_spec(o, producers, params)
             if spec is None:
-                return None
+                return None, (f"load %{o.operands[0].id} is not a whole-tile copy TMA can make (a fill, a source other "
+                              "than a parameter, rank < 2, 32-bit elements, part of a 128-byte column block, or a "
+                              f"box of more than {TMA_MAX_BOX} rows)")
             loads.append((o, spec))
         elif o.opcode not in TMA_LOAD_REGION_OPS:
-            return None                 # anything else in the load region keeps the all-threads ring
-    return loads or None
+            return None, f"the load region also runs '{o.opcode}', which one thread issuing copies cannot"
+    if not loads:
+        return None, "no load in the load region"
+    return loads, ("every load a whole-tile copy into a 128-byte-swizzled tile: one thread issues TMA copies that "
+                   "complete on an mbarrier a stage (the cp.async ring compiled in for tensors TMA cannot describe)")
 
 
 def _tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
@@ -527,71 +591,3 @@ def _tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
         return None
     return TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, t.rows, TMA_SWIZZLE_BYTES // item)
 
-
-
-def fast_path(program: Program, target: Target) -> bool:
-    """Whether every pipeline of the Program runs on TMA and every mma in them on wgmma (sm_90a): what
-    the backend's configuration choice looks for among a kernel's candidates."""
-    p = plan(program, target)
-    pipes = [op for op in program.body.walk() if op.opcode == "pipeline"]
-    if not pipes or any(p.pipelines[id(op)].schedule != "tma" for op in pipes):
-        return False
-    return all(dataflow.wgmma_eligible(m, program.num_warps) for op in pipes for m in op.regions[1].walk()
-               if m.opcode == "mma")
-
-
-def describe(program: Program, p: Plan, target: Target) -> str:
-    """The plan as text (`hk compile --emit lowered`, after the Program)."""
-    lines = [f"// schedule (cuda backend, {target.spec})"]
-    hopper = archs.of(target).async_tensor_core
-    names = {id(op): f"%{op.results[0].id}" if op.results else op.opcode for op in program.body.walk()}
-    mode = {MMA_STANDALONE: "standalone (barrier + fence, waits)", MMA_STAGED: "staged (no barrier, waits)",
-            MMA_ASYNC: "async (left in flight; the pipeline waits a step later)"}
-    for op in program.body.walk():
-        if op.opcode == "pipeline":
-            pp = p.pipelines.get(id(op), PipelinePlan("cp_async"))
-            extra = f", {len(pp.tma_loads)} tile loads/stage ({pp.tx_bytes} bytes)" if pp.schedule == "tma" else ""
-            if p.producer_warps:
-                block, prod, cons = occupancy.register_split(program.num_warps, p.producer_warps, archs.of(target))
-                extra += (f", warp-specialised ({p.producer_warps} producer warps issue the loads; registers "
-                          f"{block} -> producer {prod}, consumers {max(cons, block)})")
-            if pp.overlap:
-                extra += (f", software-pipelined (head {names[id(pp.overlap.head)]}; tail "
-                          f"{', '.join(names[id(o)] for o in pp.overlap.tail)} one step late; crossing "
-                          f"{', '.join(f'%{v.id}' for v in pp.overlap.crossing)})")
-            lines.append(f"pipeline {names[id(op)]}: {pp.schedule}{extra}, stages={op.attrs['stages']}")
-        elif op.opcode == "mma" and not (hopper and dataflow.wgmma_eligible(op, program.num_warps)):
-            k = 32 if op.operands[0].type.dtype.itemsize == 1 else 16
-            lines.append(f"mma {names[id(op)]}: mma.sync m16n8k{k} (ldmatrix fragments)")
-        elif op.opcode == "mma":
-            k = 32 if op.operands[0].type.dtype.itemsize == 1 else 16
-            lines.append(f"mma {names[id(op)]}: wgmma m64n{op.results[0].type.cols}k{k}, "
-                         f"{mode[p.mma_modes.get(id(op), MMA_STANDALONE)]}")
-    order = ("grouped (runs of 8 x-rows sweep y: operand tiles shared in L2)" if p.grouped_blocks
-             else f"heaviest first along axis {p.dispatch_axis} in runs of rows (hk::heavy_first_idx; given up where "
-                  "only the build without it fills the SM: backend._fill_sm)"
-             if p.dispatch_axis is not None else "hardware (x fastest)")
-    if p.persistent:
-        order = (f"persistent, longest first once axis {p.work_axis} has {p.longest_first} blocks (then slowest, "
-                 "from its last index)"
-                 if p.work_axis is not None else f"persistent, {order}") + ", dealt forwards and backwards in turn"
-    lines.append("block order: " + order)
-    for run in p.ring_runs:
-        lines.append(f"pipelines {', '.join(names[i] for i in run)} share one ring (each one's first copies issued while "
-                     "the one before computes; the SM fill may take separate rings)")
-    if hopper and not p.producer_warps and any(pp.schedule == "tma" for pp in p.pipelines.values()):
-        lines.append("ring refills: before a step whose products wait for themselves")
-    if p.late_publish:
-        lines.append(f"{len(p.late_publish)} load(s) before a ring published after its first copies")
-    if p.tma_stores:
-        lines.append(f"epilogue: {len(p.tma_stores)} store(s) through shared memory by TMA, each warpgroup its rows "
-                     "in 64-column chunks")
-    if p.prologue:
-        lines.append(f"prologue: {len(p.prologue)} load(s) by the producer's TMA, {p.prologue_tx} bytes a tile, "
-                     f"{p.prologue_stages} cop{'ies' if p.prologue_stages > 1 else 'y'}"
-                     + (" (the next tile's loads while this tile runs)" if p.prologue_stages > 1 else ""))
-    for i, tm in enumerate(p.tensor_maps):
-        lines.append(f"tensor map {i}: param {tm.param} (rank {tm.rank}, {tm.dtype}), box {tm.box_rows}x{tm.box_cols}, "
-                     + ("SWIZZLE_128B, written (out of bounds dropped)" if tm.store
-                        else "SWIZZLE_128B, zero fill out of bounds"))
-    return "\n".join(lines)
