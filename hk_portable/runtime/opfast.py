@@ -45,6 +45,7 @@ _lock = threading.Lock()
 _module = None
 _reason: str | None = None
 _ops: list[str] = []           # ops whose implementation went through recordable(): enabled at load
+_enabled: set[str] = set()     # ... and those enabled so far (an op defined after load() is, at its first call)
 _open_blocks = 0               # use_backend() blocks open now (replay is off while any is)
 
 
@@ -148,14 +149,19 @@ def load(build_if_missing: bool = True):
                 raise RuntimeError(f"{p} has op-replay ABI {getattr(mod, 'ABI', None)}, expected {ABI}")
             mod.configure(launcher.Launcher, launcher._C_API)
             mod.set_bypass(_open_blocks)
-            for name in _ops:
-                mod.enable(name)
+            for name in list(_ops):
+                _enable(mod, name)
         except Exception as e:  # noqa: BLE001 - any failure means the Python path, with the reason kept
             _reason = clauncher.failure_reason(e)
             log.debug("hk_portable: op replay unavailable: %s", _reason)
             return None
         _module = mod
         return mod
+
+
+def _enable(mod, name: str) -> None:
+    mod.enable(name)                # idempotent: one kernel of ours per (op, dispatch key)
+    _enabled.add(name)
 
 
 def reason() -> str | None:
@@ -194,6 +200,8 @@ def recordable(name: str, fn):
         if mod is not None:
             if mod.recording() and precompile.recording() is None:     # (no launches while precompiling)
                 return record(mod, fn, args)
+            if name not in _enabled:        # an op defined after load() (a module imported later): enabled now
+                _enable(mod, name)
         elif _reason is None and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             _first_gpu_call()
         return fn(*args)
