@@ -63,10 +63,16 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     return [{**DEFAULT_CONFIG, **consts, **c} for c in skinny + CONFIGS]
 
 
-def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16):
-    a = torch.randn(M, K, device=device, dtype=dtype)
-    b = torch.randn(K, N, device=device, dtype=dtype)
-    return (a, b, torch.empty(M, N, device=device, dtype=torch.float32)), DEFAULT_CONFIG
+def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16, layout="nn"):
+    """(a, b, c) as the kernel takes them and its consts. layout: nn, nt, tn or tt, A then B, t a transposed view
+    (x.t(), W.t()), read as the tensor it views (`hk analyze gemm --arg layout=nt`)."""
+    if layout not in ("nn", "nt", "tn", "tt"):
+        raise ArgumentError(f"gemm: layout must be nn, nt, tn or tt, got {layout!r}")
+    a_km, b_nk = layout[0] == "t", layout[1] == "t"
+    a = torch.randn(*((K, M) if a_km else (M, K)), device=device, dtype=dtype)
+    b = torch.randn(*((N, K) if b_nk else (K, N)), device=device, dtype=dtype)
+    consts = DEFAULT_CONFIG if layout == "nn" else {**DEFAULT_CONFIG, "A_KM": a_km, "B_NK": b_nk}
+    return (a, b, torch.empty(M, N, device=device, dtype=torch.float32)), consts
 
 
 def is_transposed_view(t: torch.Tensor) -> bool:

@@ -341,6 +341,8 @@ def test_cli_analyze_errors(capsys):
     assert "no machine-code analyser" in capsys.readouterr().err
     assert main(["analyze", "gemm", "--backend", "reference", "--arg", "nonsense"]) == 2
     assert "--arg 'nonsense': expected NAME=VALUE" in capsys.readouterr().err
+    assert main(["analyze", "gemm", "--backend", "reference", "--arg", "layout=nx"]) == 2
+    assert "layout must be nn, nt, tn or tt, got 'nx'" in capsys.readouterr().err
 
 
 @needs_clang
