@@ -37,15 +37,17 @@ def gemm_kernel(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 64, BN: hk.const
 
 
 DEFAULT_CONFIG = dict(BM=64, BN=64, BK=32, STAGES=2)
-# Candidate configurations over DEFAULT_CONFIG, largest first; {} is that portable baseline, which every
-# target takes. The backend picks per target (Backend.choose_config): cuda on sm_90a the first that runs
-# on TMA + wgmma (the first, or the third); hip the first whose accumulator takes a wave grid within the
-# arch's LDS: the second, HipKittens' 256x256 blocks of 8 waves, 3 stages for its ping-pong schedule in
-# 48 KiB (BK=16: the ISA analyser's best on both archs, docs/perf-notes.md 2026-12-02).
+# Candidate configurations over DEFAULT_CONFIG; {} is that portable baseline, which every target takes. The
+# backend picks per target (Backend.choose_config, after its tuning table's ranking, Backend.preferred): cuda on
+# sm_90a the first that runs on TMA + wgmma (the first, or the third); hip the first whose accumulator takes a
+# wave grid within the arch's LDS: HipKittens' 256x256 blocks of 8 waves, 3 stages for its ping-pong schedule,
+# in 48 KiB with BK=16 (docs/perf-notes.md 2026-12-02) or 96 KiB with BK=32 (the hip table ranks that one first
+# where the arch's 16-bit MFMA of K=32 runs at full rate; 2026-12-06).
 CONFIGS = (
     dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
     dict(BM=256, BN=256, BK=16, STAGES=3, num_warps=8),
     dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8),
+    dict(BM=256, BN=256, BK=32, STAGES=3, num_warps=8),
     {},
 )
 
