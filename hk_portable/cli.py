@@ -143,7 +143,7 @@ def _compile(args, lower: bool = True):
     try:
         example_args, consts = module.example_args(device="cpu", **overrides)
     except TypeError as e:
-        raise CliError(f"--arg: {args.kernel}'s example_args does not take {sorted(overrides)}: {e}") from None
+        raise CliError(f"--arg: {args.kernel}'s example_args does not take {overrides}: {e}") from None
     if callable(getattr(module, "candidates", None)):     # what a call would run on this target
         consts = kernel.choose_config(module.candidates(consts, example_args), *example_args, backend=target.spec)
     program = kernel.trace(*example_args, **consts)

@@ -50,3 +50,44 @@ def test_the_table_leaves_hip_its_own_choice(arch):
     for N in (1024, 16384):
         assert _choice(f"hip:{arch}", 64, True, N) == dict(BM=64, BN=64)
         assert _choice(f"hip:{arch}", 128, False, N) == dict(BM=256, BN=64, num_warps=8)
+
+
+# ------------------------------------------------------------------------------------- hip: gemm (issue 37, item 2)
+def _gemm_choice(spec, M, layout="nn", N=512, K=512):
+    from hk_portable.kernels import gemm
+    a = torch.empty(K, M, dtype=torch.bfloat16, device="meta").t() if layout[0] == "t" else \
+        torch.empty(M, K, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(N, K, dtype=torch.bfloat16, device="meta").t() if layout[1] == "t" else \
+        torch.empty(K, N, dtype=torch.bfloat16, device="meta")
+    out = torch.empty(M, N, dtype=torch.float32, device="meta")
+    a_in, b_in, a_km, b_nk = gemm.layout_of(a, b)
+    cfg = gemm.gemm_kernel.choose_config(gemm.candidates({"A_KM": a_km, "B_NK": b_nk}, (a_in, b_in, out)),
+                                         a_in, b_in, out, backend=spec, bucket=hk.shape_bucket(M, N, K))
+    return {k: cfg[k] for k in ("BM", "BN", "BK", "STAGES", "num_warps") if k in cfg}
+
+
+DEEP = {"BM": 256, "BN": 256, "BK": 32, "STAGES": 3, "num_warps": 8}
+SHALLOW = {"BM": 256, "BN": 256, "BK": 16, "STAGES": 3, "num_warps": 8}
+SKINNY = {"BM": 64, "BN": 64, "BK": 64, "STAGES": 4, "num_warps": 4}
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_the_hip_table_puts_gfx950_gemm_on_the_full_rate_mfma(layout):
+    """gfx950's 16-bit MFMA of K=32 runs at full rate (Arch.mfma_16bit_k32): its gemm takes the 256x256 block with
+    K steps of 32 in every operand layout; a product of at most 64 rows keeps the kernel's 64x64 tiles. gfx942 (no
+    such form; its LDS holds no 3 stages of the deep block either) keeps 256x256x16."""
+    assert _gemm_choice("hip:gfx950", 4096, layout) == _gemm_choice("hip:gfx950", 65, layout) == DEEP
+    assert _gemm_choice("hip:gfx950", 64, layout) == SKINNY
+    assert _gemm_choice("hip:gfx942", 4096, layout) == SHALLOW and _gemm_choice("hip:gfx942", 64, layout) == SKINNY
+
+
+def test_the_hip_table_follows_the_arch_rows():
+    """The rule's capability is the cycle table's fact (the x32 form in the 16x16x16 form's cycles), and its skinny
+    threshold is the kernel's."""
+    from hk_portable.backends.hip import archs, preferences
+    from hk_portable.kernels import gemm
+    for row in archs.ARCHS.values():
+        c = row.mfma_cycles
+        assert row.mfma_16bit_k32 == ((16, 16, 32, "f16") in c and c[16, 16, 32, "f16"] <= c[16, 16, 16, "f16"])
+    assert preferences.SKINNY_ROWS == gemm.SKINNY_ROWS
+    assert preferences.GEMM_DEEP_K in gemm.CONFIGS

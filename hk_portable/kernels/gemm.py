@@ -37,15 +37,17 @@ def gemm_kernel(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 64, BN: hk.const
 
 
 DEFAULT_CONFIG = dict(BM=64, BN=64, BK=32, STAGES=2)
-# Candidate configurations over DEFAULT_CONFIG, largest first; {} is that portable baseline, which every
-# target takes. The backend picks per target (Backend.choose_config): cuda on sm_90a the first that runs
-# on TMA + wgmma (the first, or the third); hip the first whose accumulator takes a wave grid within the
-# arch's LDS: the second, HipKittens' 256x256 blocks of 8 waves, 3 stages for its ping-pong schedule in
-# 48 KiB (BK=16: the ISA analyser's best on both archs, docs/perf-notes.md 2026-12-02).
+# Candidate configurations over DEFAULT_CONFIG; {} is that portable baseline, which every target takes. The
+# backend picks per target (Backend.choose_config, after its tuning table's ranking, Backend.preferred): cuda on
+# sm_90a the first that runs on TMA + wgmma (the first, or the third); hip the first whose accumulator takes a
+# wave grid within the arch's LDS: HipKittens' 256x256 blocks of 8 waves, 3 stages for its ping-pong schedule,
+# in 48 KiB with BK=16 (docs/perf-notes.md 2026-12-02) or 96 KiB with BK=32 (the hip table ranks that one first
+# where the arch's 16-bit MFMA of K=32 runs at full rate; 2026-12-06).
 CONFIGS = (
     dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),
     dict(BM=256, BN=256, BK=16, STAGES=3, num_warps=8),
     dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8),
+    dict(BM=256, BN=256, BK=32, STAGES=3, num_warps=8),
     {},
 )
 
@@ -63,10 +65,16 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     return [{**DEFAULT_CONFIG, **consts, **c} for c in skinny + CONFIGS]
 
 
-def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16):
-    a = torch.randn(M, K, device=device, dtype=dtype)
-    b = torch.randn(K, N, device=device, dtype=dtype)
-    return (a, b, torch.empty(M, N, device=device, dtype=torch.float32)), DEFAULT_CONFIG
+def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16, layout="nn"):
+    """(a, b, c) as the kernel takes them and its consts. layout: nn, nt, tn or tt, A then B, t a transposed view
+    (x.t(), W.t()), read as the tensor it views (`hk analyze gemm --arg layout=nt`)."""
+    if layout not in ("nn", "nt", "tn", "tt"):
+        raise ArgumentError(f"gemm: layout must be nn, nt, tn or tt, got {layout!r}")
+    a_km, b_nk = layout[0] == "t", layout[1] == "t"
+    a = torch.randn(*((K, M) if a_km else (M, K)), device=device, dtype=dtype)
+    b = torch.randn(*((N, K) if b_nk else (K, N)), device=device, dtype=dtype)
+    consts = DEFAULT_CONFIG if layout == "nn" else {**DEFAULT_CONFIG, "A_KM": a_km, "B_NK": b_nk}
+    return (a, b, torch.empty(M, N, device=device, dtype=torch.float32)), consts
 
 
 def is_transposed_view(t: torch.Tensor) -> bool:

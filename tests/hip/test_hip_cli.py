@@ -11,8 +11,9 @@ from hk_portable.cli import main
 
 needs_clang = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
 MFMA = {"gfx942": "v_mfma_f32_16x16x16_bf16", "gfx950": "v_mfma_f32_16x16x32_bf16"}
-# the MFMA of the configuration hk compile launches: gemm's 256x256 blocks step K by 16 (16x16x16 on both)
-KERNEL_MFMA = {("gemm", "gfx942"): MFMA["gfx942"], ("gemm", "gfx950"): "v_mfma_f32_16x16x16_bf16",
+# the MFMA of the configuration hk compile launches: gemm's 256x256 blocks step K by 16 on gfx942 (16x16x16) and
+# by 32 on gfx950 (16x16x32, the hip tuning table's rule)
+KERNEL_MFMA = {("gemm", "gfx942"): MFMA["gfx942"], ("gemm", "gfx950"): MFMA["gfx950"],
                ("attention_fwd", "gfx942"): MFMA["gfx942"], ("attention_fwd", "gfx950"): MFMA["gfx950"]}
 
 

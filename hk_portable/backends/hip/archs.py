@@ -62,6 +62,10 @@ class Arch:
     lds_transpose_read: bool = False
     # LDS-DMA (buffer_load ... lds) of 12 or 16 bytes a lane, not only 1-4 (CDNA4)
     lds_dma_wide: bool = False
+    # v_mfma_f32_16x16x32_{bf16,f16}: the 16-bit MFMA of K=32, twice the 16x16x16 form's work in its cycles (CDNA4;
+    # mfma_cycles above). The device library takes it for a 16-bit mma whose K is a multiple of 32 (mma.h kv_for);
+    # the tuning table (preferences.py) ranks first the configurations whose k-step feeds it
+    mfma_16bit_k32: bool = False
     # lanes per wave: what a block's waves are counted in, layouts divide rows over, the ISA analyser scales by
     wave_size: int = 64
     # accelerator dies (XCDs), each with its own L2, that blocks are dealt round-robin over: hk::block_idx numbers
@@ -77,7 +81,7 @@ ARCHS = {a.name: a for a in (
     Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32", "16x16x32 fp8"),   # CDNA4: MI350X / MI355X
          "native OCP e4m3/e5m2 (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})", emulator_id=950,
          mfma_cycles=CDNA4_MFMA_CYCLES, mfma_peak=CDNA4_MFMA_PEAK, lds_bytes_per_clock=256,
-         lds_transpose_read=True, lds_dma_wide=True),
+         lds_transpose_read=True, lds_dma_wide=True, mfma_16bit_k32=True),
 )}
 NAMES = tuple(ARCHS)
 

@@ -17,7 +17,7 @@ from ...codegen.layouts import describe as describe_layouts
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import ArgumentError, BackendError, UnsupportedError
 from ...interface.ir import Program
-from . import analyze as isa, codegen, compiler, driver, schedule
+from . import analyze as isa, codegen, compiler, driver, preferences, schedule
 from .archs import NAMES as ARCHS, make_target
 from .options import HipOptions
 
@@ -83,6 +83,10 @@ class HipBackend(Backend):
             if all_strips(lay) or all_grids(program, lay) or all_wide_accumulators(program, lay, waves):
                 return cfg
         return super().choose_config(candidates, target)
+
+    def preferred(self, kernel: str, consts: dict, args: tuple, target: Target) -> list[dict] | None:
+        """The tuning table's ranking (preferences.py), where it has a rule for this kernel on this arch."""
+        return preferences.preferred(kernel, consts, args, target)
 
     def lowered(self, program: Program, target: Target, after: str | None = None) -> str:
         return lowering.describe(lowering.lower(program, target, PASSES, after), PASSES)

@@ -152,11 +152,30 @@ struct commit {};
 }  // namespace phase
 
 namespace detail {
+// RG for a column-major tile S: a run of RG consecutive stored lines starting at a multiple of RG lies inside one
+// chunk rotation (STORED::RP lines, aligned, share the XOR of their chunks), so at any stored column their offsets
+// differ by whole lines (STORED::ROWB bytes each). A power of two dividing e: RP capped at e when the storage is
+// swizzled, e when it is not. Row-major tiles: 1.
+template<class S> constexpr int lines_per_offset(int e) {
+  if constexpr (!S::COL) {
+    return 1;
+  } else {
+    using ST = typename S::STORED;
+    int rg = ST::SWZ ? ST::RP : e;
+    while (rg > 1 && (e % rg != 0 || rg > e)) rg /= 2;
+    return rg < 1 ? 1 : rg;
+  }
+}
+
 template<class S> struct chunk_plan {
   using T = typename S::dtype;
   static constexpr int E = 16 / (int)sizeof(T), CPR = S::cols / E, NCH = S::rows * CPR;
   static constexpr int IT = (NCH + NT - 1) / NT;
-  static constexpr int LW = S::COL ? E : 1;            // LDS offsets per chunk: one vector, or E scattered
+  // A column-major tile's chunk goes to E stored lines (S::offset(r, c + e)). Lines of one pass over the banks
+  // (STORED::RP of them, aligned) share their chunk rotation, so within such a run the offsets differ by e
+  // stored lines: RG lines per lane offset, the rest an immediate of the ds_write. LW: offsets per chunk.
+  static constexpr int RG = lines_per_offset<S>(E);
+  static constexpr int LW = S::COL ? E / RG : 1;       // LDS offsets per chunk: one vector, or E/RG scattered
 #if HK_GFX950
   static constexpr bool DMA = !S::COL && !S::FNUZ && S::BYTES % 1024 == 0;   // direct-to-LDS (load_direct)
 #else
@@ -228,7 +247,7 @@ template<class S, class C> HK_DEV void lane_offsets(C& c, long long sr, int w, i
       r = ch / P::CPR;
       col = (ch % P::CPR) * P::E;
 #pragma unroll
-      for (int e = 0; e < P::LW; ++e) c.loff[j][e] = S::offset(r, col + e);
+      for (int g = 0; g < P::LW; ++g) c.loff[j][g] = S::offset(r, col + g * P::RG);
     }
     c.voff[j] = (unsigned)(((unsigned long long)r * sr + col) * sizeof(T));
   }
@@ -324,7 +343,8 @@ HK_DEV void load_step(Ph, S dst, cursor<S, T, RANK>& c, int i, const gl<T, RANK>
         if constexpr (S::COL) {
           const auto e8 = __builtin_bit_cast(detail::chunk16<T>, v);
 #pragma unroll
-          for (int e = 0; e < P::LW; ++e) HK_LDS_STORE(T, dst.p + c.loff[it][e], e8.e[e]);
+          for (int e = 0; e < P::E; ++e)
+            HK_LDS_STORE(T, dst.p + c.loff[it][e / P::RG] + (e % P::RG) * S::ROWB, e8.e[e]);
         } else {
           HK_LDS_STORE(u32x4, dst.p + c.loff[it][0], v);
         }
