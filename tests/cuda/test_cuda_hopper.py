@@ -230,9 +230,11 @@ def test_configuration_choice_is_per_target_and_memoised():
     args = (_meta(256, 256), _meta(256, 256), _meta(256, 256))
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_90a") == CANDIDATES[0]
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="cuda:sm_80") == CANDIDATES[-1]
-    # hip: the first whose accumulator takes a wave grid within the arch's LDS
+    # hip: the first whose accumulator takes a wave grid within the arch's LDS; gfx950's tuning table ranks the
+    # 256x256 block with K steps of 32 first (its full-rate 16x16x32 MFMA: backends/hip/preferences.py)
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx942") == CANDIDATES[1]
-    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx950") == CANDIDATES[1]
+    deep_k = next(c for c in CANDIDATES if (c["BM"], c["BN"], c["BK"]) == (256, 256, 32))
+    assert gemm_kernel.choose_config(CANDIDATES, *args, backend="hip:gfx950") == deep_k
     assert gemm_kernel.choose_config(CANDIDATES, *args, backend="reference") == CANDIDATES[-1]
     f16 = (_meta(256, 256, dtype=torch.float16),) * 2 + (args[2],)
     assert gemm_kernel.choose_config(CANDIDATES, *f16, backend="cuda:sm_90a") == CANDIDATES[0]
