@@ -225,8 +225,8 @@ def test_opcheck_passes_with_the_cpp_kernels_serving(mod):
 
 def test_an_op_defined_after_load_is_served(mod, driver):
     """load() enables the ops defined so far; one defined later (a module imported after the first GPU call, or after
-    hk.precompile / a benchmark loaded op replay) is enabled at its first call, so its later calls reach the C++
-    kernel (a recording, then replays) instead of staying on the Python path for good."""
+    hk.precompile / a benchmark loaded op replay) is enabled when it is defined, so its calls reach the C++ kernel (a
+    recording, then replays) instead of staying on the Python path for good."""
     import hk_portable.torch_ops as torch_ops
 
     def hk_test_late_op(x: torch.Tensor) -> torch.Tensor:
@@ -235,11 +235,9 @@ def test_an_op_defined_after_load_is_served(mod, driver):
     if not hasattr(torch.ops.hk, "hk_test_late_op"):
         torch_ops._Op(hk_test_late_op)
     op = torch.ops.hk.hk_test_late_op.default
-    assert "hk_test_late_op" not in opfast._enabled
     before = opfast.stats()
     x = torch.randn(4, 4)
     for _ in range(4):
         op(x)
     after = opfast.stats()
-    assert "hk_test_late_op" in opfast._enabled
     assert after["records"] + after["refusals"] > before["records"] + before["refusals"], (before, after)

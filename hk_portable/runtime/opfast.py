@@ -44,8 +44,8 @@ log = logging.getLogger("hk_portable.opfast")
 _lock = threading.Lock()
 _module = None
 _reason: str | None = None
-_ops: list[str] = []           # ops whose implementation went through recordable(): enabled at load
-_enabled: set[str] = set()     # ... and those enabled so far (an op defined after load() is, at its first call)
+_ops: list[str] = []           # ops whose implementation went through recordable(): enabled at load, or when
+                               # defined where load() ran first
 _open_blocks = 0               # use_backend() blocks open now (replay is off while any is)
 
 
@@ -149,19 +149,14 @@ def load(build_if_missing: bool = True):
                 raise RuntimeError(f"{p} has op-replay ABI {getattr(mod, 'ABI', None)}, expected {ABI}")
             mod.configure(launcher.Launcher, launcher._C_API)
             mod.set_bypass(_open_blocks)
-            for name in list(_ops):
-                _enable(mod, name)
+            for name in _ops:
+                mod.enable(name)
         except Exception as e:  # noqa: BLE001 - any failure means the Python path, with the reason kept
             _reason = clauncher.failure_reason(e)
             log.debug("hk_portable: op replay unavailable: %s", _reason)
             return None
         _module = mod
         return mod
-
-
-def _enable(mod, name: str) -> None:
-    mod.enable(name)                # idempotent: one kernel of ours per (op, dispatch key)
-    _enabled.add(name)
 
 
 def reason() -> str | None:
@@ -192,16 +187,18 @@ def block_opened(delta: int) -> None:
 # ------------------------------------------------------------------------------------------- recording
 def recordable(name: str, fn):
     """The implementation hk::name registers: `fn`, which records itself when opfast.cpp asks and loads op
-    replay at the first call with a GPU tensor."""
-    _ops.append(name)
+    replay at the first call with a GPU tensor. An op defined after op replay loaded (hk bench, hk.precompile or a
+    profile loading it before the model's modules are imported) is enabled here, at once."""
+    with _lock:                     # load() enables _ops and sets _module under the same lock
+        _ops.append(name)
+        if _module is not None:
+            _module.enable(name)
 
     def impl(*args):
         mod = _module
         if mod is not None:
             if mod.recording() and precompile.recording() is None:     # (no launches while precompiling)
                 return record(mod, fn, args)
-            if name not in _enabled:        # an op defined after load() (a module imported later): enabled now
-                _enable(mod, name)
         elif _reason is None and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             _first_gpu_call()
         return fn(*args)
