@@ -64,6 +64,15 @@ class Artifact:
     payload: Any = None                    # backend-private, not cached (e.g. the reference's Program)
 
 
+def table_ranking(table: dict, row, kernel: str, consts: dict, args: tuple) -> list[dict] | None:
+    """A backend's tuning table read for one call (Backend.preferred): the rule of the first entry (capability, kernel
+    name) -> rule(consts, args) whose capability the arch table's `row` has, else None (the kernel's own order)."""
+    for (capability, name), rule in table.items():
+        if name == kernel and row is not None and getattr(row, capability):
+            return rule(consts, args)
+    return None
+
+
 def ranked(items: list, prefs: list[dict], config=lambda item: item) -> list:
     """Backend.preferred's rule: the items (configs, or anything `config` maps to one) matching each preference
     (every item of it equal), in the preferences' order, then the kernel's baseline (the last item) if none

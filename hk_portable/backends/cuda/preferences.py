@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ...interface.backend import ranked
+from ...interface.backend import ranked, table_ranking
 from . import archs
 
 # attention_fwd at D=64 (H200, benchmarks/attention_configs.py, warp-specialised blocks, masks on edge blocks only):
@@ -45,8 +45,4 @@ def first_ranked(configs: list[dict], prefs: list[dict] | None) -> dict:
 
 
 def preferred(kernel: str, consts: dict, args: tuple, target) -> list[dict] | None:
-    row = archs.of(target)
-    for (capability, name), rule in TABLE.items():
-        if name == kernel and getattr(row, capability):
-            return rule(consts, args)
-    return None
+    return table_ranking(TABLE, archs.of(target), kernel, consts, args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ...interface.backend import table_ranking
 from .archs import ARCHS
 
 # gemm where the 16-bit MFMA of K=32 runs at full rate (Arch.mfma_16bit_k32, CDNA4): HipKittens' 256x256 block of
@@ -37,8 +38,4 @@ TABLE = {
 
 
 def preferred(kernel: str, consts: dict, args: tuple, target) -> list[dict] | None:
-    row = ARCHS.get(target.arch)
-    for (capability, name), rule in TABLE.items():
-        if name == kernel and row is not None and getattr(row, capability):
-            return rule(consts, args)
-    return None
+    return table_ranking(TABLE, ARCHS.get(target.arch), kernel, consts, args)
