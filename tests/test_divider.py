@@ -3,14 +3,11 @@ divisor class (1, powers of two and their neighbours, the largest 32-bit values)
 numerators, and a divider keeps Python's floor semantics for negative operands (where it falls back)."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from hk_portable.testing import host_cxx
 
 HEADER = Path(__file__).parents[1] / "hk_portable" / "backends" / "cuda" / "include" / "hk_cuda.cuh"
-CXX = shutil.which("g++") or shutil.which("clang++")
 
 PROGRAM = r"""
 #include <cstdio>
@@ -42,10 +39,5 @@ int main() {
 
 
 def test_dividers_match_hardware_division(tmp_path):
-    if CXX is None:
-        pytest.skip("no host C++ compiler (g++/clang++) to build the dividers")
-    src, exe = tmp_path / "div.cpp", tmp_path / "div"
-    src.write_text(PROGRAM % HEADER)
-    subprocess.run([CXX, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True, capture_output=True)
-    checked, bad = map(int, subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    checked, bad = map(int, host_cxx.run(PROGRAM % HEADER, tmp_path, "div", what="the dividers").split())
     assert checked > 1_000_000 and bad == 0, (checked, bad)

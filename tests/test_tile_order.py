@@ -3,16 +3,15 @@ schedule pass can name is a bijection of the grid, a persistent grid's dealing r
 longest first walks the work axis from its last index where that axis is long enough (schedule.work_axis)."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from hk_portable.backends.cuda import schedule
+from hk_portable.testing import host_cxx
 
 HEADER = Path(__file__).parents[1] / "hk_portable" / "backends" / "cuda" / "include" / "hk_cuda.cuh"
-CXX = shutil.which("g++") or shutil.which("clang++")
+ORDERS = "the tile orders"
 LONGEST = 16                 # HK_LONGEST_FIRST_MIN for these builds: some grids below it on each axis, some above
 
 # each grid as gx gy gz; per grid the program prints, for the persistent walk over `sms` blocks, how often each
@@ -47,14 +46,9 @@ int main() {
 
 
 def _walk(tmp_path, work_axis: int, grouped: int) -> list[list[int]]:
-    if CXX is None:
-        pytest.skip("no host C++ compiler (g++/clang++) to build the tile orders")
-    src, exe = tmp_path / f"walk{work_axis}{grouped}.cpp", tmp_path / f"walk{work_axis}{grouped}"
-    src.write_text(WALK % HEADER)
-    subprocess.run([CXX, "-std=c++17", "-O1", f"-DHK_WORK_AXIS={work_axis}", f"-DHK_BLOCK_GROUPED={grouped}",
-                    f"-DHK_LONGEST_FIRST_MIN={LONGEST}",
-                    str(src), "-o", str(exe)], check=True, capture_output=True)
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    out = host_cxx.run(WALK % HEADER, tmp_path, f"walk{work_axis}{grouped}", what=ORDERS,
+                       flags=(f"-DHK_WORK_AXIS={work_axis}", f"-DHK_BLOCK_GROUPED={grouped}",
+                              f"-DHK_LONGEST_FIRST_MIN={LONGEST}"))
     return [list(map(int, line.split())) for line in out.splitlines()]
 
 
@@ -114,13 +108,9 @@ int main() {
 def test_tile_indices_hold_past_32_bits(tmp_path, work_axis, grouped):
     """hk::tile_idx divides in 32 bits where the grid (times the group rows) fits below 2^32, in 64 otherwise: a grid
     of 2^34 tiles and one of 2^28 give in-range indices that name the sampled tile again (block order)."""
-    if CXX is None:
-        pytest.skip("no host C++ compiler (g++/clang++) to build the tile orders")
-    src, exe = tmp_path / "big.cpp", tmp_path / "big"
-    src.write_text(BIG % HEADER)
-    subprocess.run([CXX, "-std=c++17", "-O1", f"-DHK_WORK_AXIS={work_axis}", f"-DHK_BLOCK_GROUPED={grouped}",
-                    f"-DHK_LONGEST_FIRST_MIN={LONGEST}", str(src), "-o", str(exe)], check=True, capture_output=True)
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    out = host_cxx.run(BIG % HEADER, tmp_path, "big", what=ORDERS,
+                       flags=(f"-DHK_WORK_AXIS={work_axis}", f"-DHK_BLOCK_GROUPED={grouped}",
+                              f"-DHK_LONGEST_FIRST_MIN={LONGEST}"))
     rows = [list(map(int, line.split())) for line in out.splitlines()]
     assert len(rows) == 3 and all(ok for *_, ok in rows), rows
 
@@ -169,13 +159,7 @@ def test_a_dispatched_grid_starts_its_heaviest_blocks_first_in_runs_of_rows(tmp_
     """hk::dispatched_idx is a bijection of the grid; with a dispatch axis each run of rows goes heaviest first (the
     axis from its last index), the grid's last block is the lightest, and the first HK_DISPATCH_RUN blocks stay
     within the rows of one run (a few dozen heads' keys in L2). Without one it is the block's own index."""
-    if CXX is None:
-        pytest.skip("no host C++ compiler (g++/clang++) to build the tile orders")
-    src, exe = tmp_path / f"dispatch{axis}.cpp", tmp_path / f"dispatch{axis}"
-    src.write_text(DISPATCH % HEADER)
-    subprocess.run([CXX, "-std=c++17", "-O1", f"-DHK_DISPATCH_AXIS={axis}", str(src), "-o", str(exe)], check=True,
-                   capture_output=True)
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    out = host_cxx.run(DISPATCH % HEADER, tmp_path, f"dispatch{axis}", what=ORDERS, flags=(f"-DHK_DISPATCH_AXIS={axis}",))
     rows = [list(map(int, line.split())) for line in out.splitlines()]
     assert len(rows) == 9
     for gx, gy, gz, ok, descending, last_w, first_rows in rows:
@@ -229,10 +213,5 @@ int main() {
 def test_the_grouped_walks_two_forms_agree(tmp_path):
     """hk_core's grouped order is one map in two forms (the block orders of both libraries): equal on every tile of
     every grid up to 70 x 40 (checked exhaustively to 400 x 400 when the two libraries' copies were folded)."""
-    if CXX is None:
-        pytest.skip("no host C++ compiler (g++/clang++) to build the tile orders")
-    src, exe = tmp_path / "forms.cpp", tmp_path / "forms"
-    src.write_text(GROUPED_FORMS % HEADER)
-    subprocess.run([CXX, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True, capture_output=True)
-    tiles, differ = map(int, subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    tiles, differ = map(int, host_cxx.run(GROUPED_FORMS % HEADER, tmp_path, "forms", what=ORDERS).split())
     assert tiles > 1_000_000 and differ == 0

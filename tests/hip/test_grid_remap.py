@@ -4,17 +4,15 @@ checked for many grids, then the device code on the emulator checked against the
 from __future__ import annotations
 
 import itertools
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
 from hk_portable.backends.hip import archs, codegen
+from hk_portable.testing import host_cxx
 
 CORE = Path(__file__).parents[2] / "hk_portable" / "codegen" / "include" / "hk_core" / "block_order.h"
-CXX = shutil.which("g++") or shutil.which("clang++")
 XCDS = archs.ARCHS["gfx942"].xcds
 GRIDS = [(1, 1, 1), (7, 1, 1), (8, 1, 1), (9, 1, 1), (5, 3, 2), (16, 16, 1), (3, 17, 1), (17, 3, 4),
          (64, 5, 1), (1, 9, 3), (13, 13, 13)]
@@ -46,14 +44,9 @@ int main() {
 @pytest.fixture(scope="module")
 def remap(tmp_path_factory):
     """grid -> [(logical id, x, y, z) of hardware block id 0, 1, ...], from the core's maps built for the host."""
-    if CXX is None:
-        pytest.skip("no host C++ compiler (g++/clang++) to build hk_core/block_order.h")
-    tmp = tmp_path_factory.mktemp("remap")
-    src, exe = tmp / "remap.cpp", tmp / "remap"
-    src.write_text(HOST % (CORE, XCDS))
-    subprocess.run([CXX, "-std=c++17", "-O1", str(src), "-o", str(exe)], check=True, capture_output=True)
     stdin = "".join(f"{gx} {gy} {gz}\n" for gx, gy, gz in ALL_GRIDS)
-    lines = subprocess.run([str(exe)], input=stdin, check=True, capture_output=True, text=True).stdout.splitlines()
+    lines = host_cxx.run(HOST % (CORE, XCDS), tmp_path_factory.mktemp("remap"), "remap",
+                         what="hk_core/block_order.h", stdin=stdin).splitlines()
     table = {}
     for grid, line in zip(ALL_GRIDS, lines):
         v = list(map(int, line.split()))
