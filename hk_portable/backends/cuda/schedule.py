@@ -381,9 +381,14 @@ def _producer_prologue(program: Program, pipes: list[Op], producers: dict, param
             continue
         prologue[id(g2s)] = _map_index(maps, spec)
         buffers.add(buf)
-        t = g2s.operands[0].type
-        tx += t.rows * t.cols * t.dtype.itemsize
+        tx += _copy_bytes(g2s)
     return prologue, buffers, tx
+
+
+def _copy_bytes(g2s: Op) -> int:
+    """The bytes a global_to_shared copy delivers: its destination tile's."""
+    t = g2s.operands[0].type
+    return t.rows * t.cols * t.dtype.itemsize
 
 
 def _map_index(maps: list[TmaLoad], spec: TmaLoad) -> int:
@@ -435,9 +440,8 @@ def _ring_groups(pipe: Op, producers: dict, pp: PipelinePlan, modes, num_warps: 
             return []
         by_reader.setdefault(id(rs[0]), []).append(g2s)
     order = [o for o in creg.ops if id(o) in by_reader]
-    return [RingGroup(r, tuple(id(g) for g in by_reader[id(r)]),
-                      sum(g.operands[0].type.rows * g.operands[0].type.cols * g.operands[0].type.dtype.itemsize
-                          for g in by_reader[id(r)])) for r in order]
+    return [RingGroup(r, tuple(id(g) for g in by_reader[id(r)]), sum(_copy_bytes(g) for g in by_reader[id(r)]))
+            for r in order]
 
 
 # What a TMA load region may hold besides its copies (one thread issues it), and what the producer warpgroup runs
@@ -558,8 +562,7 @@ def _plan_pipeline(op: Op, producers: dict, params: dict, maps: list[TmaLoad], m
     if loads is None:
         return PipelinePlan("cp_async", why, async_mma=async_mma)
     return PipelinePlan("tma", why, MappingProxyType({id(g2s): _map_index(maps, spec) for g2s, spec in loads}),
-                        sum(g2s.operands[0].type.rows * g2s.operands[0].type.cols * g2s.operands[0].type.dtype.itemsize
-                            for g2s, _ in loads), async_mma)
+                        sum(_copy_bytes(g2s) for g2s, _ in loads), async_mma)
 
 
 def _tma_loads(lreg, producers: dict, params: dict) -> tuple[list[tuple[Op, TmaLoad]] | None, str]:
