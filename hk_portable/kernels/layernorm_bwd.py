@@ -12,8 +12,8 @@ the forward's counter index offset + row · d_model + col: never stored.
 dw and db are summed in two deterministic steps: each block writes its column sums to row `block` of an f32
 [num_blocks, d_model] buffer, then norm_bwd_reduce_kernel sums those rows in a fixed order. No atomics:
 reruns are bitwise equal.
-Two shapes, as in the forward: ONE_PASS (a row fits one column tile, BC >= d_model): each of ROW_BLOCKS
-blocks (at most; the wrapper sizes the grid and the partial sums with it) walks the row tiles block,
+Two shapes, as in the forward: ONE_PASS (a row fits one column tile, BC >= d_model): each of a grid of at most
+BLOCKS_PER_UNIT blocks per compute unit (the wrapper sizes the grid and the partial sums with it) walks the row tiles block,
 block + num_blocks, ... with the row in registers, reading h and dy once and carrying its dw/db partial sums
 across its rows; otherwise one block per BR rows sweeps column tiles (three passes for layernorm, two for
 RMSNorm)."""
@@ -27,11 +27,10 @@ from hk_portable.interface.kernel import check_no_overlap
 
 from .layernorm import _words, one_pass_shapes
 
-# One-pass shape, from benchmarks/norm_bwd_configs.py on the H200 (2026-12-02, 16384 x 4096): 16 warps over a
-# row beat 8 and 4 (0.68 / 0.79 / 0.72 ms), and 256 row blocks beat 512 and 1024 (the partial sums' reduction
-# grows with them: 0.68 / 0.74 / 0.87 ms); two-row tiles lost to one-row tiles.
 ONE_PASS_MAX_PER_LANE = 8   # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
-ONE_PASS_ROW_BLOCKS = 256   # blocks walking the rows (and rows of the f32 dw/db partial sums)
+# One-pass grids: two blocks per compute unit, one wave of these 4-16-warp blocks, and the fewest rows of f32
+# partial sums for the reduction (a call's config may name ROW_BLOCKS; docs/perf-notes.md has the sweep).
+BLOCKS_PER_UNIT = 2
 
 
 @hk.kernel(num_warps=4)
@@ -39,8 +38,7 @@ def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: G
                          dw_part: GL[2], db_part: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                          offset_lo: int, offset_hi: int, *, BR: hk.const = 64, BC: hk.const = 64,
                          DROPOUT: hk.const = True, RMS: hk.const = False, BIAS: hk.const = True,
-                         DH_IN: hk.const = True, ONE_PASS: hk.const = False,
-                         ROW_BLOCKS: hk.const = ONE_PASS_ROW_BLOCKS):
+                         DH_IN: hk.const = True, ONE_PASS: hk.const = False):
     r = hk.block_idx(0)
     d = h.shape[1]
     n_tiles = hk.cdiv(d, BC)
@@ -149,21 +147,23 @@ def norm_bwd_reduce_kernel(part: GL[2], out: GL[1], *, BR: hk.const = 16, BC: hk
 # Column tiles of 64: with 128 the column vectors (w, the dweight/dbias sums) and the row tiles spilled on sm_80
 # and sm_90a (255 registers and up to 300 bytes of stack at BR = 16..32); 64 x 64 needs ~170-220, no spills.
 DEFAULT_CONFIG = dict(BR=64, BC=64)
-REDUCE_CONFIG = dict(BR=128, BC=32)    # H200, 256-1024 partial rows: 27-29 us against 40-87 us for 16 x 128
+# The partial sums are a few hundred rows (the one-pass grid) by d_model: tall, narrow tiles take them in two or
+# three row steps and still give d_model / 32 blocks.
+REDUCE_CONFIG = dict(BR=128, BC=32)
 
 
 def candidates(consts: dict, args: tuple) -> list[dict]:
     """For a call with these consts and kernel arguments (h first): the one-pass shapes (layernorm.py's, with
-    ONE_PASS_MAX_PER_LANE and ONE_PASS_ROW_BLOCKS), then the swept baseline, which every target takes."""
+    ONE_PASS_MAX_PER_LANE), then the swept baseline, which every target takes."""
     shapes = one_pass_shapes(args[0].shape[1], ONE_PASS_MAX_PER_LANE)
-    shapes = [{**c, "ROW_BLOCKS": ONE_PASS_ROW_BLOCKS} for c in shapes]
     return [{**DEFAULT_CONFIG, **consts, **c} for c in shapes + [{}]]
 
 
-def _grid_rows(cfg: dict, rows: int) -> int:
-    """Blocks of the main kernel, which is also the rows of the dw/db partial sums."""
+def _grid_rows(cfg: dict, rows: int, row_blocks: int) -> int:
+    """Blocks of the main kernel, which is also the rows of the dw/db partial sums: one-pass grids walk the rows
+    with at most row_blocks blocks."""
     tiles = hk.cdiv(rows, cfg["BR"])
-    return min(tiles, cfg.get("ROW_BLOCKS", ONE_PASS_ROW_BLOCKS)) if cfg.get("ONE_PASS") else tiles
+    return min(tiles, row_blocks) if cfg.get("ONE_PASS") else tiles
 
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
@@ -227,6 +227,8 @@ def dropout_residual_rmsnorm_bwd(dy, h, weight, bias=None, *, dh=None, p: float 
 
 def _backward(fn, rms, dy, h, weight, bias, dh, p, seed, offset, eps, outs, backend, config):
     _check(fn, dy, h, weight, bias, dh, p, eps)
+    config = dict(config)
+    row_blocks = config.pop("ROW_BLOCKS", None) or BLOCKS_PER_UNIT * hk.compute_units(h.device)
     rows, d = h.shape
     flags = {"DROPOUT": p > 0, "RMS": rms, "BIAS": bias is not None, "DH_IN": dh is not None}
     dx = _output(fn, "dx", outs["dx"], (rows, d), h.dtype, h)
@@ -247,13 +249,14 @@ def _backward(fn, rms, dy, h, weight, bias, dh, p, seed, offset, eps, outs, back
 
     if not config and rows:     # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
         def launch(c):
-            layernorm_bwd_kernel(*args(_grid_rows(c, rows)), grid=(_grid_rows(c, rows),), backend=backend, **c)
+            blocks = _grid_rows(c, rows, row_blocks)
+            layernorm_bwd_kernel(*args(blocks), grid=(blocks,), backend=backend, **c)
         example = args(1)
         config = layernorm_bwd_kernel.choose_config(lambda: candidates(flags, example), *example, backend=backend,
                                                     launch=launch, bucket=hk.shape_bucket(rows, d),
                                                     key=(tuple(flags.items()), d))
     cfg = {**DEFAULT_CONFIG, **config, **flags}
-    n_blocks = _grid_rows(cfg, rows)
+    n_blocks = _grid_rows(cfg, rows, row_blocks)
     kernel_args = args(n_blocks)
     dw_part, db_part = kernel_args[6], kernel_args[7]
     if n_blocks == 0:                          # no rows: the parameters' gradients are sums of nothing
