@@ -7,15 +7,13 @@ the library's shared scratch, the arena); it decides nothing of its own.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import cached_property
 from pathlib import Path
 
-from ...codegen import library, patterns, resources
+from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
-from ...codegen.layouts import Strip
 from ...interface.backend import Target
-from ...interface.ir import Op, Program, TileType
-from . import archs, dataflow, footprint, schedule, wgmma
+from ...interface.ir import Program, TileType
+from . import archs, dataflow, footprint, wgmma
 from .footprint import BUFFER_ALIGN, base_slack, num_warps, scratch_bytes
 from .plan import Plan
 
@@ -39,36 +37,26 @@ class CudaEmitter(CStyleEmitter):
         self._ring_loads: dict[int, tuple] = {}             # split ring: TMA load op id -> (group, its bytes)
         self._acquired: set[int] = set()                    # split ring: groups acquired in this load lambda
         self._emitted_prologue: list = []                   # prologue loads the producer issued so far (this tile)
-        self._scaled: dict | None = None                    # patterns.folded_scales (self._folds())
         self._late_publish = False                          # loads issued whose wait the next ring_open does
-
-    def emit(self, program: Program) -> EmittedKernel:
-        self._scaled = None                     # found from the layouts the base emitter assigns, at first use
-        return super().emit(program)
 
     def register_layouts(self, program: Program) -> dict:
         return dict(self.plan.layouts)          # the layout pass ran once, for the plan (a copy: the base emitter's)
 
-    def _folds(self) -> dict:
-        if self._scaled is None:
-            self._scaled = patterns.folded_scales(self.p, lambda v: not isinstance(self.layouts.get(v), Strip))
-        return self._scaled
-
     def fuses_masks(self, v) -> bool:
         return True            # hk::where_at and the mask predicates take any register-tile layout (masks.cuh)
 
-    # ---- a softmax's scale folded into its row max and its exp2 argument (patterns.folded_scales)
+    # ---- a softmax's scale folded into its row max and its exp2 argument (Plan.folded_scales)
     def op_reduce(self, op):
-        if op not in self._folds():
+        if id(op) not in self.plan.folded_scales:
             return super().op_reduce(op)
-        x, c = self._scaled[op]
+        x, c = self.plan.folded_scales[id(op)]
         self._result(op, f"hk::reduce_scaled({{dst}}, {self.name(x)}, {self.name(c)});")
 
     def op_binary(self, op):
-        if op not in self._folds():
+        if id(op) not in self.plan.folded_scales:
             return super().op_binary(op)
         if op.attrs["op"] == "sub":               # the mul itself is not emitted: its two readers fold it
-            x, c, v = self._scaled[op]
+            x, c, v = self.plan.folded_scales[id(op)]
             self._result(op, f"hk::fms_rows({{dst}}, {self.name(x)}, {self.name(c)}, {self.name(v)});")
 
     # ---- the schedule pass's decisions (schedule.py)
@@ -373,7 +361,7 @@ class CudaEmitter(CStyleEmitter):
         self.indent += 1
         with self._tiles():
             for op in body.ops:
-                if op.opcode in schedule.PRODUCER_OPS:
+                if id(op) in self.plan.producer_runs:
                     self.emit_ops([op])
                 elif id(op) in self.plan.prologue:
                     self._prologue_load(op)
@@ -478,7 +466,8 @@ class CudaEmitter(CStyleEmitter):
             return
         # once per block: the grid's dividers, the tile-invariant scalars and dividers by them
         self.line("const hk::tile_grid hk_tiles(hk_grid_x, hk_grid_y, hk_grid_z);")
-        ops, divisors = self._tile_invariant
+        invariant = set(self.plan.tile_invariant)
+        ops, divisors = [o for o in self.p.body.ops if id(o) in invariant], self.plan.tile_dividers
         self.emit_ops(ops)
         for v in divisors:
             self.line(f"const hk::divider {self._divider_name(v)}({self.name(v)});")
@@ -498,13 +487,6 @@ class CudaEmitter(CStyleEmitter):
 
     _hoisted: frozenset = frozenset()          # ops _tiles emitted before the loop
     _dividers: frozenset = frozenset()         # values a divider built before the loop divides by
-
-    @cached_property
-    def _tile_invariant(self) -> tuple[list[Op], list]:
-        """(the scalar ops no tile index reaches, the invariant divisors of the divisions that vary by tile):
-        computed before a persistent block's tile loop instead of at each tile (patterns.tile_invariant)."""
-        ops = patterns.tile_invariant(self.p)
-        return ops, patterns.invariant_divisors(self.p, {v for o in ops for v in o.results})
 
     def _divider_name(self, v) -> str:
         return f"hk_by_{self.name(v)}"

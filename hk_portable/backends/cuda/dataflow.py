@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...interface import opcodes
-from ...interface.ir import Op, TileType, Value
+from ...interface.ir import GlobalType, Op, TileType, Value
 
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2     # how an mma inside a pipeline is issued (schedule.py)
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
@@ -168,3 +168,62 @@ def wgmma_eligible(op: Op, num_warps: int) -> bool:
         a_ok = blocked(a) if a.space == "st" else (a.space == "rt" and not op.attrs["trans_a"])
     return (a_ok and b.space == "st" and blocked(b) and num_warps % 4 == 0
             and acc.rows % 64 == 0 and acc.cols % 8 == 0 and acc.cols <= 256)
+
+
+# ---- TMA: which copies a tensor map can make
+@dataclass(frozen=True)
+class TmaLoad:
+    """One tensor map: kernel parameter `param` (index in Program order) read in boxes of
+    box_rows x box_cols elements (box_cols * itemsize == 128 bytes); `store`: written (Plan.tma_stores)."""
+    param: int
+    rank: int
+    dtype: str
+    box_rows: int
+    box_cols: int
+    store: bool = False
+
+    def to_json(self) -> dict:
+        return {"param": self.param, "rank": self.rank, "dtype": self.dtype, "box_rows": self.box_rows,
+                "box_cols": self.box_cols, "store": self.store}
+
+
+TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
+# What a TMA load region may hold besides its copies (one thread issues it).
+TMA_LOAD_REGION_OPS = opcodes.SCALAR_OPS | {"global_to_scalar", "shared_stage"}
+
+
+def copy_bytes(g2s: Op) -> int:
+    """The bytes a global_to_shared copy delivers: its destination tile's."""
+    t = g2s.operands[0].type
+    return t.rows * t.cols * t.dtype.itemsize
+
+
+def tma_loads(lreg, producers: dict, params: dict) -> tuple[list[tuple[Op, TmaLoad]] | None, str]:
+    """The TMA form of every load in the region, or None when one of them has none; and why."""
+    loads = []
+    for o in lreg.walk():
+        if o.opcode == "global_to_shared":
+            spec = tma_spec(o, producers, params)
+            if spec is None:
+                return None, (f"load %{o.operands[0].id} is not a whole-tile copy TMA can make (a fill, a source other "
+                              "than a parameter, rank < 2, 32-bit elements, part of a 128-byte column block, or a "
+                              f"box of more than {TMA_MAX_BOX} rows)")
+            loads.append((o, spec))
+        elif o.opcode not in TMA_LOAD_REGION_OPS:
+            return None, f"the load region also runs '{o.opcode}', which one thread issuing copies cannot"
+    if not loads:
+        return None, "no load in the load region"
+    return loads, ("every load a whole-tile copy into a 128-byte-swizzled tile: one thread issues TMA copies that "
+                   "complete on an mbarrier a stage (the cp.async ring compiled in for tensors TMA cannot describe)")
+
+
+def tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
+    """The tensor map a global_to_shared copy can go through, or None where TMA cannot make it."""
+    st, gl = o.operands[:2]
+    t = st.type
+    item = t.dtype.itemsize
+    if (o.attrs.get("fill", 0.0) != 0.0 or stage_buffer(st, producers) is None or gl.id not in params
+            or not isinstance(gl.type, GlobalType) or gl.type.rank < 2 or item not in (1, 2)
+            or (t.cols * item) % TMA_SWIZZLE_BYTES or t.rows % 8 or t.rows > TMA_MAX_BOX):
+        return None
+    return TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, t.rows, TMA_SWIZZLE_BYTES // item)

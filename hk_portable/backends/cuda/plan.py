@@ -14,25 +14,9 @@ from typing import NamedTuple
 from ...interface.backend import Target
 from ...interface.ir import Op, Program
 from . import archs, dataflow
-from .dataflow import MMA_ASYNC, MMA_STAGED, MMA_STANDALONE
+from .dataflow import MMA_ASYNC, MMA_STAGED, MMA_STANDALONE, TmaLoad  # noqa: F401  (TmaLoad: a plan's field type)
 
 EMPTY: Mapping = MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class TmaLoad:
-    """One tensor map: kernel parameter `param` (index in Program order) read in boxes of
-    box_rows x box_cols elements (box_cols * itemsize == 128 bytes); `store`: written (Plan.tma_stores)."""
-    param: int
-    rank: int
-    dtype: str
-    box_rows: int
-    box_cols: int
-    store: bool = False
-
-    def to_json(self) -> dict:
-        return {"param": self.param, "rank": self.rank, "dtype": self.dtype, "box_rows": self.box_rows,
-                "box_cols": self.box_cols, "store": self.store}
 
 
 @dataclass(frozen=True)
@@ -74,6 +58,8 @@ class Plan:
     dispatch_axis: int | None = None    # not persistent: the block_idx axis a block's trip count grows with, each run
                                         # of rows dispatched heaviest first (hk::heavy_first_idx, HK_DISPATCH_AXIS)
     producer_warps: int = 0             # > 0: warp-specialised, a producer warpgroup issues every pipeline's loads
+    producer_runs: frozenset[int] = frozenset()   # specialised only: the body's op ids the producer also runs (the
+                                        # scalars and shared addresses its loads need)
     persistent: bool = False            # specialised only: one block per SM walks the logical grid's tiles
     work_axis: int | None = None        # persistent only: the block_idx axis a tile's trip count grows with, walked
                                         # slowest and from its last index (longest tiles first: `work_axis`)
@@ -101,6 +87,11 @@ class Plan:
     hand_over: HandOver | None = None   # specialised only: setmaxnreg's register counts; None: no hand-over
     min_blocks: int | None = None       # __launch_bounds__' minimum blocks an SM; None: none
     fast_exp2: bool = True              # exp2 as one ex2.approx.ftz (hw.cuh HK_FAST_EXP2)
+    folded_scales: Mapping[int, tuple] = field(default_factory=lambda: EMPTY)   # op id -> what its folded form reads
+                                        # (codegen.patterns.folded_scales: a softmax's scale folded into its row max
+                                        # and its exp2 argument; the mul op maps to its two readers, not emitted)
+    tile_invariant: tuple[int, ...] = ()   # persistent only: top-level scalar op ids computed once, before the tile loop
+    tile_dividers: tuple = ()           # persistent only: invariant divisors a hk::divider divides by in every tile
     reasons: tuple[tuple[str, str], ...] = ()    # (decision, why) for every field above, in the order taken
     layouts: Mapping = field(default_factory=lambda: EMPTY, repr=False, compare=False)   # the layout pass's
                                         # choice the plan was made with (value -> layout), which the emitter renders

@@ -48,16 +48,16 @@ from __future__ import annotations
 from dataclasses import MISSING, fields, replace
 from types import MappingProxyType
 
+from ...codegen import patterns
 from ...codegen.layouts import Strip
 from ...interface import opcodes
 from ...interface.backend import Target
-from ...interface.ir import GlobalType, Op, Program, ScalarType, SharedBufType, TileType, Value
+from ...interface.ir import Op, Program, ScalarType, SharedBufType, TileType, Value
 from . import archs, dataflow, footprint, occupancy
 from .dataflow import MMA_ASYNC, MMA_STAGED, TMA_SWIZZLE_BYTES
 from .plan import DECISIONS, EMPTY, HandOver, PipelinePlan, Plan, RingGroup, TmaLoad
 from .variants import BASE, FA3, LONGEST_FIRST_MIN, Base, Variant
 
-TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension
 PRODUCER_WARPS = 4               # one warpgroup: setmaxnreg moves registers per warpgroup
 
 
@@ -86,6 +86,7 @@ def plan(program: Program, target: Target, variant: Variant = BASE, layouts: dic
         d.take(f"FA3's schedule asked, but this Program cannot take all of it (it lacks {lacks}), and none of its "
                "parts alone is a schedule", variant=Base.name)
     _fit_shared(program, d, target)
+    _emitted_forms(program, d)
     _build_choices(program, target, d, min_blocks, hand_over, fast_exp2)
     return d.frozen()
 
@@ -107,7 +108,7 @@ class _Draft:
     def rest(self, why: str) -> None:
         """Every decision of the schedule not taken yet (not the build's: `BUILD`), at the Plan's default, for `why`."""
         self.take(why, **{f.name: f.default if f.default_factory is MISSING else f.default_factory()
-                          for f in fields(Plan) if f.name in DECISIONS and f.name not in (*self.values, *BUILD)})
+                          for f in fields(Plan) if f.name in DECISIONS and f.name not in (*self.values, *BUILD, *FORMS)})
 
     def __getattr__(self, name: str):
         try:
@@ -155,6 +156,8 @@ def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft
     d.take(f"warp-specialised: every pipeline on TMA at the top level with one stage count, {program.num_warps} "
            "warps, nothing else touching a staged buffer: a producer warpgroup issues every load",
            producer_warps=PRODUCER_WARPS)
+    d.take("the Program's scalars and shared addresses, which the producer's loads read",
+           producer_runs=frozenset(id(o) for o in program.body.ops if o.opcode in PRODUCER_OPS))
     d.take("the FA3 variant's" if fa3 else "LONGEST_FIRST_MIN (read where the grid is persistent)",
            longest_first=v.longest_first if fa3 else LONGEST_FIRST_MIN)
     if fa3:
@@ -280,6 +283,22 @@ def _fit_shared(program: Program, d: _Draft, target: Target) -> None:
 
 
 BUILD = ("hand_over", "min_blocks", "fast_exp2")     # the build search's knobs (backend._build), decided last
+FORMS = ("folded_scales", "tile_invariant", "tile_dividers")   # forms of ops the plan settles: _emitted_forms
+
+
+def _emitted_forms(program: Program, d: _Draft) -> None:
+    """The forms some ops take in the kernel: a softmax's scale folded (where its scores are not in a strip: the
+    library folds it on fragments), and what a persistent block computes once before its tile loop."""
+    folds = patterns.folded_scales(program, lambda v: not isinstance(d.layouts.get(v), Strip))
+    d.take("a softmax's scale folded into its row max and its exp2 argument: the mul skipped, the difference one fma"
+           if folds else "no softmax scale to fold", folded_scales=MappingProxyType({id(o): f for o, f in folds.items()}))
+    if not d.persistent:
+        d.take("not persistent: each block runs one tile", tile_invariant=(), tile_dividers=())
+        return
+    ops = patterns.tile_invariant(program)
+    d.take("persistent: the scalars no tile index reaches, and dividers by their divisors, once before the tile loop",
+           tile_invariant=tuple(id(o) for o in ops),
+           tile_dividers=tuple(patterns.invariant_divisors(program, {v for o in ops for v in o.results})))
 
 
 def _build_choices(program: Program, target: Target, d: _Draft, min_blocks: int | None, hand_over: bool,
@@ -373,7 +392,7 @@ def _producer_prologue(program: Program, pipes: list[Op], producers: dict, param
     inside = {id(o) for op in pipes for r in op.regions for o in r.walk()}
     prologue, buffers, tx = {}, set(), 0
     for g2s in (o for o in ops[:first] if o.opcode == "global_to_shared"):
-        buf, spec = dataflow.buffer_of(g2s.operands[0], producers), _tma_spec(g2s, producers, params)
+        buf, spec = dataflow.buffer_of(g2s.operands[0], producers), dataflow.tma_spec(g2s, producers, params)
         users = [u for u in program.body.walk() if u is not g2s and u.opcode != "shared_stage"
                  and any(dataflow.buffer_of(v, producers) == buf for v in u.operands)]
         if (spec is None or not users
@@ -381,14 +400,8 @@ def _producer_prologue(program: Program, pipes: list[Op], producers: dict, param
             continue
         prologue[id(g2s)] = _map_index(maps, spec)
         buffers.add(buf)
-        tx += _copy_bytes(g2s)
+        tx += dataflow.copy_bytes(g2s)
     return prologue, buffers, tx
-
-
-def _copy_bytes(g2s: Op) -> int:
-    """The bytes a global_to_shared copy delivers: its destination tile's."""
-    t = g2s.operands[0].type
-    return t.rows * t.cols * t.dtype.itemsize
 
 
 def _map_index(maps: list[TmaLoad], spec: TmaLoad) -> int:
@@ -440,14 +453,12 @@ def _ring_groups(pipe: Op, producers: dict, pp: PipelinePlan, modes, num_warps: 
             return []
         by_reader.setdefault(id(rs[0]), []).append(g2s)
     order = [o for o in creg.ops if id(o) in by_reader]
-    return [RingGroup(r, tuple(id(g) for g in by_reader[id(r)]), sum(_copy_bytes(g) for g in by_reader[id(r)]))
+    return [RingGroup(r, tuple(id(g) for g in by_reader[id(r)]), sum(dataflow.copy_bytes(g) for g in by_reader[id(r)]))
             for r in order]
 
 
-# What a TMA load region may hold besides its copies (one thread issues it), and what the producer warpgroup runs
-# of the Program: the scalars and shared addresses its loads need.
-TMA_LOAD_REGION_OPS = opcodes.SCALAR_OPS | {"global_to_scalar", "shared_stage"}
-PRODUCER_OPS = TMA_LOAD_REGION_OPS | {"alloc_shared"}
+# What the producer warpgroup runs of the Program: the scalars and shared addresses its loads need.
+PRODUCER_OPS = dataflow.TMA_LOAD_REGION_OPS | {"alloc_shared"}
 MIN_SPECIALISED_WARPS = 8        # two consumer warpgroups: a smaller block would lose occupancy to the producer
 
 
@@ -558,39 +569,10 @@ def _plan_pipeline(op: Op, producers: dict, params: dict, maps: list[TmaLoad], m
     if op.attrs["stages"] < 2:
         return PipelinePlan("cp_async", "one stage: nothing to prefetch, a copy would be waited on right after issue",
                             async_mma=async_mma)
-    loads, why = _tma_loads(lreg, producers, params)
+    loads, why = dataflow.tma_loads(lreg, producers, params)
     if loads is None:
         return PipelinePlan("cp_async", why, async_mma=async_mma)
     return PipelinePlan("tma", why, MappingProxyType({id(g2s): _map_index(maps, spec) for g2s, spec in loads}),
-                        sum(_copy_bytes(g2s) for g2s, _ in loads), async_mma)
+                        sum(dataflow.copy_bytes(g2s) for g2s, _ in loads), async_mma)
 
-
-def _tma_loads(lreg, producers: dict, params: dict) -> tuple[list[tuple[Op, TmaLoad]] | None, str]:
-    """The TMA form of every load in the region, or None when one of them has none; and why."""
-    loads = []
-    for o in lreg.walk():
-        if o.opcode == "global_to_shared":
-            spec = _tma_spec(o, producers, params)
-            if spec is None:
-                return None, (f"load %{o.operands[0].id} is not a whole-tile copy TMA can make (a fill, a source other "
-                              "than a parameter, rank < 2, 32-bit elements, part of a 128-byte column block, or a "
-                              f"box of more than {TMA_MAX_BOX} rows)")
-            loads.append((o, spec))
-        elif o.opcode not in TMA_LOAD_REGION_OPS:
-            return None, f"the load region also runs '{o.opcode}', which one thread issuing copies cannot"
-    if not loads:
-        return None, "no load in the load region"
-    return loads, ("every load a whole-tile copy into a 128-byte-swizzled tile: one thread issues TMA copies that "
-                   "complete on an mbarrier a stage (the cp.async ring compiled in for tensors TMA cannot describe)")
-
-
-def _tma_spec(o: Op, producers: dict, params: dict) -> TmaLoad | None:
-    st, gl = o.operands[:2]
-    t = st.type
-    item = t.dtype.itemsize
-    if (o.attrs.get("fill", 0.0) != 0.0 or dataflow.stage_buffer(st, producers) is None or gl.id not in params
-            or not isinstance(gl.type, GlobalType) or gl.type.rank < 2 or item not in (1, 2)
-            or (t.cols * item) % TMA_SWIZZLE_BYTES or t.rows % 8 or t.rows > TMA_MAX_BOX):
-        return None
-    return TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, t.rows, TMA_SWIZZLE_BYTES // item)
 
