@@ -44,7 +44,8 @@ def cache_dir() -> Path | None:
     process then caches in memory, with one warning per directory)."""
     p = _configured_dir()
     try:
-        p.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not os.path.lexists(p):              # no mkdir on what exists: a read-only cache sees no write
+            p.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_dir(p)
         return p
     except (OSError, UnsafeCacheDir) as e:

@@ -56,14 +56,11 @@ def subdir(root: Path, *parts: str, create: bool = True) -> Path:
     check_dir(p)
     for part in parts:
         p = p / part
-        if create:
+        if create and not os.path.lexists(p):    # no mkdir on what exists: a read-only cache sees no write
             try:
                 p.mkdir(mode=0o700)
             except FileExistsError:
                 pass
-            except OSError:
-                if not os.path.lexists(p):
-                    raise
         check_dir(p)
     return p
 
@@ -170,19 +167,21 @@ def sweep_stale(directory: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- builds
-def _writable_place(dest: Path, root: Path | None) -> Path:
-    """dest when its directory (checked from root down) exists or can be made; else the same relative path
-    under the private directory (a read-only or unsafe cache)."""
+def _start_build(dest: Path, root: Path | None, done) -> tuple[Path, Path | None]:
+    """(place, build dir): dest and a fresh `.build-*` beside it when dest's directory (checked from root down)
+    can take it; else (a read-only or unsafe cache) the same relative path under the private directory, with
+    build dir None when a verified build is already there (`done(place)`)."""
     if root is not None:
         try:
-            subdir(root, *dest.parent.relative_to(root).parts)
-            if os.access(dest.parent, os.W_OK):
-                return dest
+            parent = subdir(root, *dest.parent.relative_to(root).parts)
+            sweep_stale(parent)
+            return dest, Path(tempfile.mkdtemp(prefix=".build-", dir=parent))
         except (OSError, UnsafeCacheDir, ValueError):
-            pass
-        dest = private_dir() / dest.relative_to(root)
+            dest = private_dir() / dest.relative_to(root)
+            if done(dest):
+                return dest, None
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return dest
+    return dest, Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
 
 
 def built_file(dest: Path, build, root: Path | None) -> Path:
@@ -191,14 +190,16 @@ def built_file(dest: Path, build, root: Path | None) -> Path:
     where the file is: dest, or its place in the private directory when the cache cannot take it."""
     if trusted(dest, root) and verify(dest):
         return dest
-    place = _writable_place(dest, root)
-    if place != dest and verify(place):
+    place, tmp = _start_build(dest, root, verify)
+    if tmp is None:
         return place
-    with _build_dir(place.parent) as tmp:
+    try:
         out = Path(build(tmp))
         Path(str(out) + SIDECAR).write_text(_digest(out.read_bytes()) + "\n")
-        os.replace(out, place)                  # the file first: a reader of the old sidecar sees a mismatch, and
+        os.replace(out, place)                  # the file first: a reader of the old sidecar sees a mismatch and
         os.replace(str(out) + SIDECAR, str(place) + SIDECAR)   # rebuilds; racing builders both win
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return place
 
 
@@ -207,22 +208,22 @@ def built_dir(dest: Path, build, root: Path | None) -> Path:
     and sha256; a directory that fails is moved aside and rebuilt."""
     if trusted(dest, root) and verify_dir(dest):
         return dest
-    place = _writable_place(dest, root)
-    if place != dest and verify_dir(place):
+    place, tmp = _start_build(dest, root, verify_dir)
+    if tmp is None:
         return place
-    with _build_dir(place.parent) as tmp:
+    try:
         out = Path(build(tmp))
         files = {p.name: _digest(p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()}
         (out / MANIFEST).write_text(json.dumps(files))
         if os.path.lexists(place):
-            aside = Path(tempfile.mkdtemp(prefix=".build-", dir=place.parent))
-            os.replace(place, aside / "old")    # moved aside atomically, then removed (mappings stay valid)
-            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(place, tmp / "old")      # moved aside atomically, removed with tmp (mappings stay valid)
         try:
             os.replace(out, place)
         except OSError:
             if not verify_dir(place):           # lost the race to a process that moved its directory first
                 raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return place
 
 
@@ -266,18 +267,3 @@ def trusted(dest: Path, root: Path | None) -> bool:
         return True
     except (OSError, UnsafeCacheDir, ValueError):
         return False
-
-
-class _build_dir:
-    """A fresh `.build-*` directory next to the destination (stale ones swept first), removed afterwards."""
-
-    def __init__(self, parent: Path):
-        self.parent = parent
-
-    def __enter__(self) -> Path:
-        sweep_stale(self.parent)
-        self.tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=self.parent))
-        return self.tmp
-
-    def __exit__(self, *exc):
-        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -20,6 +20,7 @@ from .toolchain import require_compiler
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("hk_emu.h", "hk_emu_common.h", "hk_emu_runtime.h")
+LINK_VERSION = 2   # 2: modules name the runtime by soname (part of the runtime's and the modules' cache keys)
 
 lock = threading.RLock()   # guards every cache of the emulator and each launch's ctypes state
 
@@ -94,7 +95,7 @@ def runtime() -> tuple[ctypes.CDLL, Path]:
     """The runtime library (built once per header snapshot and compiler) and its path."""
     with lock:
         cxx, ver = require_compiler()
-        key = hashlib.sha256(("rt|" + header_digest() + "|" + ver).encode()).hexdigest()[:20]
+        key = hashlib.sha256((f"rt{LINK_VERSION}|" + header_digest() + "|" + ver).encode()).hexdigest()[:20]
         if key in _runtime_lib:
             return _runtime_lib[key]
         dest, root = place("rt", f"libhk_emu_rt-{key}.so")
@@ -105,7 +106,7 @@ def runtime() -> tuple[ctypes.CDLL, Path]:
             out = tmp / dest.name
             run([cxx, "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
                  "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fvisibility=hidden", "-pthread",
-                 "-I", str(write_headers(tmp)), str(src), "-o", str(out), "-ldl"], tmp,
+                 f"-Wl,-soname,{dest.name}", "-I", str(write_headers(tmp)), str(src), "-o", str(out), "-ldl"], tmp,
                 "compiling the emulator runtime")
             return out
 
@@ -223,8 +224,10 @@ def _link_kernels(cxx, obj: Path, kernels: dict[str, dict], out_dir: Path, rt_pa
 def link_kernel(cxx, obj: Path, out: Path, rt_path: Path, vmap: Path, script: Path, max_align: int, tmp: Path,
                 what: str):
     """Link one kernel's object; relink with hk_emu_lds_pad so its static LDS ends at the upper guard."""
-    base = [cxx, "-shared", "-o", str(out), str(obj), str(rt_path), "-Wl,--gc-sections",
-            f"-Wl,--version-script={vmap}", f"-Wl,-T,{script}", f"-Wl,-rpath,{rt_path.parent}"]
+    # the runtime by its soname, not its path: the loader matches the soname to the runtime this process already
+    # loaded, wherever the cache (or a private fallback) put either file, so one process never holds two copies
+    base = [cxx, "-shared", "-o", str(out), str(obj), f"-L{rt_path.parent}", f"-l:{rt_path.name}",
+            "-Wl,--gc-sections", f"-Wl,--version-script={vmap}", f"-Wl,-T,{script}"]
     run(base, tmp, what)
     syms = elf.symbols(out, {"hk_emu_lds_begin", "hk_emu_lds_end"})
     size = syms.get("hk_emu_lds_end", 0) - syms.get("hk_emu_lds_begin", 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from ....runtime import cachefiles
-from .build import KERNEL_LIST, build_module, header_digest, lock, place, read_kernel_list, runtime
+from .build import KERNEL_LIST, LINK_VERSION, build_module, header_digest, lock, place, read_kernel_list, runtime
 from .errors import EmulatorError
 from .module import Module
 from .runtime_abi import ABI, ARCHS
@@ -28,7 +28,7 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
     cxx, ver = require_compiler()
     flags = module_flags(opt_level, fp_contract, extra_flags)
     key = hashlib.sha256("\0".join([source, arch, name, header_digest(), ver, " ".join(flags),
-                                    str(ABI), str(REWRITE_VERSION)]).encode()).hexdigest()[:24]
+                                    str(ABI), str(REWRITE_VERSION), str(LINK_VERSION)]).encode()).hexdigest()[:24]
     with lock:
         if key in _modules:
             return _modules[key]
