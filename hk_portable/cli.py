@@ -140,8 +140,10 @@ def _compile(args, lower: bool = True):
     except LookupError as e:
         raise CliError(str(e)) from None
     overrides = _example_overrides(args.arg or [])
+    attr = args.kernel.rpartition(":")[2]
+    make_args = getattr(module, f"example_args_{attr}", None) or module.example_args   # one per kernel, or shared
     try:
-        example_args, consts = module.example_args(device="cpu", **overrides)
+        example_args, consts = make_args(device="cpu", **overrides)
     except TypeError as e:
         raise CliError(f"--arg: {args.kernel}'s example_args does not take {overrides}: {e}") from None
     except (ValueError, RuntimeError, ArithmeticError) as e:    # e.g. a negative size torch refuses
@@ -261,9 +263,10 @@ def _user_kernel(spec: str):
     kernel = getattr(module, attr, None)
     if not isinstance(kernel, Kernel):
         raise LookupError(f"{spec}: {where} has no hk.kernel named {attr!r}")
-    if not callable(getattr(module, "example_args", None)):
-        raise LookupError(f"{spec}: {where} must define example_args(device='cpu') -> (args, consts), the "
-                          "arguments the kernel is compiled for")
+    if not callable(getattr(module, f"example_args_{attr}", None) or getattr(module, "example_args", None)):
+        raise LookupError(f"{spec}: {where} must define example_args_{attr}(device='cpu') or, shared by its "
+                          "kernels, example_args(device='cpu') -> (args, consts): the arguments the kernel is "
+                          "compiled for")
     return module, kernel
 
 
