@@ -17,9 +17,16 @@ import threading
 import warnings
 from pathlib import Path
 
-from ..version import __version__
 from ..interface.backend import Artifact
-from .cachefiles import UnsafeCacheDir, check_dir, check_tree, read_regular, subdir, write_atomic  # noqa: F401
+from ..version import __version__
+from .cachefiles import (
+    UnsafeCacheDir,
+    check_dir,
+    check_tree,
+    read_regular,
+    subdir,
+    write_atomic,
+)
 
 FORMAT = 2
 MAGIC = b"HKCACHE2\n"

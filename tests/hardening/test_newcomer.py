@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hk_portable as hk
-import hk_portable.torch_ops  # noqa: F401  (registers torch.ops.hk)
+import hk_portable.torch_ops
 from hk_portable.interface import GL, RT, bf16, f32
 
 
@@ -49,6 +49,7 @@ def _cli(*argv) -> str:
     """hk ARGV's outcome: exit status and its last stderr line."""
     import contextlib
     import io
+
     from hk_portable.cli import main
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -114,9 +115,10 @@ def _no_driver() -> bool:
 
 
 def _backends_reason() -> str:
+    import contextlib
     import io
     import json
-    import contextlib
+
     from hk_portable.cli import main
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -124,11 +126,14 @@ def _backends_reason() -> str:
     return next(b["reason"] for b in json.loads(out.getvalue()) if b["name"] == "cuda")
 
 
+def _summary(out: torch.Tensor) -> str:
+    return f"ok: {tuple(out.shape)} {'zeros' if not out.float().any() else 'nonzero'}"
+
+
 NO_GPU = not torch.cuda.is_available()
 ROWS = [   # (id, what the newcomer tried, expected pieces of the outcome, how: (tmp_path, monkeypatch) -> got)
     ("gemm-K0", "torch.ops.hk.gemm(a[4,0], b[0,4])", ["ok", "(4, 4)", "zeros"],
-     lambda t, m: (lambda o: f"ok: {tuple(o.shape)} {'zeros' if not o.float().any() else 'nonzero'}")(
-         torch.ops.hk.gemm(bf(4, 0), bf(0, 4), backend="reference"))),
+     lambda t, m: _summary(torch.ops.hk.gemm(bf(4, 0), bf(0, 4), backend="reference"))),
     ("rms-weight", "torch.ops.hk.rms_norm(x[4,64], None, weight[32])", ["ArgumentError", "'weight'"],
      lambda t, m: torch.ops.hk.rms_norm(bf(4, 64), None, bf(32), backend="reference")),
     ("rms-D0", "torch.ops.hk.rms_norm(x[4,0], None, weight[0])", ["ArgumentError", "'x'"],

@@ -11,8 +11,8 @@ import subprocess
 import threading
 from pathlib import Path
 
-from . import elf
 from ....runtime import cachefiles
+from . import elf
 from .errors import CompileError, EmulatorError
 from .runtime_abi import ABI, PAGE
 from .source import find_kernels, rewrite_inline_asm, rewrite_source, strip_amdgpu_attrs
