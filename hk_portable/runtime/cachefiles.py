@@ -215,8 +215,10 @@ def built_dir(dest: Path, build, root: Path | None) -> Path:
         out = Path(build(tmp))
         files = {p.name: _digest(p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()}
         (out / MANIFEST).write_text(json.dumps(files))
+        if verify_dir(place):                   # a racing builder finished first: keep its directory, which
+            return place                        # other processes may be loading from
         if os.path.lexists(place):
-            os.replace(place, tmp / "old")      # moved aside atomically, removed with tmp (mappings stay valid)
+            os.replace(place, tmp / "old")      # a bad one, moved aside atomically and removed with tmp
         try:
             os.replace(out, place)
         except OSError:
