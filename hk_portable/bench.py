@@ -661,6 +661,10 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     """`hk bench`: exit 0 when every case ran and both self-checks passed."""
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        from .interface.errors import ArgumentError
+        raise ArgumentError("--device cuda: torch sees no CUDA GPU here (no driver, no device, or a CPU build of "
+                            "torch); use --device cpu")
     if device == "cuda":
         from .runtime import opfast
         opfast.load()               # built now: the timed calls are the steady state's (replayed), not the first

@@ -140,10 +140,16 @@ def _compile(args, lower: bool = True):
     except LookupError as e:
         raise CliError(str(e)) from None
     overrides = _example_overrides(args.arg or [])
+    attr = args.kernel.rpartition(":")[2]
+    make_args = getattr(module, f"example_args_{attr}", None) or module.example_args   # one per kernel, or shared
     try:
-        example_args, consts = module.example_args(device="cpu", **overrides)
+        example_args, consts = make_args(device="cpu", **overrides)
     except TypeError as e:
         raise CliError(f"--arg: {args.kernel}'s example_args does not take {overrides}: {e}") from None
+    except (ValueError, RuntimeError, ArithmeticError) as e:    # e.g. a negative size torch refuses
+        raise CliError(f"--arg {' '.join(f'{k}={v!r}' for k, v in overrides.items())}: {args.kernel}'s example "
+                       f"arguments cannot be made from it: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                       ) from None
     if callable(getattr(module, "candidates", None)):     # what a call would run on this target
         consts = kernel.choose_config(module.candidates(consts, example_args), *example_args, backend=target.spec)
     program = kernel.trace(*example_args, **consts)
@@ -257,17 +263,21 @@ def _user_kernel(spec: str):
     kernel = getattr(module, attr, None)
     if not isinstance(kernel, Kernel):
         raise LookupError(f"{spec}: {where} has no hk.kernel named {attr!r}")
-    if not callable(getattr(module, "example_args", None)):
-        raise LookupError(f"{spec}: {where} must define example_args(device='cpu') -> (args, consts), the "
-                          "arguments the kernel is compiled for")
+    if not callable(getattr(module, f"example_args_{attr}", None) or getattr(module, "example_args", None)):
+        raise LookupError(f"{spec}: {where} must define example_args_{attr}(device='cpu') or, shared by its "
+                          "kernels, example_args(device='cpu') -> (args, consts): the arguments the kernel is "
+                          "compiled for")
     return module, kernel
 
 
 def _write(out: str | bytes, path: str | None, kind: str) -> None:
     if path:
         mode = "wb" if isinstance(out, bytes) else "w"
-        with open(path, mode) as f:
-            f.write(out)
+        try:
+            with open(path, mode) as f:
+                f.write(out)
+        except OSError as e:
+            raise CliError(f"-o {path}: {e.strerror or e}") from None
         print(f"wrote {kind} ({len(out)} {'bytes' if isinstance(out, bytes) else 'characters'}) to {path}",
               file=sys.stderr)
     elif isinstance(out, bytes):

@@ -535,7 +535,7 @@ def test_kernel_call_through_the_fast_path(compiled, mod, stub, monkeypatch):
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """clauncher with no module loaded and an empty cache directory; restored afterwards."""
-    saved = {k: getattr(clauncher, k) for k in ("_module", "_reason", "_dir", "_path", "signature", "fastcall")}
+    saved = {k: getattr(clauncher, k) for k in ("_module", "_reason", "_path", "signature", "fastcall")}
     monkeypatch.setenv("HK_CACHE_DIR", str(tmp_path / "cache"))
     clauncher.reset()
     yield tmp_path

@@ -39,3 +39,20 @@ def test_ci_installs_only_what_the_readme_installs():
     assert not [line for line in code if re.search(r"\bpip\b|\buv\b|conda|poetry", line)], \
         "a Python install in .ci/run besides the README's"
     assert "pip install" in _quick_start()[0]
+
+
+def test_readme_conformance_counts_are_the_committed_results():
+    """Every count the README cites next to a committed conformance report (`N/N ... docs/conformance/X.json`, or
+    `N cases ... docs/conformance/X-*.json`) is that report's: the README drifts no further than its sources."""
+    import json
+    text = README.read_text()
+    claims = re.findall(r"(\d+)/(\d+)[^|`]{0,200}?`(docs/conformance/[^`]+\.json)`", text)
+    claims += [(n, n, path) for n, path in re.findall(r"(\d+) cases[^|`]{0,300}?`(docs/conformance/[^`]+\.json)`", text)]
+    assert len(claims) >= 3, "the README's conformance claims were not found (the pattern or the README changed)"
+    for passed, total, pattern in claims:
+        files = sorted(README.parent.glob(pattern))
+        assert files, f"README cites {pattern}, which is not committed"
+        for f in files:
+            s = json.loads(f.read_text())["summary"]
+            got = (s["passed"], s["passed"] + s["failed"] + s["skipped"])
+            assert got == (int(passed), int(total)), f"README says {passed}/{total} for {f.name}; it holds {got}"

@@ -94,6 +94,11 @@ def test_hk_backend_comma_list_takes_the_first_that_accepts_the_tensors(plugins,
     assert selection.select(None, [torch.zeros(1)]).backend.name == "beta"
 
 
+def test_hk_backend_passes_over_a_listed_backend_that_cannot_run_here(plugins, monkeypatch):
+    monkeypatch.setenv("HK_BACKEND", "unusable,alpha")        # README: `cuda,reference` falls back (issue 41)
+    assert selection.select(None, [torch.zeros(1)]).backend.name == "alpha"
+
+
 @pytest.mark.parametrize("env, message", [
     ("nope", "HK_BACKEND='nope': no backend named 'nope'"),
     ("broken", "HK_BACKEND='broken': backend 'broken' failed to load: ModuleNotFoundError"),

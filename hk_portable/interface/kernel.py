@@ -124,6 +124,9 @@ class KernelDef:
                     dt = D.from_torch(v.dtype)
                 except TypeError as e:
                     raise ArgumentError(f"{self.name}: argument '{p.name}': {e}") from None
+                if dt is D.bool_:               # masks live in registers; no backend loads or stores bool memory
+                    raise ArgumentError(f"{self.name}: argument '{p.name}' has dtype torch.bool, which no backend "
+                                        f"stores; expected one of {STORABLE}")
                 out.append((p.name, GlobalType(dt, v.dim())))
             elif p.kind == "i32":
                 if isinstance(v, bool) or not isinstance(v, int) or not -2**31 <= v < 2**31:
@@ -167,6 +170,40 @@ class KernelDef:
                     table[key] = value
                     self._gates.pop((id(table), key), None)
         return value
+
+
+STORABLE = [str(d.torch) for d in D.ALL if d is not D.bool_]
+_STORES = ("register_to_global", "shared_to_global")   # atomic_add is well defined on aliased elements
+
+
+def stored_params(program) -> tuple[int, ...]:
+    """The positions of the tensor parameters `program` stores to (plain stores, not atomic adds)."""
+    args = {id(a): i for i, a in enumerate(program.body.args)}
+    return tuple(sorted({args[id(v)] for op in program.body.walk() if op.opcode in _STORES
+                         for v in op.operands if id(v) in args}))
+
+
+def check_outputs(name: str, params, runtime, stored: tuple[int, ...]) -> None:
+    """ArgumentError when a tensor the kernel stores to has a zero stride (an expanded view) or strides whose
+    elements overlap: two blocks would write one element (a race on a GPU)."""
+    for i in stored:
+        t = runtime[i]
+        if isinstance(t, torch.Tensor) and not _elements_distinct(t):
+            raise ArgumentError(f"{name}: output '{params[i].name}' (shape {tuple(t.shape)}, stride {t.stride()}) has "
+                                "a zero or overlapping stride, so several elements share memory; pass a tensor "
+                                "with distinct elements (e.g. .contiguous() or .clone())")
+
+
+def _elements_distinct(t: torch.Tensor) -> bool:
+    """Whether every element of t has its own memory: with the dims of size > 1 sorted by stride, each stride
+    exceeds the span of the smaller ones (sufficient; exotic interleavings are refused too)."""
+    span = 0
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
+    for stride, size in dims:
+        if stride <= span:
+            return False
+        span += (size - 1) * stride
+    return True
 
 
 def check_no_overlap(name: str, outputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:

@@ -4,6 +4,7 @@ their semantics are defined by the reference backend (backends/reference/interpr
 from __future__ import annotations
 
 import builtins
+import inspect
 from typing import Callable, Sequence
 
 from . import dtypes as D
@@ -158,6 +159,20 @@ def _check_init(init: list, where: str) -> list:
     return out
 
 
+def _check_arity(fn, n: int, what: str, form: str) -> None:
+    """TraceError naming the callback when it cannot take n positional arguments (a body with the wrong
+    arity would otherwise fail as a TypeError about a lambda)."""
+    if not callable(fn):
+        raise TraceError(f"{what} must be a function called as {form}, got {fn!r}")
+    try:
+        inspect.signature(fn).bind(*[None] * n)
+    except TypeError:
+        raise TraceError(f"{what} is called as {form}, here with {n} argument(s), but its signature is "
+                         f"{getattr(fn, '__name__', fn)}{inspect.signature(fn)}") from None
+    except ValueError:      # no signature to inspect (a builtin): the call itself will tell
+        pass
+
+
 def fori_loop(start, stop, body: Callable, carry=()):
     """for i in range(start, stop): carry = body(i, *carry); returns the final carry.
 
@@ -168,6 +183,7 @@ def fori_loop(start, stop, body: Callable, carry=()):
     start, stop = as_scalar(start), as_scalar(stop)
     if start.dtype is not D.i32 or stop.dtype is not D.i32:
         raise TypeError("fori_loop bounds must be int32")
+    _check_arity(body, 1 + len(init), "fori_loop body", "body(i, *carry)")
     b = builder()
     reg = b.push("body", [ScalarType(D.i32)] + [c.type for c in init])
     try:
@@ -204,6 +220,8 @@ def pipeline(n, load: Callable, compute: Callable, carry=(), stages: int = 2):
     n = as_scalar(n)
     b = builder()
     i32 = ScalarType(D.i32)
+    _check_arity(load, 2, "pipeline load", "load(i, s)")
+    _check_arity(compute, 2 + len(init), "pipeline compute", "compute(i, s, *carry)")
     lreg = b.push("load", [i32, i32])
     try:
         load(wrap(lreg.args[0]), wrap(lreg.args[1]))

@@ -13,14 +13,20 @@ import dataclasses
 import hashlib
 import json
 import os
-import stat
-import tempfile
 import threading
 import warnings
 from pathlib import Path
 
-from ..version import __version__
 from ..interface.backend import Artifact
+from ..version import __version__
+from .cachefiles import (
+    UnsafeCacheDir,
+    check_dir,
+    check_tree,
+    read_regular,
+    subdir,
+    write_atomic,
+)
 
 FORMAT = 2
 MAGIC = b"HKCACHE2\n"
@@ -28,29 +34,13 @@ _TUPLE, _BYTES = "__hk_tuple__", "__hk_bytes__"
 _FIELDS = [f.name for f in dataclasses.fields(Artifact) if f.name not in ("binary", "payload")]
 
 
-class UnsafeCacheDir(Exception):
-    """The cache directory could be written by someone else: it must not be read."""
-
-
 # ------------------------------------------------------------------------------------------ directory
 def _configured_dir() -> Path:
     root = os.environ.get("HK_CACHE_DIR")
     if root:
-        return Path(root)
+        return Path(os.path.abspath(root))   # absolute: compilers run with another cwd
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "hk_portable"
-
-
-def check_dir(p: Path) -> None:
-    """UnsafeCacheDir unless `p` is a real directory (not a symlink) owned by this user and not group- or
-    world-writable."""
-    st = os.lstat(p)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise UnsafeCacheDir(f"{p} is not a directory (a symlink or a file)")
-    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-        raise UnsafeCacheDir(f"{p} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeCacheDir(f"{p} is writable by its group or by everyone (mode {stat.S_IMODE(st.st_mode):o})")
 
 
 _warned: set[str] = set()
@@ -61,7 +51,8 @@ def cache_dir() -> Path | None:
     process then caches in memory, with one warning per directory)."""
     p = _configured_dir()
     try:
-        p.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not os.path.lexists(p):              # no mkdir on what exists: a read-only cache sees no write
+            p.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_dir(p)
         return p
     except (OSError, UnsafeCacheDir) as e:
@@ -166,9 +157,11 @@ def load(key: str) -> Artifact | None:
             with _memory_lock:
                 blob = _memory.get(key)
         else:
-            blob = _path(key, root).read_bytes()
+            path = _path(key, root)
+            check_tree(root, path)                  # every level, not only the root
+            blob = read_regular(path)
         return None if blob is None else decode(key, blob)
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):   # unreadable or malformed: a miss
+    except (OSError, ValueError, TypeError, KeyError, RecursionError, UnsafeCacheDir):   # unreadable, malformed: a miss
         return None
 
 
@@ -182,18 +175,8 @@ def store(key: str, artifact: Artifact) -> None:
             _memory[key] = blob
         return
     path = _path(key, root)
-    path.parent.mkdir(exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    subdir(root, path.parent.name)                  # OSError when read-only; UnsafeCacheDir when symlinked out
+    write_atomic(path, blob)
 
 
 def compile_cached(backend, program, target, options: dict | None = None):
@@ -209,6 +192,6 @@ def compile_cached(backend, program, target, options: dict | None = None):
         art = backend.compile(program, target, options)
         try:
             store(key, art)
-        except (OSError, TypeError):
+        except (OSError, TypeError, UnsafeCacheDir):
             pass   # a read-only or full cache dir, or an Artifact holding more than data, must not fail the launch
     return art

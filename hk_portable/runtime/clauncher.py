@@ -25,13 +25,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 from pathlib import Path
 
 import torch
 
-from . import selection
+from . import cachefiles, selection
 
 SOURCE = Path(__file__).with_name("clauncher.c")
 ENV = "HK_C_LAUNCHER"
@@ -48,7 +47,6 @@ log = logging.getLogger("hk_portable.launcher")
 _lock = threading.Lock()
 _module = None                             # the loaded module, once loaded
 _reason: str | None = None                 # why there is none (set once a build was tried, or it was disabled)
-_dir: Path | None = None
 _path: Path | None = None
 
 
@@ -148,25 +146,25 @@ def key(source: bytes | None = None) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
-def _root() -> Path:
-    global _dir
-    if _dir is None:
-        from .cache import cache_dir
-        base = cache_dir()
-        if base is None:
-            _dir = Path(tempfile.mkdtemp(prefix="hk-launcher-"))
-        else:
-            _dir = base / "launcher"
-            _dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return _dir
+def _root() -> tuple[Path, Path | None]:
+    """<cache>/launcher (checked) and the cache root it is checked from; with an unusable cache, a directory
+    under this process's private one and None."""
+    from .cache import cache_dir
+    base = cache_dir()
+    if base is not None:
+        try:
+            return cachefiles.subdir(base, "launcher"), base
+        except (OSError, cachefiles.UnsafeCacheDir):
+            pass
+    return cachefiles.private_dir() / "launcher", None
 
 
 def path() -> Path:
-    """Where this source's shared object for this Python lives (the directory is made on first use)."""
+    """Where this source's shared object for this Python belongs (ensure_built says where it really is)."""
     global _path
     if _path is None:
         suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-        _path = _root() / f"{MODULE}-{key()}{suffix}"
+        _path = _root()[0] / f"{MODULE}-{key()}{suffix}"
     return _path
 
 
@@ -183,38 +181,39 @@ def build(dest: Path) -> None:
     compile_shared([*cc, *CFLAGS, *extra, "-I", str(inc), str(SOURCE)], [], dest)
 
 
-def compile_shared(cmd: list[str], tail: list[str], dest: Path, timeout_s: int = BUILD_TIMEOUT_S) -> None:
-    """Run `cmd + ["-o", out] + tail` and move `out` to `dest` atomically (racing processes both win);
-    RuntimeError with the compiler's words when it fails. The compiled op replay builds through it too."""
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
+def compile_shared(cmd: list[str], tail: list[str], out: Path, timeout_s: int = BUILD_TIMEOUT_S) -> None:
+    """Run `cmd + ["-o", out] + tail`; RuntimeError with the compiler's words when it fails. ensure_built runs
+    it in a private build directory and moves the result into place (the compiled op replay builds through it
+    too)."""
+    full = [*cmd, "-o", str(out), *tail]
     try:
-        out = tmp / dest.name
-        full = [*cmd, "-o", str(out), *tail]
-        try:
-            res = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise RuntimeError(f"{cmd[0]} failed to run: {e}") from None
-        if res.returncode != 0:
-            raise RuntimeError(f"{' '.join(full)} failed (exit {res.returncode}): {(res.stderr or res.stdout)[-1500:]}")
-        os.replace(out, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        res = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"{cmd[0]} failed to run: {e}") from None
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(full)} failed (exit {res.returncode}): {(res.stderr or res.stdout)[-1500:]}")
 
 
 def cache_root() -> Path:
-    """The directory compiled host modules live in: <cache>/launcher, or a private temporary one."""
-    return _root()
+    """The directory compiled host modules belong in: <cache>/launcher, or a private temporary one."""
+    return _root()[0]
 
 
-def ensure_built(p: Path, build_fn, build_if_missing: bool) -> bool:
-    """Whether the shared object `p` exists, built by build_fn(p) first where it is missing and building is allowed
-    (also op replay's)."""
-    if p.is_file():
-        return True
+def ensure_built(p: Path, build_fn, build_if_missing: bool) -> Path | None:
+    """The shared object `p` checked against the hash recorded when it was built, or its private copy where the
+    cache cannot take it; built by build_fn(out) first where it is missing or fails the check and building is
+    allowed (else None). Also op replay's."""
+    root = _root()[1]
     if not build_if_missing:
-        return False
-    build_fn(p)
-    return True
+        if root is not None and cachefiles.trusted(p, root) and cachefiles.verify(p):
+            return p
+        private = cachefiles.private_dir() / "launcher" / p.name
+        return private if cachefiles.verify(private) else None
+
+    def build(tmp: Path) -> Path:
+        build_fn(tmp / p.name)
+        return tmp / p.name
+    return cachefiles.built_file(p, build, root)
 
 
 def failure_reason(e: Exception) -> str:
@@ -253,8 +252,8 @@ def load(build_if_missing: bool = True):
             _reason = f"disabled by {ENV}={os.environ.get(ENV)}"
             return None
         try:
-            p = path()
-            if not ensure_built(p, build, build_if_missing):
+            p = ensure_built(path(), build, build_if_missing)
+            if p is None:
                 return None
             mod = _import(p)
         except Exception as e:  # noqa: BLE001 - any failure means the Python path, with the reason kept
@@ -282,7 +281,7 @@ def describe() -> str:
 
 def reset() -> None:
     """Forget the loaded module and any failure (tests; the process keeps a loaded extension)."""
-    global _module, _reason, signature, fastcall, _dir, _path
+    global _module, _reason, signature, fastcall, _path
     with _lock:
-        _module, _reason, _dir, _path = None, None, None, None
+        _module, _reason, _path = None, None, None
         signature, fastcall = _py_signature, _py_fastcall

@@ -18,7 +18,7 @@ import torch
 from ..interface.backend import Backend, Target, ranked
 from ..interface.errors import ArgumentError, UnsupportedError
 from ..interface.ir import Program
-from ..interface.kernel import KernelDef
+from ..interface.kernel import KernelDef, check_outputs, stored_params
 from ..interface.verify import verify
 from . import cache, clauncher, registry, selection, tuning
 from .precompile import recording
@@ -44,6 +44,7 @@ class Kernel(KernelDef):
         self._artifacts: dict[tuple, Any] = {}
         self._launches: dict[tuple, tuple] = {}     # fast path: call key -> (backend, artifact, fast_launch)
         self._configs: dict[tuple, dict] = {}       # choose_config's answers
+        self._stored: dict[str, tuple] = {}         # program hash -> the tensor parameters it stores to
         self.config_notes: dict[tuple, str] = {}    # (backend spec, chosen config) -> why an earlier one was passed over
         self._nargs = len(self.runtime_params)
         self._i32 = [(i, p.name) for i, p in enumerate(self.runtime_params) if p.kind == "i32"]
@@ -68,6 +69,9 @@ class Kernel(KernelDef):
         be, art, launch = r                         # a hit Python finishes: the checks the call owes, the launch
         if self._i32:
             _check_scalars(self.name, self._i32, args)
+        stored = self._stored.get(art.program_hash)
+        if stored:
+            check_outputs(self.name, self.runtime_params, args, stored)
         grid3 = _grid3(grid)
         if 0 in grid3:
             return
@@ -107,6 +111,8 @@ class Kernel(KernelDef):
         selected = selection.select(backend, tensors)
         be = selected.backend
         _check_devices(self.name, self.runtime_params, runtime, be)
+        check_outputs(self.name, self.runtime_params, runtime, self._once(self._stored, prog.hash,
+                                                                            lambda: stored_params(prog)))
         return be, self.compile_for(prog, be, selection.target_for(selected, target)), runtime
 
     def _fast_key(self, args, kwargs, backend, target):

@@ -94,14 +94,14 @@ def _first_gpu_call() -> None:
     if clauncher.load() is None or not enabled():
         load(build_if_missing=False)            # sets the reason
         return
-    if path().is_file():
+    if clauncher.ensure_built(path(), build, False) is not None:
         load(build_if_missing=False)
         return
     if _builder is None:
         def build_quietly():
             global _reason
             try:
-                build(path())
+                clauncher.ensure_built(path(), build, True)
             except Exception as e:  # noqa: BLE001 - kept as the reason; every call stays on the Python path
                 _reason = clauncher.failure_reason(e)
         _builder = threading.Thread(target=build_quietly, name="hk-op-replay-build", daemon=True)
@@ -141,8 +141,8 @@ def load(build_if_missing: bool = True):
                 _reason = f"no compiled launcher: {clauncher.reason()}"
             return None
         try:
-            p = path()
-            if not clauncher.ensure_built(p, build, build_if_missing):
+            p = clauncher.ensure_built(path(), build, build_if_missing)
+            if p is None:
                 return None
             mod = clauncher.import_extension(p, MODULE)
             if getattr(mod, "ABI", None) != ABI:

@@ -100,19 +100,37 @@ def select(explicit: str | Backend | None = None, tensors=()) -> Selected:
 
 
 def _from_environment(env: str, tensors) -> Selected:
-    """The first backend of the HK_BACKEND list that accepts every tensor's device."""
+    """The first backend of the HK_BACKEND list that can run kernels here and accepts every tensor's device
+    (`cuda,reference` falls back to the reference where no GPU is usable). A listed spec that is malformed,
+    unknown or whose backend fails to load is an error, never skipped."""
     listed = []
     for spec in (s.strip() for s in env.split(",")):
         if spec:
             try:
-                listed.append(resolve(spec))
+                listed.append(resolve(spec, require_runnable=False))
             except BackendError as e:
                 raise BackendError(f"{ENV}={env!r}: {e}") from None
     devices = {t.device for t in tensors}
+    passed_over = []
     for chosen in listed:
-        if all(chosen.backend.accepts_device(d) for d in devices):
-            return chosen
-    raise BackendError(f"{ENV}={env!r}: none of these backends accepts tensors on {sorted(map(str, devices))}")
+        if not all(chosen.backend.accepts_device(d) for d in devices):
+            passed_over.append(f"{chosen.backend.name} does not take tensors on {sorted(map(str, devices))}")
+            continue
+        try:
+            _require_runnable_selected(chosen)
+        except BackendError as e:
+            passed_over.append(str(e))
+            continue
+        return chosen
+    raise BackendError(f"{ENV}={env!r}: {'; '.join(passed_over)} (no listed backend can run these tensors here)")
+
+
+def _require_runnable_selected(chosen: Selected) -> None:
+    """resolve()'s runnable check for a Selected (a plain name: its device is usable)."""
+    if chosen.target is None:
+        registry.get(chosen.backend.name)
+    else:
+        _require_runnable(chosen.backend, chosen.target)
 
 
 def _device_of(tensors) -> torch.device:

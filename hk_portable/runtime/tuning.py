@@ -22,6 +22,7 @@ from pathlib import Path
 
 ENV = "HK_AUTOTUNE"
 FILE = "tuning.json"
+MAX_BYTES = 64 << 20
 WARMUP, REPEATS = 1, 5
 _lock = threading.Lock()
 _memory: dict[str, dict] = {}          # this process's winners (also when no cache directory is usable)
@@ -52,9 +53,10 @@ def _read() -> dict:
     p = _path()
     if p is None:
         return {}
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError):
+    from . import cachefiles
+    try:   # a regular file only (a FIFO would block), bounded in size, its nesting bounded by RecursionError
+        data = json.loads(cachefiles.read_regular(p, MAX_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -37,6 +37,12 @@ def copy2(x: GL[2], y: GL[2], s: float, n: int):
     hk.store(y, hk.load(RT[f32, 16, 16], x, (m, 0)) * s, (m, 0))
 
 
+@hk.kernel
+def fori_arity(x: GL[2], y: GL[2]):
+    t = hk.load(RT[f32, 16, 16], x, (0, 0))
+    hk.store(y, hk.fori_loop(0, 4, lambda i: t, t), (0, 0))     # the body takes (i, carry)
+
+
 def _copy(grid=(1,), s=1.0, n=0, x=None, y=None):
     x = torch.zeros(16, 16) if x is None else x
     return lambda: copy2(x, torch.zeros(16, 16) if y is None else y, s, n, grid=grid, **REF)
@@ -129,6 +135,12 @@ CASES = [
     # ---- a user's hk.kernel (the launch path every entry point shares)
     ("kernel", "dtype", _copy(x=torch.zeros(16, 16, dtype=torch.int64)), ArgumentError, "'x'"),
     ("kernel", "rank", _copy(x=torch.zeros(16)), ArgumentError, "'x'"),
+    ("kernel", "bool_input", _copy(x=torch.zeros(16, 16, dtype=torch.bool)), ArgumentError, "'x'"),     # issue 41
+    ("kernel", "bool_output", _copy(y=torch.zeros(16, 16, dtype=torch.bool)), ArgumentError, "torch.float32"),
+    ("kernel", "expanded_output", _copy(y=torch.zeros(1, 16).expand(16, 16)), ArgumentError, "'y'"),
+    ("kernel", "overlapping_output", _copy(y=torch.zeros(40).as_strided((16, 16), (1, 1))), ArgumentError, "'y'"),
+    ("kernel", "fori_loop_arity", lambda: fori_arity(torch.zeros(16, 16), torch.zeros(16, 16), grid=(1,), **REF),
+     hk.TraceError, "body(i, *carry)"),
     ("kernel", "not_a_tensor", _copy(x=[[0.0]]), ArgumentError, "'x'"),
     ("kernel", "scalar_type", _copy(s="one"), ArgumentError, "'s'"),
     ("kernel", "int_too_big", _copy(n=2**31), ArgumentError, "'n'"),
@@ -328,6 +340,9 @@ CLI_CASES = [
     (["compile", "/nonexistent/dir/mod.py:k", "--backend", "reference", "--emit", "ir"], "mod.py"),
     (["compile", "gemm", "--backend", "reference"], "--emit"),
     (["compile", "gemm", "--backend", "hip:gfx942", "--emit", "hsaco"], "-o"),
+    (["compile", "gemm", "--backend", "reference", "--emit", "ir", "--arg", "M=-5"], "M=-5"),              # issue 41
+    (["compile", "gemm", "--backend", "reference", "--emit", "ir", "-o", "missing_dir/x"], "missing_dir/x"),
+    *([(["bench", "--device", "cuda", "--quick"], "--device cuda")] if not torch.cuda.is_available() else []),
 ]
 
 

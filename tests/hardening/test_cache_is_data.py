@@ -21,7 +21,7 @@ import torch
 import hk_portable as hk
 from hk_portable.interface import GL, RT, f32
 from hk_portable.interface.backend import Artifact
-from hk_portable.runtime import cache, registry
+from hk_portable.runtime import cache, cachefiles, registry
 
 
 def _scale(x: GL[2], y: GL[2], *, BM: hk.const = 16, BN: hk.const = 32):
@@ -263,7 +263,7 @@ def test_a_read_only_directory_still_compiles_and_serves_its_entries(hip, tmp_pa
     if os.geteuid() == 0:                         # root writes anyway: make the write fail as EACCES would
         def denied(*a, **k):
             raise PermissionError(errno.EACCES, "Permission denied")
-        monkeypatch.setattr(cache.tempfile, "mkstemp", denied)
+        monkeypatch.setattr(cachefiles.tempfile, "mkstemp", denied)
     with warnings.catch_warnings():
         warnings.simplefilter("error")            # a read-only directory is safe: no warning, no fallback
         hit = cache.compile_cached(be, _program(32), tgt)

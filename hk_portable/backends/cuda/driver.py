@@ -10,6 +10,7 @@ The buffer's layout is the shared hk::gl ABI (codegen/abi.py).
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 import threading
 
@@ -75,8 +76,20 @@ def _why_no_gpu(torch) -> str:
     except ImportError as e:
         parts.append(f"cupy's runtime is missing ({e})")
     except Exception as e:  # noqa: BLE001 - no driver, driver too old: the reason itself
-        parts.append(f"no usable NVIDIA GPU or driver: {type(e).__name__}: {e}")
+        if not _has_driver():   # the runtime says "driver version is insufficient" when there is none at all
+            parts.append("no NVIDIA driver (libcuda.so.1 cannot be loaded)")
+        else:
+            parts.append(f"no usable NVIDIA GPU or driver: {type(e).__name__}: {e}")
     return "; ".join(parts)
+
+
+def _has_driver() -> bool:
+    """Whether the NVIDIA driver library loads (it is installed with the driver, never with a toolkit wheel)."""
+    try:
+        ctypes.CDLL("libcuda.so.1" if os.name != "nt" else "nvcuda.dll")
+        return True
+    except OSError:
+        return False
 
 
 def current_device() -> int:

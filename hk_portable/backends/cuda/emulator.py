@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ...codegen.abi import param_layout
 from ...interface.errors import BackendError
+from ...runtime import cachefiles
 from . import codegen
 
 EMU_HEADER = Path(__file__).with_name("include") / "hk_cuda_emu.h"
@@ -92,18 +93,15 @@ def build(source: str, kernel_name: str) -> bytes:
 
 _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL] = {}
-_dir: Path | None = None
 
 
 def load(binary: bytes) -> ctypes.CDLL:
     """The built shared object, loaded once per process (by content)."""
-    global _dir
     key = hashlib.sha256(binary).hexdigest()
     with _lock:
         lib = _libs.get(key)
         if lib is None:
-            _dir = _dir or Path(tempfile.mkdtemp(prefix="hk-cuda-emu-"))
-            path = _dir / f"{key[:24]}.so"
+            path = cachefiles.private_dir() / f"cuda-emu-{key[:24]}.so"   # removed at exit
             path.write_bytes(binary)
             lib = ctypes.CDLL(str(path))
             lib.hk_emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]

@@ -8,10 +8,10 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
+from ....runtime import cachefiles
 from . import elf
 from .errors import CompileError, EmulatorError
 from .runtime_abi import ABI, PAGE
@@ -20,29 +20,30 @@ from .toolchain import require_compiler
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("hk_emu.h", "hk_emu_common.h", "hk_emu_runtime.h")
+LINK_VERSION = 2   # 2: modules name the runtime by soname (part of the runtime's and the modules' cache keys)
 
 lock = threading.RLock()   # guards every cache of the emulator and each launch's ctypes state
 
 
-_root: Path | None = None
+def cache_base() -> Path | None:
+    """The checked `<cache>/hip-emulator` directory, or None when the cache is unusable (unsafe or unwritable
+    and empty): builds then go to this process's private directory (runtime/cachefiles.py), never a shared,
+    guessable path (the shared objects here are loaded)."""
+    from ....runtime.cache import cache_dir
+    base = cache_dir()
+    if base is None:
+        return None
+    try:
+        return cachefiles.subdir(base, "hip-emulator")
+    except (OSError, cachefiles.UnsafeCacheDir):
+        return None
 
 
-def cache_root() -> Path:
-    """Under the hk cache dir; when that is unusable (unsafe: see runtime/cache.py), a private temporary
-    directory of this process, never a shared, guessable path (the shared objects here are loaded).
-    Chosen once per process: a module links against the runtime library of the root it is built in, and
-    two runtime copies in one process (after HK_CACHE_DIR changed) would not share their state."""
-    global _root
-    with lock:
-        if _root is None:
-            from ....runtime.cache import cache_dir
-            base = cache_dir()
-            if base is None:
-                _root = Path(tempfile.mkdtemp(prefix="hk-hip-emulator-"))
-            else:
-                _root = base / "hip-emulator"
-                _root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return _root
+def place(*parts: str) -> tuple[Path, Path | None]:
+    """Where a build named by `parts` belongs, and the root it is checked from (None: private)."""
+    base = cache_base()
+    root = base if base is not None else cachefiles.private_dir() / "hip-emulator"
+    return root.joinpath(*parts), base
 
 
 _headers_snapshot: dict[str, bytes] = {}
@@ -84,38 +85,6 @@ def run(cmd, cwd, what):
     return p
 
 
-def atomic_build(dest: Path, build) -> Path:
-    """Build into a private temp dir, then os.replace into place (two processes may race; both win)."""
-    if dest.exists():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
-    try:
-        out = build(tmp)
-        os.replace(out, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
-
-
-def atomic_build_dir(dest: Path, marker: Path, build) -> None:
-    """atomic_build for a directory whose ``marker`` file says it is complete: losing the race to a
-    process that already moved its directory into place is fine."""
-    if marker.exists():
-        return
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
-    try:
-        out_dir = build(tmp)
-        try:
-            os.replace(out_dir, dest)
-        except OSError:
-            if not marker.exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 # ---------------------------------------------------------------------------------------------------
 # The runtime library
 # ---------------------------------------------------------------------------------------------------
@@ -126,10 +95,10 @@ def runtime() -> tuple[ctypes.CDLL, Path]:
     """The runtime library (built once per header snapshot and compiler) and its path."""
     with lock:
         cxx, ver = require_compiler()
-        key = hashlib.sha256(("rt|" + header_digest() + "|" + ver).encode()).hexdigest()[:20]
+        key = hashlib.sha256((f"rt{LINK_VERSION}|" + header_digest() + "|" + ver).encode()).hexdigest()[:20]
         if key in _runtime_lib:
             return _runtime_lib[key]
-        dest = cache_root() / "rt" / f"libhk_emu_rt-{key}.so"
+        dest, root = place("rt", f"libhk_emu_rt-{key}.so")
 
         def build(tmp: Path) -> Path:
             src = tmp / "hk_emu_rt.cpp"
@@ -137,11 +106,11 @@ def runtime() -> tuple[ctypes.CDLL, Path]:
             out = tmp / dest.name
             run([cxx, "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
                  "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-fvisibility=hidden", "-pthread",
-                 "-I", str(write_headers(tmp)), str(src), "-o", str(out), "-ldl"], tmp,
+                 f"-Wl,-soname,{dest.name}", "-I", str(write_headers(tmp)), str(src), "-o", str(out), "-ldl"], tmp,
                 "compiling the emulator runtime")
             return out
 
-        atomic_build(dest, build)
+        dest = cachefiles.built_file(dest, build, root)   # checked against its recorded hash; rebuilt if off
         _runtime_lib[key] = (_bind_runtime(dest), dest)
         return _runtime_lib[key]
 
@@ -255,8 +224,10 @@ def _link_kernels(cxx, obj: Path, kernels: dict[str, dict], out_dir: Path, rt_pa
 def link_kernel(cxx, obj: Path, out: Path, rt_path: Path, vmap: Path, script: Path, max_align: int, tmp: Path,
                 what: str):
     """Link one kernel's object; relink with hk_emu_lds_pad so its static LDS ends at the upper guard."""
-    base = [cxx, "-shared", "-o", str(out), str(obj), str(rt_path), "-Wl,--gc-sections",
-            f"-Wl,--version-script={vmap}", f"-Wl,-T,{script}", f"-Wl,-rpath,{rt_path.parent}"]
+    # the runtime by its soname, not its path: the loader matches the soname to the runtime this process already
+    # loaded, wherever the cache (or a private fallback) put either file, so one process never holds two copies
+    base = [cxx, "-shared", "-o", str(out), str(obj), f"-L{rt_path.parent}", f"-l:{rt_path.name}",
+            "-Wl,--gc-sections", f"-Wl,--version-script={vmap}", f"-Wl,-T,{script}"]
     run(base, tmp, what)
     syms = elf.symbols(out, {"hk_emu_lds_begin", "hk_emu_lds_end"})
     size = syms.get("hk_emu_lds_end", 0) - syms.get("hk_emu_lds_begin", 0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from .build import (KERNEL_LIST, atomic_build_dir, build_module, cache_root, header_digest, lock, read_kernel_list,
-                    runtime)
+from ....runtime import cachefiles
+from .build import KERNEL_LIST, LINK_VERSION, build_module, header_digest, lock, place, read_kernel_list, runtime
 from .errors import EmulatorError
 from .module import Module
 from .runtime_abi import ABI, ARCHS
@@ -28,16 +28,15 @@ def load(source: str, arch: str = "gfx942", *, name: str = "kernel.hip", opt_lev
     cxx, ver = require_compiler()
     flags = module_flags(opt_level, fp_contract, extra_flags)
     key = hashlib.sha256("\0".join([source, arch, name, header_digest(), ver, " ".join(flags),
-                                    str(ABI), str(REWRITE_VERSION)]).encode()).hexdigest()[:24]
+                                    str(ABI), str(REWRITE_VERSION), str(LINK_VERSION)]).encode()).hexdigest()[:24]
     with lock:
         if key in _modules:
             return _modules[key]
         _, rt_path = runtime()
-        final_dir = cache_root() / "mod" / key
-        meta_path = final_dir / KERNEL_LIST
-        atomic_build_dir(final_dir, meta_path,
-                         lambda tmp: build_module(tmp, source, name, arch, cxx, flags, rt_path))
-        mod = Module(final_dir, arch, read_kernel_list(meta_path), name)
+        dest, root = place("mod", key)
+        final_dir = cachefiles.built_dir(dest, lambda tmp: build_module(tmp, source, name, arch, cxx, flags, rt_path),
+                                         root)   # every file checked against the manifest; rebuilt if off
+        mod = Module(final_dir, arch, read_kernel_list(final_dir / KERNEL_LIST), name)
         _modules[key] = mod
         return mod
 

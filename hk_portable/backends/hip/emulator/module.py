@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ....runtime import cachefiles
 from .args import Blob, pack
 from .build import lock, runtime
 from .errors import EmulatorError
@@ -89,8 +90,9 @@ class Module:
 
     def _copy(self, kernel: str, i: int) -> ctypes.CDLL:
         """Kernel's object for worker i (each worker thread needs its own static-LDS section). Copies
-        beyond the first are written under a name unique to this process, loaded, and unlinked at once
-        (the mapping stays; glibc identifies loaded objects by name, so names are never reused)."""
+        beyond the first are written into this process's private directory (never into the cache, which may be
+        read-only), loaded, and unlinked at once (the mapping stays; glibc identifies loaded objects by name, so
+        names are never reused)."""
         with lock:
             libs = self._libs.setdefault(kernel, [])
             infos = self._infos.setdefault(kernel, [])
@@ -100,7 +102,7 @@ class Module:
                 path = str(base)
                 if j:
                     _copy_counter[0] += 1
-                    path = str(self.directory / f".{kernel}.{os.getpid()}.{_copy_counter[0]}.so")
+                    path = str(cachefiles.private_dir() / f"{kernel}.{_copy_counter[0]}.so")
                     shutil.copyfile(base, path)
                 try:
                     lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
