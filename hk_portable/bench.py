@@ -647,17 +647,6 @@ def to_json(report: dict, path: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- CLI
-def add_arguments(p) -> None:
-    p.add_argument("--backend", default=None, help="backend spec (default: chosen by the tensors' device)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                   help="where inputs live (default: cuda when torch sees a GPU, else cpu at small sizes)")
-    p.add_argument("--quick", action="store_true", help="two GEMM shapes and the N=4096 D=128 attention cases")
-    p.add_argument("-k", dest="pattern", default=None, help="only cases whose name contains this substring")
-    p.add_argument("--budget", type=float, default=1.0, help="seconds of timing per function (default 1)")
-    p.add_argument("--json", default=None, help="write the report here")
-    p.add_argument("--plot", default=None, help="write one PNG per family: PREFIX-FAMILY.png")
-
-
 def main(args) -> int:
     """`hk bench`: exit 0 when every case ran and both self-checks passed."""
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -19,9 +19,10 @@ import os
 import random
 import sys
 
+# nothing here imports torch (hk_portable.interface does): `hk --help` answers at once; each command imports what it
+# runs
+from .emit_kinds import EMIT_KINDS
 from .version import __version__
-from .interface.backend import EMIT_KINDS
-from .interface.errors import HKError
 
 EXIT_FAILED, EXIT_ERROR = 1, 2
 ARG_HELP = "an argument of the kernel module's example_args (e.g. D=128), repeatable"
@@ -343,15 +344,27 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print the analysis as JSON")
     a.set_defaults(func=cmd_analyze)
 
-    from . import bench
     m = sub.add_parser("bench", help="library kernels against vendor baselines, side by side, self-checking")
-    bench.add_arguments(m)
-    m.set_defaults(func=bench.main)
+    m.add_argument("--backend", default=None, help="backend spec (default: chosen by the tensors' device)")
+    m.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="where inputs live (default: cuda when torch sees a GPU, else cpu at small sizes)")
+    m.add_argument("--quick", action="store_true", help="two GEMM shapes and the N=4096 D=128 attention cases")
+    m.add_argument("-k", dest="pattern", default=None, help="only cases whose name contains this substring")
+    m.add_argument("--budget", type=float, default=1.0, help="seconds of timing per function (default 1)")
+    m.add_argument("--json", default=None, help="write the report here")
+    m.add_argument("--plot", default=None, help="write one PNG per family: PREFIX-FAMILY.png")
+    m.set_defaults(func=cmd_bench)
     return p
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+    return bench.main(args)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .interface.errors import HKError
     try:
         return args.func(args)
     except (HKError, CliError) as e:

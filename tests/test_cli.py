@@ -201,3 +201,16 @@ def test_console_script_runs_without_tracebacks():
     assert ok.returncode == 0 and ok.stdout.strip() == f"hk_portable {__version__}"
     bad = subprocess.run(["hk", "conformance", "--backend", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "no backend named 'nope'" in bad.stderr
+
+
+def test_help_and_version_import_no_torch():
+    """`hk --help` answers without importing torch (the package's names load at first use): it took 3 s."""
+    import sys
+    code = ("import sys; from hk_portable.cli import main\n"
+            "for argv in (['--help'], ['--version'], ['compile', '--help'], ['bench', '--help']):\n"
+            "    try: main(argv)\n"
+            "    except SystemExit: pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "usage: hk" in r.stdout and "--emit" in r.stdout and "--budget" in r.stdout

@@ -8,8 +8,7 @@ from typing import Any, Sequence
 from .errors import UnsupportedError
 from .ir import Program
 
-# what `hk compile --emit KIND` can ask a backend for
-EMIT_KINDS = ("ir", "lowered", "source", "asm", "ptx", "sass", "hsaco")
+from ..emit_kinds import EMIT_KINDS  # noqa: F401  (what `hk compile --emit KIND` can ask a backend for)
 
 
 @dataclass(frozen=True)
