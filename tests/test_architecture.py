@@ -159,6 +159,14 @@ def test_emitters_read_no_options(module):
     assert not [i for i in MODULES[module] if _under(i, options)], f"{module} imports {options}"
 
 
+def test_the_cuda_emitter_runs_no_analysis():
+    """The cuda emitter renders the plan: it imports neither its schedule nor the shared IR patterns, whose results
+    (folded scales, tile-invariant ops, what the producer warpgroup runs) the plan carries."""
+    imports = MODULES[f"{PACKAGE}.backends.cuda.codegen"]
+    assert not [i for i in imports if _under(i, f"{PACKAGE}.backends.cuda.schedule")
+                or _under(i, f"{PACKAGE}.codegen.patterns")], sorted(imports)
+
+
 def _is_plan(node) -> bool:
     """`plan` or `self.plan`: how the emitters and passes name a backend's plan."""
     return ((isinstance(node, ast.Name) and node.id == "plan")
