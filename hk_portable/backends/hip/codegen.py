@@ -66,6 +66,28 @@ class HipEmitter(CStyleEmitter):
         x, c = self.low.scaled[op]
         self._result(op, f"hk::reduce_scaled({{dst}}, {self.name(x)}, {self.name(c)});")
 
+    def op_where(self, op: Op) -> None:
+        band = self._band_expr(op.operands[0]) if self.producer_of(op.operands[0]) in self.fused else None
+        if band is None:
+            return super().op_where(op)
+        self.line(f"{self.decl(op.result)};")
+        self.line(f"hk::where_band({self.name(op.result)}, {band}, {self.name(op.operands[1])}, "
+                  f"{self.name(op.operands[2])});")
+
+    def _band_expr(self, v: Value) -> str | None:
+        """A fused mask tree that is a conjunction of causal, negated causal and bounds masks as one
+        hk::band_pred (masks.h where_band: an interval of columns per row); None for any other tree."""
+        o = self.producer_of(v)
+        if o.opcode in ("causal_mask", "bounds_mask"):
+            return f"hk::band({self.name(v)})"
+        if o.opcode == "unary" and o.attrs["op"] == "not":
+            inner = self.producer_of(o.operands[0])
+            return f"hk::anti_band({self.name(o.operands[0])})" if inner.opcode == "causal_mask" else None
+        if o.opcode == "binary" and o.attrs["op"] == "and":
+            x, y = (self._band_expr(w) for w in o.operands)
+            return None if x is None or y is None else f"({x} & {y})"
+        return None
+
     def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
         return [self.low.offsets[b] for b in buffers], self.plan.arena_bytes
 

@@ -81,6 +81,71 @@ HK_DEV void where_at(rt<T, R, C, tfrag>& dst, P pred, const rt<T, R, C, tfrag>& 
       }
 }
 
+// A conjunction of causal, anti-causal (!causal) and bounds masks (codegen.py HipEmitter.op_where): per tile row r
+// the kept columns are one interval [max(r + dl, l0), min(r + dh, h0)], and no column of a row outside [rlo, rhi).
+// Offsets are clamped to +-2^24 (tiles are below 2^16 a side, so no comparison changes) and compared in 32 bits,
+// the band built in scalar registers once per select: the predicates' 64-bit compares and short-circuit `&&`
+// became per-element branches in the edge loops.
+struct band_pred {
+  int dl, l0, dh, h0, rlo, rhi;
+};
+namespace detail {
+constexpr long long BAND_OPEN = 1 << 24;
+HK_DEV int imax(int a, int b) { return a > b ? a : b; }
+HK_DEV int imin(int a, int b) { return a < b ? a : b; }
+HK_DEV int band_clamp(long long x) { return (int)(x < -BAND_OPEN ? -BAND_OPEN : x > BAND_OPEN ? BAND_OPEN : x); }
+}  // namespace detail
+HK_DEV band_pred band(const causal_pred& p) {       // ro + r >= co + c: c <= r + (ro - co)
+  const int o = (int)detail::BAND_OPEN;
+  return {-o, -o, detail::band_clamp((long long)detail::sgpr(p.ro) - detail::sgpr(p.co)), o, -o, o};
+}
+HK_DEV band_pred anti_band(const causal_pred& p) {  // !(ro + r >= co + c): c >= r + (ro - co) + 1
+  const int o = (int)detail::BAND_OPEN;
+  return {detail::band_clamp((long long)detail::sgpr(p.ro) - detail::sgpr(p.co) + 1), -o, o, o, -o, o};
+}
+HK_DEV band_pred band(const bounds_pred& p) {       // 0 <= ro + r < nr and 0 <= co + c < nc
+  const int o = (int)detail::BAND_OPEN;
+  const long long ro = detail::sgpr(p.ro), co = detail::sgpr(p.co);
+  return {-o, detail::band_clamp(-co), o, detail::band_clamp(detail::sgpr(p.nc) - co - 1), detail::band_clamp(-ro),
+          detail::band_clamp(detail::sgpr(p.nr) - ro)};
+}
+HK_DEV band_pred operator&(const band_pred& x, const band_pred& y) {
+  using detail::imax;
+  using detail::imin;
+  return {imax(x.dl, y.dl), imax(x.l0, y.l0), imin(x.dh, y.dh), imin(x.h0, y.h0), imax(x.rlo, y.rlo), imin(x.rhi, y.rhi)};
+}
+// dst = band(r, c) ? a : b on a tfrag tile. A lane holds one row per row block and four adjacent columns per 16x16
+// block: its kept columns are [lo, hi] (relative to its first column), so an element costs two compares and a
+// select. A 16x16 block that every lane keeps whole (most blocks of a diagonal band) is a wave-uniform branch to
+// a plain copy: two compares per block instead of twelve instructions.
+template<class T, int R, int C>
+HK_DEV void where_band(rt<T, R, C, tfrag>& dst, const band_pred& m, const rt<T, R, C, tfrag>& a,
+                       const rt<T, R, C, tfrag>& b) {
+  using D = rt<T, R, C, tfrag>;
+  const int ln = detail::lane(), first = detail::tcol_in_blk(0, ln);
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+    const int r = 16 * detail::blk<D::RB>(s) + detail::trow_in_blk(ln);
+    const int lo = detail::imax(r + m.dl, m.l0) - first;
+    const int hi = r >= m.rlo && r < m.rhi ? detail::imin(r + m.dh, m.h0) - first : lo - 1;
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb) {
+      const int e0 = (s * D::CB + cb) * 4;
+      if (__builtin_amdgcn_ballot_w64(!(lo <= 16 * cb && hi >= 16 * cb + 3)) == 0) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dst.data[e0 + k] = a.data[e0 + k];
+        continue;
+      }
+      asm volatile("");            // a real branch: LLVM would evaluate the compares on both paths and select
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int c = 16 * cb + k;
+        dst.data[e0 + k] = (c >= lo) & (c <= hi) ? a.data[e0 + k] : b.data[e0 + k];
+      }
+    }
+  }
+}
+
 // keep iff (philox(g)[0] >> 8) >= floor(p * 2^24), g = offset + (ro + r) * stride + (co + c) mod 2^64
 template<int R, int C, class L>
 HK_DEV void dropout_mask(rt<bool, R, C, L>& dst, float p, int seed_lo, int seed_hi, int off_lo, int off_hi, int ro,
