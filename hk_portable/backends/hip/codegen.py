@@ -67,12 +67,19 @@ class HipEmitter(CStyleEmitter):
         self._result(op, f"hk::reduce_scaled({{dst}}, {self.name(x)}, {self.name(c)});")
 
     def op_where(self, op: Op) -> None:
-        band = self._band_expr(op.operands[0]) if self.producer_of(op.operands[0]) in self.fused else None
-        if band is None:
+        m, a, b = op.operands
+        a_name = self.name(self.low.scaled[op][0] if op in self.low.scaled else a)   # masked_scales: x unscaled
+        band = self._band_expr(m) if self.producer_of(m) in self.fused else None
+        if band is None and op not in self.low.scaled:
             return super().op_where(op)
         self.line(f"{self.decl(op.result)};")
-        self.line(f"hk::where_band({self.name(op.result)}, {band}, {self.name(op.operands[1])}, "
-                  f"{self.name(op.operands[2])});")
+        if band is not None:
+            self.line(f"hk::where_band({self.name(op.result)}, {band}, {a_name}, {self.name(b)});")
+        elif self.producer_of(m) in self.fused:
+            self.line(f"hk::where_at({self.name(op.result)}, [&](int r, int c) {{ return {self._mask_expr(m)}; }}, "
+                      f"{a_name}, {self.name(b)});")
+        else:
+            self.line(f"hk::where({self.name(op.result)}, {self.name(m)}, {a_name}, {self.name(b)});")
 
     def _band_expr(self, v: Value) -> str | None:
         """A fused mask tree that is a conjunction of causal, negated causal and bounds masks as one
