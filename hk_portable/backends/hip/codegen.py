@@ -12,6 +12,7 @@ from pathlib import Path
 from ...codegen import library
 from ...codegen.cstyle import BINARY_FN, CTYPE, CStyleEmitter, EmittedKernel
 from ...codegen.layouts import ColMajor
+from ...codegen.patterns import MASK_LEAVES
 from ...interface import dtypes as D
 from ...interface.ir import Op, Program, Region, SharedBufType, Value
 from . import archs
@@ -85,7 +86,7 @@ class HipEmitter(CStyleEmitter):
         """A fused mask tree that is a conjunction of causal, negated causal and bounds masks as one
         hk::band_pred (masks.h where_band: an interval of columns per row); None for any other tree."""
         o = self.producer_of(v)
-        if o.opcode in ("causal_mask", "bounds_mask"):
+        if o.opcode in MASK_LEAVES:                  # masks.h: band() of a causal_at or bounds_at predicate
             return f"hk::band({self.name(v)})"
         if o.opcode == "unary" and o.attrs["op"] == "not":
             inner = self.producer_of(o.operands[0])
