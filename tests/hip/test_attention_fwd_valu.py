@@ -8,10 +8,12 @@ import json
 import pytest
 import torch
 
+import hk_portable as hk
 from hk_portable import kernels
 from hk_portable.backends.hip import HipBackend, compiler, emulator
 from hk_portable.backends.hip.archs import make_target
 from hk_portable.cli import main
+from hk_portable.interface import GL, RT, ST, f32
 
 needs_clang = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
 
@@ -83,3 +85,47 @@ def test_edge_masks_emulated(arch, case):
     seen = torch.isfinite(lse_ref)
     assert (o.double() - o_ref).abs().max() < 2e-2
     assert (lse.double()[seen] - lse_ref[seen]).abs().max() < 1e-4 and (lse[~seen] == float("-inf")).all()
+
+
+# where_band at the int32 limits (tests/test_fused_masks.py's cases, whose select is not a transposed fragment and so
+# never reaches where_band): a select in the layout attention's scores take, the A operand of a second mma.
+T = 64
+
+
+@hk.kernel(num_warps=4)
+def _band_select(q: GL[2], k: GL[2], y: GL[2], o: GL[2], ro: int, co: int, ro2: int, co2: int, bro: int, bco: int,
+                 nr: int, nc: int):
+    q_s, k_s = hk.shared(ST[q.dtype, T, T]), hk.shared(ST[k.dtype, T, T])
+    hk.load(q_s, q, (0, 0))
+    hk.load(k_s, k, (0, 0))
+    s = hk.mma_ABt(q_s, k_s, hk.zeros(RT[f32, T, T]))
+    keep = hk.bounds_mask(s, bro, bco, nr, nc) & hk.causal_mask(s, ro, co) & ~hk.causal_mask(s, ro2, co2)
+    w = hk.where(keep, s, -1.0)
+    hk.store(y, w, (0, 0))
+    hk.store(o, hk.mma(w.to(q.dtype), k_s, hk.zeros(RT[f32, T, T])), (0, 0))
+
+
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+BAND_CASES = [(0, 0, -5, 0, 0, 0, T, T), (5, -3, 2, 10, 3, -4, 20, 17),
+              (I32_MAX, I32_MIN, I32_MIN, I32_MAX, 0, 0, T, T), (I32_MIN, I32_MAX, I32_MAX, I32_MIN, 0, 0, T, T),
+              (I32_MAX - 40, I32_MIN + 3, I32_MIN + 9, I32_MAX - 2, I32_MAX - 40, I32_MIN, I32_MAX, 9),
+              (I32_MAX - 10, I32_MAX - 20, 0, 12, -16, -16, 8, 8), (2**30, 2**30 + 9, 2**30 + 3, 2**30, 0, 5, T, T),
+              (40, 8, 20, 40, 0, 0, 50, 61)]
+
+
+@pytest.mark.skipif(not emulator.available()[0], reason=emulator.available()[1])
+@pytest.mark.parametrize("case", BAND_CASES)
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_where_band_matches_int64_math(arch, case):
+    ro, co, ro2, co2, bro, bco, nr, nc = case
+    q, k = (torch.randn(T, T, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16) for i in (1, 2))
+    y, o = torch.empty(T, T), torch.empty(T, T)
+    _band_select(q, k, y, o, *case, grid=(1,), backend=f"hip:{arch}:emulated")
+    src = _band_select.compile(q, k, y, o, *case, backend=f"hip:{arch}").source
+    assert "hk::where_band(" in src
+    r, c = torch.arange(T, dtype=torch.int64).view(-1, 1), torch.arange(T, dtype=torch.int64).view(1, -1)
+    keep = ((bro + r >= 0) & (bro + r < nr) & (bco + c >= 0) & (bco + c < nc)
+            & (ro + r >= co + c) & ~(ro2 + r >= co2 + c))
+    s = q.double() @ k.double().T
+    assert torch.equal(y == -1.0, ~keep | (s == -1.0))
+    assert (y.double()[keep] - s[keep]).abs().max().item() < 1e-3 if keep.any() else True
