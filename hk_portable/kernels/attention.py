@@ -122,7 +122,8 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
         wide = [dict(BM=128, BN=128, STAGES=2, num_warps=8), dict(BM=128, BN=64, STAGES=2, num_warps=8),
                 dict(BM=256, BN=64, STAGES=2, num_warps=8)]
     else:
-        wide = [dict(BM=192, BN=128, STAGES=2, num_warps=12), dict(BM=128, BN=128, STAGES=2, num_warps=8)]
+        wide = [dict(BM=192, BN=128, STAGES=2, num_warps=12), dict(BM=128, BN=128, STAGES=2, num_warps=8),
+                dict(BM=256, BN=64, STAGES=2, num_warps=8)]
     return [{**base, **c} for c in wide] + [base]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from ...codegen import library
 from ...codegen.cstyle import BINARY_FN, CTYPE, CStyleEmitter, EmittedKernel
 from ...codegen.layouts import ColMajor
+from ...codegen.patterns import MASK_LEAVES
 from ...interface import dtypes as D
 from ...interface.ir import Op, Program, Region, SharedBufType, Value
 from . import archs
@@ -65,6 +66,35 @@ class HipEmitter(CStyleEmitter):
             return super().op_reduce(op)
         x, c = self.low.scaled[op]
         self._result(op, f"hk::reduce_scaled({{dst}}, {self.name(x)}, {self.name(c)});")
+
+    def op_where(self, op: Op) -> None:
+        m, a, b = op.operands
+        a_name = self.name(self.low.scaled[op][0] if op in self.low.scaled else a)   # masked_scales: x unscaled
+        band = self._band_expr(m) if self.producer_of(m) in self.fused else None
+        if band is None and op not in self.low.scaled:
+            return super().op_where(op)
+        self.line(f"{self.decl(op.result)};")
+        if band is not None:
+            self.line(f"hk::where_band({self.name(op.result)}, {band}, {a_name}, {self.name(b)});")
+        elif self.producer_of(m) in self.fused:
+            self.line(f"hk::where_at({self.name(op.result)}, [&](int r, int c) {{ return {self._mask_expr(m)}; }}, "
+                      f"{a_name}, {self.name(b)});")
+        else:
+            self.line(f"hk::where({self.name(op.result)}, {self.name(m)}, {a_name}, {self.name(b)});")
+
+    def _band_expr(self, v: Value) -> str | None:
+        """A fused mask tree that is a conjunction of causal, negated causal and bounds masks as one
+        hk::band_pred (masks.h where_band: an interval of columns per row); None for any other tree."""
+        o = self.producer_of(v)
+        if o.opcode in MASK_LEAVES:                  # masks.h: band() of a causal_at or bounds_at predicate
+            return f"hk::band({self.name(v)})"
+        if o.opcode == "unary" and o.attrs["op"] == "not":
+            inner = self.producer_of(o.operands[0])
+            return f"hk::anti_band({self.name(o.operands[0])})" if inner.opcode == "causal_mask" else None
+        if o.opcode == "binary" and o.attrs["op"] == "and":
+            x, y = (self._band_expr(w) for w in o.operands)
+            return None if x is None or y is None else f"({x} & {y})"
+        return None
 
     def arena(self, program: Program, buffers: list[Value]) -> tuple[list[int], int]:
         return [self.low.offsets[b] for b in buffers], self.plan.arena_bytes

@@ -456,7 +456,8 @@ def _fused_record(program: Program, low: Lowering) -> list[dict]:
                "why": "lazy rescale: skipped when every factor the wave holds is 1"}
               for op in low.lazy]
     fused += [{"op": op.result.id, "opcode": "binary mul", "in": f"{f[0].result.id}, {f[1].result.id}",
-               "why": "scale folded: row max of the unscaled tile times the scale, exp2's argument one fma"}
+               "why": "scale folded: row max of the unscaled tile times the scale, exp2's argument one fma"
+                      + ("" if f[0].operands[0] is op.result else "; the -inf select takes the unscaled tile")}
               for op, f in low.scaled.items() if op.opcode == "binary" and op.attrs["op"] == "mul"]
     return fused
 

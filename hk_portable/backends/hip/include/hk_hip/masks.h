@@ -51,18 +51,20 @@ template<int R, int C, class L> HK_DEV void bounds_mask(rt<bool, R, C, L>& dst, 
 // position at a time, so the mask tile never exists.
 struct causal_pred {
   int ro, co;
+  int sro, sco;        // as given (scalar registers): what band() reads
   HK_DEV bool at(int r, int c) const { return (long long)ro + r >= (long long)co + c; }
 };
 struct bounds_pred {
   int ro, co, nr, nc;
+  int sro, sco, snr, snc;
   HK_DEV bool at(int r, int c) const {
     const long long rr = (long long)ro + r, cc = (long long)co + c;
     return rr >= 0 && rr < nr && cc >= 0 && cc < nc;
   }
 };
-HK_DEV causal_pred causal_at(int ro, int co) { return {detail::uni(ro), detail::uni(co)}; }
+HK_DEV causal_pred causal_at(int ro, int co) { return {detail::uni(ro), detail::uni(co), ro, co}; }
 HK_DEV bounds_pred bounds_at(int ro, int co, int nr, int nc) {
-  return {detail::uni(ro), detail::uni(co), detail::uni(nr), detail::uni(nc)};
+  return {detail::uni(ro), detail::uni(co), detail::uni(nr), detail::uni(nc), ro, co, nr, nc};
 }
 // dst = pred(r, c) ? a : b at every position of a tfrag tile
 template<class T, int R, int C, class P>
@@ -79,6 +81,89 @@ HK_DEV void where_at(rt<T, R, C, tfrag>& dst, P pred, const rt<T, R, C, tfrag>& 
         dst.data[e] = pred(16 * detail::blk<D::RB>(s) + detail::trow_in_blk(ln), 16 * cb + detail::tcol_in_blk(k, ln))
                           ? a.data[e] : b.data[e];
       }
+}
+
+// A conjunction of causal, anti-causal (!causal) and bounds masks (codegen.py HipEmitter.op_where): per tile row r
+// the kept columns are one interval [max(r + dl, l0), min(r + dh, h0)], and no column of a row outside [rlo, rhi).
+// Offsets are clamped to +-2^24 (tiles are below 2^16 a side, so no comparison changes; the +-1 on a clamped
+// value moves an open side by one, still beyond every column) and compared in 32 bits, the band built in scalar
+// registers once per select from the predicates' arguments as given: the predicates' 64-bit compares and short-circuit `&&`
+// became per-element branches in the edge loops.
+struct band_pred {
+  int dl, l0, dh, h0, rlo, rhi;
+};
+namespace detail {
+constexpr long long BAND_OPEN = 1 << 24;
+HK_DEV int imax(int a, int b) { return a > b ? a : b; }
+HK_DEV int imin(int a, int b) { return a < b ? a : b; }
+HK_DEV int band_clamp(int x) { return x < -(int)BAND_OPEN ? -(int)BAND_OPEN : x > (int)BAND_OPEN ? (int)BAND_OPEN : x; }
+// clamp(a - b) in 32-bit scalar arithmetic (no 64-bit compare: gfx9 has none in SALU, LLVM moves it to the VALU)
+HK_DEV int band_sub(int a, int b) {
+  const int d = (int)((unsigned)a - (unsigned)b);
+  if (((a ^ b) & (a ^ d)) < 0) return a >= 0 ? (int)BAND_OPEN : -(int)BAND_OPEN;   // a - b overflowed
+  return band_clamp(d);
+}
+}  // namespace detail
+HK_DEV band_pred band(const causal_pred& p) {       // ro + r >= co + c: c <= r + (ro - co)
+  const int o = (int)detail::BAND_OPEN;
+  return {-o, -o, detail::band_sub(p.sro, p.sco), o, -o, o};
+}
+HK_DEV band_pred anti_band(const causal_pred& p) {  // !(ro + r >= co + c): c >= r + (ro - co) + 1
+  const int o = (int)detail::BAND_OPEN;
+  return {detail::band_sub(p.sro, p.sco) + 1, -o, o, o, -o, o};
+}
+HK_DEV band_pred band(const bounds_pred& p) {       // 0 <= ro + r < nr and 0 <= co + c < nc
+  const int o = (int)detail::BAND_OPEN;
+  return {-o, detail::band_sub(0, p.sco), o, detail::band_sub(p.snc, p.sco) - 1, detail::band_sub(0, p.sro),
+          detail::band_sub(p.snr, p.sro)};
+}
+HK_DEV band_pred operator&(const band_pred& x, const band_pred& y) {
+  using detail::imax;
+  using detail::imin;
+  return {imax(x.dl, y.dl), imax(x.l0, y.l0), imin(x.dh, y.dh), imin(x.h0, y.h0), imax(x.rlo, y.rlo), imin(x.rhi, y.rhi)};
+}
+// dst = band(r, c) ? a : b on a tfrag tile. A lane holds one row per row block and four adjacent columns per 16x16
+// block: its kept columns are [lo, hi] (relative to its first column), so an element costs two compares and a
+// select. A row block every lane keeps whole (most of a diagonal band's), or else a 16x16 block, is a wave-uniform
+// branch to a plain copy: two compares instead of twelve instructions per block.
+template<class T, int R, int C>
+HK_DEV void where_band(rt<T, R, C, tfrag>& dst, const band_pred& m, const rt<T, R, C, tfrag>& a,
+                       const rt<T, R, C, tfrag>& b) {
+  using D = rt<T, R, C, tfrag>;
+  const int ln = detail::lane(), first = detail::tcol_in_blk(0, ln);
+  const int q = detail::trow_in_blk(ln) - first, l0 = m.l0 - first, h0 = m.h0 - first;
+  const bool rows_all = m.rlo <= 0 && m.rhi >= R;        // every row of the tile in bounds (known at compile time)
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) {
+    const int r0 = 16 * detail::blk<D::RB>(s);
+    const int lo = detail::imax(q + (r0 + m.dl), l0);
+    int hi = detail::imin(q + (r0 + m.dh), h0);
+    if (!rows_all) {
+      const int r = r0 + detail::trow_in_blk(ln);
+      hi = r >= m.rlo && r < m.rhi ? hi : lo - 1;
+    }
+    if (__builtin_amdgcn_ballot_w64(!(lo <= 0 && hi >= 16 * (D::CB - 1) + 3)) == 0) {
+#pragma unroll
+      for (int e = s * D::CB * 4; e < (s + 1) * D::CB * 4; ++e) dst.data[e] = a.data[e];
+      continue;
+    }
+    asm volatile("");              // real branches: LLVM would evaluate the compares on both paths and select
+#pragma unroll
+    for (int cb = 0; cb < D::CB; ++cb) {
+      const int e0 = (s * D::CB + cb) * 4;
+      if (__builtin_amdgcn_ballot_w64(!(lo <= 16 * cb && hi >= 16 * cb + 3)) == 0) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dst.data[e0 + k] = a.data[e0 + k];
+        continue;
+      }
+      asm volatile("");
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int c = 16 * cb + k;
+        dst.data[e0 + k] = (c >= lo) & (c <= hi) ? a.data[e0 + k] : b.data[e0 + k];
+      }
+    }
+  }
 }
 
 // keep iff (philox(g)[0] >> 8) >= floor(p * 2^24), g = offset + (ro + r) * stride + (co + c) mod 2^64
