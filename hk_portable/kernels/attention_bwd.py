@@ -107,14 +107,13 @@ def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3
 
     def compute(t, s, dk_acc, dv_acc):
         h, i = head_and_block(t)
-        # the query block's lse and delta first: their loads are in flight during Sᵀ's product, and their
-        # addresses are dead before P and dP occupy the registers next to dK's and dV's accumulators
+        # each vector loaded ahead of the product it waits behind (lse: Sᵀ, delta: dPᵀ), in flight during it
         lse_col = hk.load(RV[f32, BM], lse, (b, h, i), fill=INF)
-        delta_col = hk.load(RV[f32, BM], delta, (b, h, i))
         scores_t = hk.mma_ABt(k_s, q_s[s], hk.zeros(RT[f32, BN, BM])) * scale_log2
         keep_t = _band_keep_t(scores_t, j * BN, i * BM, shift, left, right) if MASKED else None
         p_t = _probabilities_t(scores_t, lse_col, keep_t)
         dv_acc = hk.mma(p_t.to(do.dtype), do_s[s], dv_acc)
+        delta_col = hk.load(RV[f32, BM], delta, (b, h, i))
         dp_t = hk.mma_ABt(v_s, do_s[s], hk.zeros(RT[f32, BN, BM]))
         ds_t = (p_t * (dp_t - delta_col[None, :])).to(q.dtype)
         dk_acc = hk.mma(ds_t, q_s[s], dk_acc)
@@ -266,14 +265,15 @@ def _outputs(q, k, v, dq, dk, dv):
 
 def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, align: str | None = None,
                   scale: float | None = None, deterministic: bool = False, dq=None, dk=None, dv=None,
-                  dlse=None, backend=None):
+                  dlse=None, backend=None, config: dict | None = None, dq_tiles: dict | None = None):
     """Gradients (dq, dk, dv) of o = attention_fwd(q, k, v, ...) given dO = `do`, in the input dtype.
 
     o and lse are the forward's outputs (lse: f32 [B, Hq, N], natural log); the mask arguments and scale
     must be the forward's. dk, dv are summed over each GQA group of query heads. deterministic=True computes
     dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0.
     dlse: an upstream gradient of lse (f32 [B, Hq, N]), if the caller used it: d lse / d s = P, so it
-    enters as delta - dlse."""
+    enters as delta - dlse. config / dq_tiles: the dK/dV kernel's configuration (one of candidates()) and the
+    deterministic dQ kernel's (one of dq_candidates()) instead of the backend's choice (tests, benchmarks)."""
     _named(_check_fwd, q, k, v)
     B, Hq, N, D = q.shape
     _check_like("o", o, q.shape, q.dtype)
@@ -297,13 +297,14 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
         _check_like("dlse", dlse, (B, Hq, N), torch.float32)
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))    # [B, Hq, N]: rows with no key stay inert
     args = (q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right)
-    cfg = dkdv_config(args, masked, deterministic, backend)
+    flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
+    cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend)
     if cfg.get("DQ_T"):                     # the kernel adds dQᵀ tiles: the accumulator viewed [B, Hq, D, N]
         args = args[:8] + (dq_acc.transpose(-1, -2),) + args[9:]
     attention_bwd_dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
     if deterministic:
         dq_args = (q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right)
-        dq_cfg = dq_config(dq_args, masked, backend)
+        dq_cfg = {**dq_tiles, "MASKED": masked} if dq_tiles else dq_config(dq_args, masked, backend)
         attention_bwd_dq_kernel(*dq_args, grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B), backend=backend, **dq_cfg)
     else:
         attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=rows)

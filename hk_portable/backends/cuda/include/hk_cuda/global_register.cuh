@@ -195,7 +195,8 @@ HK_DEV void atomic_rows(const G& g, const O& o, const rt<float, R, C>& src) {
         for (int h = 0; h < 2; ++h) {
             const int r = RT_::L::row(k, h);
             if (!o.row_ok(r)) continue;
-            float* rp = unhoisted(o.at(g, r, lc.lane_c));   // else base + (lane + column) is split, the sums held
+            // the row's offset opaque: else base + (lane + column) is split and the 64-bit sums are held
+            float* rp = g.ptr + unhoisted(o.base + (o.row0 + r) * o.rstride + (o.col0 + lc.lane_c) * o.cstride);
 #pragma unroll
             for (int j = 0; j < RT_::CB; ++j)
 #pragma unroll
