@@ -3,18 +3,18 @@
 # 8 minutes: install, the static figures of what sm_90a builds (benchmarks/attention_bwd_static.py: configuration,
 # registers, spills, wgmma), the cuda conformance cases of attention_bwd (and attention_fwd's, as the device library
 # changed under both), `hk bench` of the backward against SDPA's cuDNN and flash backwards side by side at the
-# issue's shapes (two timing methods, `agree`), a forward spot check (D128 and D64 at N4096, against cuDNN), and the
-# Llama block's training step. Results under $OUT (8 files at most); a summary last.
+# issue's shapes (two timing methods, `agree`), spot checks of what else the library change reaches (the forward at
+# D64/D128 N4096 against cuDNN, the 8192^3 GEMM in four layouts against cuBLAS), and the Llama block's training step. Results under $OUT (8 files at most); a summary last.
 #
 #   run (device tool): carry [".whl"], command: bash benchmarks/attention_bwd_check.sh
-#   STEPS picks steps (default: env static conformance bwd fwd block; the limits add up past the tool's 600 s, the
-#   usual run takes about 6 minutes: where it is cut, rerun the rest on the warm machine, e.g. STEPS="fwd block");
+#   STEPS picks steps (default: env static conformance bwd fwd gemm block; the limits add up past the tool's 600 s,
+#   the usual run should take 6-7 minutes: where it is cut, rerun the rest on the warm machine, e.g. STEPS="gemm block");
 #   BWD_K narrows the backward cases (default "attention_bwd": all eleven).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
 export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
-STEPS=${STEPS:-"env static conformance bwd fwd block"}
+STEPS=${STEPS:-"env static conformance bwd fwd gemm block"}
 SUMMARY="$OUT/summary.txt"
 LOG="$OUT/log.txt"
 touch "$SUMMARY" "$LOG"
@@ -44,11 +44,12 @@ step static 120 python3 benchmarks/attention_bwd_static.py --json "$OUT/static.j
 step conformance 150 $HK conformance --backend cuda -k "${CONFORMANCE_K:-kernel/attention_bwd,kernel/attention_fwd}" --json "$OUT/conformance.json"
 step bwd 200 $HK bench -k "${BWD_K:-attention_bwd}" --budget 0.5 --json "$OUT/bench_bwd.json"
 step fwd 60 $HK bench -k "attention_fwd B4 H16 N4096 D" --budget 0.5 --json "$OUT/bench_fwd.json"
+step gemm 60 $HK bench -k "gemm bf16 8192x8192x8192" --budget 0.5 --json "$OUT/bench_gemm.json"
 step block 120 $HK bench -k "llama block train" --json "$OUT/bench_block.json"
 
 # the tables (the reply carries the end of the output)
 grep -E "attention_bwd_static:|CONFORMS|FAILED|failed " "$LOG" | tail -20
-for f in bench_bwd bench_fwd bench_block; do
+for f in bench_bwd bench_fwd bench_gemm bench_block; do
     [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
