@@ -78,7 +78,9 @@ def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3
     register tile and each can run as a warpgroup mma with register A. dQ reads dSᵀ from shared memory:
     dQ = (dSᵀ)ᵀ k, or with DQ_T its transpose kᵀ dSᵀ into dq_acc passed as a [B, Hq, D, N] view (D rows: a
     128-row product where the query block has 64)."""
-    j, h_kv, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    # key blocks last to first: under a causal mask a key block's work shrinks with its index, and a backend's block
+    # order assumes, as the forward's query blocks give it, that the work grows with the index (heaviest first)
+    j, h_kv, b = hk.num_blocks(0) - 1 - hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     n_q = q.shape[2]
     group = q.shape[1] // k.shape[1]
     k_s = hk.shared(ST[k.dtype, BN, D])
