@@ -7,7 +7,8 @@ With c = scale·log2(e), P = exp2(c·q kᵀ - log2(e)·lse) is recomputed per ti
   delta = rowsum(dO ∘ O)                       (a preprocessing kernel, f32 [B, Hq, N])
   dV = Pᵀ dO,   dP = dO vᵀ,   dS = P ∘ (dP - delta),   dK = scale · dSᵀ q,   dQ = scale · dS k.
 One kernel runs over key blocks and loops over every (query head of the group, query block) pair that can
-see the block, so dK and dV of a GQA key/value head are summed in registers, in a fixed order. dQ is
+see the block, so dK and dV of a GQA key/value head are summed in registers, in a fixed order; it computes the
+transposed products (keys as rows, FlashAttention-3's orientation), which every target's matrix unit can take. dQ is
 either added into an f32 accumulator with atomic adds from that kernel (fast; the summation order of dQ is
 unspecified) or, with deterministic=True, computed by a second kernel over query blocks that recomputes
 P and dP (no atomics: reruns are bitwise equal). P and dS are rounded to the input dtype as mma operands.
