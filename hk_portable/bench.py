@@ -291,9 +291,10 @@ def gemm_fp8_case(M: int, N: int, K: int) -> Case:
     return Case("gemm_fp8", f"gemm fp8 e4m3 {M}x{N}x{K}", 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K))
 
 
-def attention_bwd_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> Case:
+def attention_bwd_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool, deterministic: bool = False) -> Case:
     """dQ, dK, dV from dO (hk: attention_bwd given the forward's o and lse) against SDPA's backward on the
-    graph its forward left (timed alone). FLOPs: 2.5x the forward's, the usual count."""
+    graph its forward left (timed alone). FLOPs: 2.5x the forward's, the usual count. deterministic: hk's dQ
+    without atomics (SDPA's backends as they run)."""
     def make(device):
         from .kernels.attention import attention_fwd
         from .kernels.attention_bwd import attention_bwd, reference
@@ -332,13 +333,15 @@ def attention_bwd_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) 
             q, k, v = (t.detach() for t in inputs(1, min(N, 256)))
             o, lse = attention_fwd(q, k, v, causal=causal)
             do = torch.randn_like(o)
-            got = attention_bwd(q, k, v, o, lse, do, causal=causal)
+            got = attention_bwd(q, k, v, o, lse, do, causal=causal, deterministic=deterministic)
             return max(rel_error(g, r) for g, r in zip(got, reference(q, k, v, do, causal=causal)))
-        return Bound(lambda i: attention_bwd(*sets[i], causal=causal), baselines, check, n)
+        return Bound(lambda i: attention_bwd(*sets[i], causal=causal, deterministic=deterministic), baselines, check, n)
     flops = 2.5 * 4.0 * B * Hq * N * N * D / (2 if causal else 1)
     gqa = f" GQA {Hq}/{Hkv}" if Hq != Hkv else ""
-    return Case("attention_bwd", f"attention_bwd B{B} H{Hq}{gqa} N{N} D{D}{' causal' if causal else ''}", flops,
-                "TFLOP/s", make, dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, causal=causal), (Hq, Hkv, D, causal))
+    name = f"attention_bwd B{B} H{Hq}{gqa} N{N} D{D}{' causal' if causal else ''}{' deterministic' if deterministic else ''}"
+    return Case("attention_bwd", name, flops, "TFLOP/s", make,
+                dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, causal=causal, deterministic=deterministic),
+                (Hq, Hkv, D, causal, deterministic))
 
 
 def rotary_case(B: int, N: int, H: int, D: int) -> Case:
@@ -466,8 +469,12 @@ def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
             for H, Hkv in ((16, 16),)] + [(4, 32, 8, 4096, 128, c) for c in (False, True)]
     if quick:
         gemms, attn = gemms[:2], [a for a in attn if a[3] == 4096 and a[4] == 128]
-    attn_bwd = [(4, 16, 16, 4096, 128, c) for c in (False, True)] + [(16, 16, 16, 1024, 64, False),
-                                                                       (2, 16, 16, 8192, 128, True)]
+    # issue 36's shapes: D64 / D128, causal and not, N 1024 / 4096 / 16384, GQA 32/8 and the Llama block's 16/4,
+    # and the deterministic form on two of them
+    attn_bwd = ([(16, 16, 16, 1024, 64, c) for c in (False, True)] + [(4, 16, 16, 4096, 128, c) for c in (False, True)]
+                + [(4, 16, 16, 4096, 64, True), (2, 16, 16, 8192, 128, True), (1, 16, 16, 16384, 128, True),
+                   (4, 32, 8, 4096, 128, True), (2, 16, 4, 4096, 128, True), (4, 16, 16, 4096, 128, True, True),
+                   (2, 16, 4, 4096, 128, True, True)])
     # every operand layout a Linear layer produces, at the shapes of a Llama block's products
     layouts = [gemm_case(*g, lay) for g in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 5632, 2048),
                                             (16384, 4096, 14336)) for lay in ("nt", "tn", "tt")]

@@ -161,3 +161,28 @@ def test_on_emulated_gfx942(config):
     o, lse = attention_fwd(q, k, v, causal=causal)
     out = attention_bwd(q, k, v, o, lse, do, causal=causal, deterministic=deterministic, backend=EMULATED)
     _assert_within_table(out, q, k, v, do, causal, None)
+
+
+# ------------------------------------------------------------- sm_90a's wide blocks, on the emulated sm_80 (issue 36)
+# The configurations the cuda backend takes on sm_90a (candidates(): 128 keys on 8 warps, dQᵀ through a transposed
+# view of the accumulator at D=128; dq_candidates(): 128 query rows) run here through the same kernel body on the
+# host emulator, which lowers them to mma.sync: the orientation, the masks of a transposed tile and DQ_T's view.
+WIDE = [(1, 4, 2, 150, 150, 128, True, dict(D=128, BM=64, BN=128, STAGES=2, num_warps=8, DQ_T=True)),
+        (1, 2, 2, 140, 140, 64, True, dict(D=64, BM=128, BN=128, STAGES=2, num_warps=8)),
+        (1, 2, 1, 90, 150, 64, False, dict(D=64, BM=64, BN=128, STAGES=2, num_warps=8, DQ_T=True))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", WIDE, ids=["D128_gqa_causal_dqT", "D64_causal_128x128", "D64_full_ragged_dqT"])
+def test_sm90a_wide_configurations_on_emulated_sm80(config):
+    B, Hq, Hkv, N, Nkv, D, causal, cfg = config
+    q, k, v, do = _inputs(B, Hq, Hkv, N, Nkv, D, seed=N + D)
+    align = "top_left" if causal and N != Nkv else None
+    o, lse = attention_fwd(q, k, v, causal=causal, align=align)
+    out = attention_bwd(q, k, v, o, lse, do, causal=causal, align=align, backend="cuda:sm_80:emulated", config=cfg)
+    _assert_within_table(out, q, k, v, do, causal, align)
+    if D == 128:                    # the deterministic form: no DQ_T (no dQ in the dK/dV kernel), 128-row dQ blocks
+        out = attention_bwd(q, k, v, o, lse, do, causal=causal, align=align, deterministic=True,
+                            backend="cuda:sm_80:emulated", config={**cfg, "DQ_T": False},
+                            dq_tiles=dict(D=D, BM=128, BN=64, STAGES=2, num_warps=8))
+        _assert_within_table(out, q, k, v, do, causal, align)

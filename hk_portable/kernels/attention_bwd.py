@@ -7,7 +7,8 @@ With c = scale·log2(e), P = exp2(c·q kᵀ - log2(e)·lse) is recomputed per ti
   delta = rowsum(dO ∘ O)                       (a preprocessing kernel, f32 [B, Hq, N])
   dV = Pᵀ dO,   dP = dO vᵀ,   dS = P ∘ (dP - delta),   dK = scale · dSᵀ q,   dQ = scale · dS k.
 One kernel runs over key blocks and loops over every (query head of the group, query block) pair that can
-see the block, so dK and dV of a GQA key/value head are summed in registers, in a fixed order. dQ is
+see the block, so dK and dV of a GQA key/value head are summed in registers, in a fixed order; it computes the
+transposed products (keys as rows, FlashAttention-3's orientation), which every target's matrix unit can take. dQ is
 either added into an f32 accumulator with atomic adds from that kernel (fast; the summation order of dQ is
 unspecified) or, with deterministic=True, computed by a second kernel over query blocks that recomputes
 P and dP (no atomics: reruns are bitwise equal). P and dS are rounded to the input dtype as mma operands.
@@ -48,24 +49,46 @@ def _probabilities(scores, lse_row, keep):
     return hk.exp2(scores - (lse_row * LOG2E)[:, None])
 
 
+def _probabilities_t(scores_t, lse_col, keep_t):
+    """Pᵀ from Sᵀ (keys as rows, queries as columns): _probabilities with lse along the columns."""
+    lse_col = hk.where(lse_col == float("-inf"), INF, lse_col)
+    if keep_t is not None:
+        scores_t = hk.where(keep_t, scores_t, float("-inf"))
+    return hk.exp2(scores_t - (lse_col * LOG2E)[None, :])
+
+
 def _band_keep(like, row0, col0, shift, left, right):
     """The forward's mask rule for a tile whose first query row is row0 and first key column col0."""
     keep = hk.causal_mask(like, row0 + shift + right, col0)                  # j <= i + shift + right
     return keep & ~hk.causal_mask(like, row0 + shift - left - 1, col0)       # j >= i + shift - left
 
 
+def _band_keep_t(like, key0, query0, shift, left, right):
+    """The same rule for a transposed tile (first key row key0, first query column query0)."""
+    keep = ~hk.causal_mask(like, key0 - shift - right - 1, query0)           # i >= j - shift - right
+    return keep & hk.causal_mask(like, key0 - shift + left, query0)          # i <= j - shift + left
+
+
 @hk.kernel(num_warps=4)
 def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4],
                               dv: GL[4], dq_acc: GL[4], scale: float, shift: int, left: int, right: int, *,
                               D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
-                              ATOMIC_DQ: hk.const = True, STAGES: hk.const = 2):
-    j, h_kv, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+                              ATOMIC_DQ: hk.const = True, STAGES: hk.const = 2, DQ_T: hk.const = False):
+    """dK, dV of one key block (and dQ's atomic adds) in FlashAttention-3's orientation: the key block is the
+    rows of every product (Sᵀ = k qᵀ, dPᵀ = v dOᵀ, dV += Pᵀ dO, dK += dSᵀ q), so no product reads a transposed
+    register tile and each can run as a warpgroup mma with register A. dQ reads dSᵀ from shared memory:
+    dQ = (dSᵀ)ᵀ k, or with DQ_T its transpose kᵀ dSᵀ into dq_acc passed as a [B, Hq, D, N] view (D rows: a
+    128-row product where the query block has 64)."""
+    # key blocks last to first: under a causal mask a key block's work shrinks with its index, and a backend's block
+    # order assumes, as the forward's query blocks give it, that the work grows with the index (heaviest first)
+    j, h_kv, b = hk.num_blocks(0) - 1 - hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     n_q = q.shape[2]
     group = q.shape[1] // k.shape[1]
     k_s = hk.shared(ST[k.dtype, BN, D])
     v_s = hk.shared(ST[v.dtype, BN, D])
     q_s = hk.shared(ST[q.dtype, BM, D], stages=STAGES)
     do_s = hk.shared(ST[do.dtype, BM, D], stages=STAGES)
+    ds_s = hk.shared(ST[q.dtype, BN, BM]) if ATOMIC_DQ else None
     hk.load(k_s, k, (b, h_kv, j, 0))       # keys past Nkv read 0: their dQ terms are 0, their dK/dV rows dropped
     hk.load(v_s, v, (b, h_kv, j, 0))
     scale_log2 = scale * LOG2E
@@ -87,15 +110,22 @@ def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3
 
     def compute(t, s, dk_acc, dv_acc):
         h, i = head_and_block(t)
-        scores = hk.mma_ABt(q_s[s], k_s, hk.zeros(RT[f32, BM, BN])) * scale_log2
-        keep = _band_keep(scores, i * BM, j * BN, shift, left, right) if MASKED else None
-        p = _probabilities(scores, hk.load(RV[f32, BM], lse, (b, h, i), fill=INF), keep)
-        dv_acc = hk.mma_AtB(p.to(do.dtype), do_s[s], dv_acc)
-        dp = hk.mma_ABt(do_s[s], v_s, hk.zeros(RT[f32, BM, BN]))
-        ds = (p * (dp - hk.load(RV[f32, BM], delta, (b, h, i))[:, None])).to(q.dtype)
-        dk_acc = hk.mma_AtB(ds, q_s[s], dk_acc)
+        # each vector loaded ahead of the product it waits behind (lse: Sᵀ, delta: dPᵀ), in flight during it
+        lse_col = hk.load(RV[f32, BM], lse, (b, h, i), fill=INF)
+        scores_t = hk.mma_ABt(k_s, q_s[s], hk.zeros(RT[f32, BN, BM])) * scale_log2
+        keep_t = _band_keep_t(scores_t, j * BN, i * BM, shift, left, right) if MASKED else None
+        p_t = _probabilities_t(scores_t, lse_col, keep_t)
+        dv_acc = hk.mma(p_t.to(do.dtype), do_s[s], dv_acc)
+        delta_col = hk.load(RV[f32, BM], delta, (b, h, i))
+        dp_t = hk.mma_ABt(v_s, do_s[s], hk.zeros(RT[f32, BN, BM]))
+        ds_t = (p_t * (dp_t - delta_col[None, :])).to(q.dtype)
+        dk_acc = hk.mma(ds_t, q_s[s], dk_acc)
         if ATOMIC_DQ:
-            hk.atomic_add(dq_acc, hk.mma(ds, k_s, hk.zeros(RT[f32, BM, D])) * scale, (b, h, i, 0))
+            hk.store(ds_s, ds_t)
+            if DQ_T:
+                hk.atomic_add(dq_acc, hk.mma_AtB(k_s, ds_s, hk.zeros(RT[f32, D, BM])) * scale, (b, h, 0, i))
+            else:
+                hk.atomic_add(dq_acc, hk.mma_AtB(ds_s, k_s, hk.zeros(RT[f32, BM, D])) * scale, (b, h, i, 0))
         return dk_acc, dv_acc
 
     init = (hk.zeros(RT[f32, BN, D]), hk.zeros(RT[f32, BN, D]))
@@ -167,13 +197,27 @@ def fallbacks_for(d: int) -> list[dict]:
     return [c for c in smaller if c != base and min(c["BM"], c["BN"]) >= 16]
 
 
+def candidates(consts: dict, args: tuple = ()) -> list[dict]:
+    """The dK/dV kernel's legal configurations for these consts (D, MASKED, ATOMIC_DQ), widest first, the portable
+    baseline config_for(D) last; which one runs is the backend's (cuda on sm_90a: the first whose products all run
+    as warpgroup mma on a TMA ring). FA3's blocks: 128 keys on two warpgroups (64 rows each) against 64 queries,
+    dQ computed transposed (DQ_T: D = 128 rows where the query block has 64); at D = 64 also 128 queries with dQ
+    as it is (with DQ_T there, D = 64 rows are one warpgroup's: the second would repeat dQ's products)."""
+    d = consts["D"]
+    base = {**config_for(d), **consts}
+    wide = [dict(BM=64, BN=128, STAGES=2, num_warps=8, DQ_T=consts["ATOMIC_DQ"])]    # no dQ here: no DQ_T
+    if d <= 64:
+        wide.insert(0, dict(BM=128, BN=128, STAGES=2, num_warps=8))
+    return [{**base, **c} for c in wide] + [base]
+
+
 def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None) -> dict:
-    """The dK/dV kernel's configuration for a call with these arguments: config_for(D), or where the selected
-    target rejects its build, the first of fallbacks_for(D) it accepts (Kernel.choose_config)."""
+    """The dK/dV kernel's configuration for a call with these arguments: the backend's choice among candidates(),
+    or where the selected target rejects its build, the next it accepts, then fallbacks_for(D) (Kernel.choose_config)."""
     D = args[0].shape[-1]
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
     return attention_bwd_dkdv_kernel.choose_config(
-        lambda: [{**config_for(D), **flags}], *args, backend=backend, key=(D, masked, deterministic),
+        lambda: candidates(dict(D=D, **flags)), *args, backend=backend, key=(D, masked, deterministic),
         fallbacks=[{**c, **flags} for c in fallbacks_for(D)])
 
 
@@ -181,6 +225,20 @@ def dq_config_for(d: int) -> dict:
     """The deterministic dQ kernel's tiles: q, dO single-buffered, k, v double-buffered; 48 KiB at D = 64.
     At D = 128 key blocks of 16 (32 KiB): with 32 the masked bf16 kernel spilled 68 registers on sm_80."""
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=16, STAGES=2)
+
+
+def dq_candidates(consts: dict) -> list[dict]:
+    """The deterministic dQ kernel's legal configurations, the baseline dq_config_for(D) last: the forward's
+    128-row blocks on two warpgroups (its loop: two products into registers, one accumulating)."""
+    base = {**dq_config_for(consts["D"]), **consts}
+    return [{**base, **dict(BM=128, BN=64, STAGES=2, num_warps=8)}, base]
+
+
+def dq_config(args: tuple, masked: bool, backend=None) -> dict:
+    """The deterministic dQ kernel's configuration for a call (Kernel.choose_config over dq_candidates)."""
+    D = args[0].shape[-1]
+    return attention_bwd_dq_kernel.choose_config(lambda: dq_candidates(dict(D=D, MASKED=masked)), *args,
+                                                 backend=backend, key=(D, masked))
 
 
 def _named(fn, *args):
@@ -210,14 +268,15 @@ def _outputs(q, k, v, dq, dk, dv):
 
 def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, align: str | None = None,
                   scale: float | None = None, deterministic: bool = False, dq=None, dk=None, dv=None,
-                  dlse=None, backend=None):
+                  dlse=None, backend=None, config: dict | None = None, dq_tiles: dict | None = None):
     """Gradients (dq, dk, dv) of o = attention_fwd(q, k, v, ...) given dO = `do`, in the input dtype.
 
     o and lse are the forward's outputs (lse: f32 [B, Hq, N], natural log); the mask arguments and scale
     must be the forward's. dk, dv are summed over each GQA group of query heads. deterministic=True computes
     dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0.
     dlse: an upstream gradient of lse (f32 [B, Hq, N]), if the caller used it: d lse / d s = P, so it
-    enters as delta - dlse."""
+    enters as delta - dlse. config / dq_tiles: the dK/dV kernel's configuration (one of candidates()) and the
+    deterministic dQ kernel's (one of dq_candidates()) instead of the backend's choice (tests, benchmarks)."""
     _named(_check_fwd, q, k, v)
     B, Hq, N, D = q.shape
     _check_like("o", o, q.shape, q.dtype)
@@ -241,11 +300,15 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
         _check_like("dlse", dlse, (B, Hq, N), torch.float32)
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))    # [B, Hq, N]: rows with no key stay inert
     args = (q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right)
-    cfg = dkdv_config(args, masked, deterministic, backend)
+    flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
+    cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend)
+    if cfg.get("DQ_T"):                     # the kernel adds dQᵀ tiles: the accumulator viewed [B, Hq, D, N]
+        args = args[:8] + (dq_acc.transpose(-1, -2),) + args[9:]
     attention_bwd_dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
     if deterministic:
-        attention_bwd_dq_kernel(q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, grid=q_grid,
-                                backend=backend, **dq_config_for(D), MASKED=masked)
+        dq_args = (q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right)
+        dq_cfg = {**dq_tiles, "MASKED": masked} if dq_tiles else dq_config(dq_args, masked, backend)
+        attention_bwd_dq_kernel(*dq_args, grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B), backend=backend, **dq_cfg)
     else:
         attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=rows)
     return outs["dq"], outs["dk"], outs["dv"]

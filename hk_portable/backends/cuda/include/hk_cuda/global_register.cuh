@@ -73,16 +73,33 @@ HK_DEV void load(rt<T, R, C>& dst, const gl<U, RANK>& g, float fill, I... idx) {
     else load_rows<false, T, U>(dst, g, o, fv);
 }
 
-template <class T, class U, int N, class AX, class L, int RANK, class... I>
-HK_DEV void load(rv<T, N, AX, L>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+// A vector's elements from one pointer, at this lane's first element: with unit stride every other element is an
+// immediate offset from it (pos(i) - pos(0) is a constant >= 0 in every layout). Per-element 64-bit addresses and
+// columns were computed ahead by the compiler and held: a 64-long column vector's 16 held 32-64 registers across
+// the attention backward's products, which spilled for them.
+template <bool UNIT, class T, class U, int N, class AX, class L, class O>
+HK_DEV void load_vector(rv<T, N, AX, L>& dst, const U* p, const O& o, T fv) {
     typedef rv<T, N, AX, L> RV_;
-    origin<1, U, RANK> o(g, 1, N, idx...);
-    const T fv = convert<T>(fill);
+    const long long cs = UNIT ? 1 : unhoisted(o.cstride);
+    const int c0 = RV_::pos(0);
+    const U* p0 = p + c0 * cs;
+    // element i is inside iff pos(i) - c0 < climit (offsets from the first are >= 0): one 64-bit bound, not a
+    // 64-bit column per element held for the compares (lane_cols' scheme)
+    const long long climit = o.row_ok(0) && o.col0 >= 0 ? o.ncols - o.col0 - c0 : 0;
 #pragma unroll
     for (int i = 0; i < RV_::SIZE; ++i) {
-        const int c = RV_::pos(i);
-        dst.d[i] = (RV_::held(i) && o.row_ok(0) && o.col_ok(c)) ? convert<T>(*o.at(g, 0, c)) : fv;
+        const int off = RV_::pos(i) - c0;
+        dst.d[i] = RV_::held(i) && off < climit ? convert<T>(p0[off * cs]) : fv;
     }
+}
+
+template <class T, class U, int N, class AX, class L, int RANK, class... I>
+HK_DEV void load(rv<T, N, AX, L>& dst, const gl<U, RANK>& g, float fill, I... idx) {
+    origin<1, U, RANK> o(g, 1, N, idx...);
+    const T fv = convert<T>(fill);
+    const U* p = g.ptr + (o.base + o.col0 * o.cstride);
+    if (o.cstride == 1) load_vector<true>(dst, p, o, fv);
+    else load_vector<false>(dst, p, o, fv);
 }
 
 // ---- registers / ST -> GL (converting to the tensor dtype; out-of-bounds elements dropped)
@@ -164,22 +181,39 @@ HK_DEV void store(const gl<U, RANK>& g, const rv<T, N, AX, L>& src, I... idx) {
 }
 
 // ---- atomics (f32): each element added once per block
+// One row pointer per row a lane holds (load_rows' scheme): with unit stride, columns are immediate offsets
+// from it, not 64-bit offsets per element that a loop around the adds would hoist and hold.
+template <bool UNIT, int R, int C, class O, class G>
+HK_DEV void atomic_rows(const G& g, const O& o, const rt<float, R, C>& src) {
+    typedef rt<float, R, C> RT_;
+    const lane_cols<float, 0> lc(o);
+    const long long cs = UNIT ? 1 : unhoisted(o.cstride);
+#pragma unroll
+    for (int k = 0; k < RT_::SLOTS; ++k) {
+        if (!RT_::L::valid(k)) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = RT_::L::row(k, h);
+            if (!o.row_ok(r)) continue;
+            // the row's offset opaque: else base + (lane + column) is split and the 64-bit sums are held
+            float* rp = g.ptr + unhoisted(o.base + (o.row0 + r) * o.rstride + (o.col0 + lc.lane_c) * o.cstride);
+#pragma unroll
+            for (int j = 0; j < RT_::CB; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const long long c = UNIT ? j * 8 + e : (long long)(j * 8 + e) * cs;
+                    if (j * 8 + e < lc.climit) atomicAdd(rp + c, src.d[RT_::idx(k, j, 2 * h + e)]);
+                }
+        }
+    }
+}
 template <int R, int C, int RANK, class... I>
 HK_DEV void atomic_add(const gl<float, RANK>& g, const rt<float, R, C>& src, I... idx) {
     typedef rt<float, R, C> RT_;
     if (!RT_::L::primary()) return;
     origin<2, float, RANK> o(g, R, C, idx...);
-#pragma unroll
-    for (int k = 0; k < RT_::SLOTS; ++k) {
-        if (!RT_::L::valid(k)) continue;
-#pragma unroll
-        for (int j = 0; j < RT_::CB; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = RT_::L::row(k, e >> 1), c = RT_::col(j, e);
-                if (o.row_ok(r) && o.col_ok(c)) atomicAdd(o.at(g, r, c), src.d[RT_::idx(k, j, e)]);
-            }
-    }
+    if (o.cstride == 1) atomic_rows<true>(g, o, src);
+    else atomic_rows<false>(g, o, src);
 }
 template <int N, class AX, class L, int RANK, class... I>
 HK_DEV void atomic_add(const gl<float, RANK>& g, const rv<float, N, AX, L>& src, I... idx) {

@@ -12,6 +12,16 @@ constexpr int NUM_THREADS = HK_NUM_WARPS * 32;
 HK_DEV int lane_id() { return threadIdx.x & 31; }
 HK_DEV int warp_id() { return threadIdx.x >> 5; }
 
+// x, through an identity the compiler cannot see through: addresses made from it inside a loop are computed where
+// they are used, not hoisted out of the loop and held in registers (or spilled) across a pipeline's compute region.
+template <class X> HK_DEV X unhoisted(X x) {
+#ifdef HK_PTX
+    if constexpr (sizeof(X) == 8) asm volatile("mov.b64 %0, %0;" : "+l"(x));
+    else asm volatile("mov.b32 %0, %0;" : "+r"(x));
+#endif
+    return x;
+}
+
 // The block's tile indices: the grid's order is tile_order.cuh's (HK_BLOCK_GROUPED, HK_DISPATCH_AXIS).
 template <int A> HK_DEV int block_idx() {
     if constexpr (HK_BLOCK_GROUPED && A < 2) {

@@ -50,6 +50,8 @@ template <class T, int R, int C>
 HK_DEV void store(const st<T, R, C>& dst, const rt<T, R, C>& src) {
     typedef rt<T, R, C> RT_;
     if (!RT_::L::primary()) return;                 // replicas hold the same values: one writer
+    // the swizzled offsets are the same in every call: computed here, not held from before a loop around the store
+    const int z = unhoisted(0);
 #pragma unroll
     for (int k = 0; k < RT_::SLOTS; ++k) {
         if (!RT_::L::valid(k)) continue;
@@ -57,7 +59,7 @@ HK_DEV void store(const st<T, R, C>& dst, const rt<T, R, C>& src) {
         for (int j = 0; j < RT_::CB; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                T* p = dst.at(RT_::L::row(k, h), RT_::col(j, 0));
+                T* p = dst.at(RT_::L::row(k, h) + z, RT_::col(j, 0));
                 if constexpr (is16<T>::value) {
                     *reinterpret_cast<u32*>(p) = pack2(src.d[RT_::idx(k, j, 2 * h)], src.d[RT_::idx(k, j, 2 * h + 1)]);
                 } else {

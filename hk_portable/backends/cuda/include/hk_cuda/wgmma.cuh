@@ -84,12 +84,22 @@ HK_DEV void wgmma_step(float* d, const st<TA_, AR, AC>& a, const st<TB_, BR, BC>
     else wgmma_op<TA_, N>::template run<TA ? 1 : 0, TB ? 0 : 1>(d, da, db);
 }
 
+// A shared operand's descriptors computed where the wgmma is issued: of a buffer loaded once before a loop (the
+// attention backward's K and V) they are the same in every iteration, and hoisted out of it they held a register
+// each per k-step across the loop (about 20 at D = 128), which spilled next to dK's and dV's accumulators.
+template <class T, int R, int C> HK_DEV st<T, R, C> issued_here(const st<T, R, C>& s) {
+    return st<T, R, C>{unhoisted(s.ptr)};
+}
+template <class X> HK_DEV const X& issued_here(const X& x) { return x; }
+
 // dst += op(a) op(b) in k-steps of 32 bytes: each warpgroup issues one m64nNk16 (k32 for fp8) per k-step
 // and slot.
 // MODE 0: shared operands may have just been written by any thread (generic proxy): fence and barrier
 // first. MODE 1/2: a pipeline published them. MODE 2 leaves the group in flight (the pipeline retires it).
 template <bool TA, bool TB, int K, int MODE, int M, int N, class AOp, class BOp>
-HK_DEV void mma_wgmma(rt<float, M, N>& dst, const AOp& a, const BOp& b) {
+HK_DEV void mma_wgmma(rt<float, M, N>& dst, const AOp& a_in, const BOp& b_in) {
+    const auto& a = issued_here(a_in);
+    const auto& b = issued_here(b_in);
     typedef rt<float, M, N> ACC;
     typedef typename BOp::dtype T;
     if constexpr (MODE == 0) {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 36 (attention backward at FlashAttention-3's level on Hopper) on one H100/H200, in one device call of about
+# 8 minutes: install, the static figures of what sm_90a builds (benchmarks/attention_bwd_static.py: configuration,
+# registers, spills, wgmma), the cuda conformance cases of attention_bwd (and attention_fwd's, as the device library
+# changed under both), `hk bench` of the backward against SDPA's cuDNN and flash backwards side by side at the
+# issue's shapes (two timing methods, `agree`), spot checks of what else the library change reaches (the forward at
+# D64/D128 N4096 against cuDNN, the 8192^3 GEMM in four layouts against cuBLAS), and the Llama block's training step. Results under $OUT (8 files at most); a summary last.
+#
+#   run (device tool): carry [".whl"], command: bash benchmarks/attention_bwd_check.sh
+#   STEPS picks steps (default: env static conformance bwd fwd gemm block; the limits add up past the tool's 600 s,
+#   the usual run should take 6-7 minutes: where it is cut, rerun the rest on the warm machine, e.g. STEPS="gemm block");
+#   BWD_K narrows the backward cases (default "attention_bwd": all eleven).
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-$(mktemp -d)}
+export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
+STEPS=${STEPS:-"env static conformance bwd fwd gemm block"}
+SUMMARY="$OUT/summary.txt"
+LOG="$OUT/log.txt"
+touch "$SUMMARY" "$LOG"
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+step() {    # step NAME LIMIT CMD...: run with a time limit into log.txt; status and duration into the summary
+    local name=$1 limit=$2; shift 2
+    want "$name" || return 0
+    local t0=$(date +%s)
+    echo "=== $name (limit ${limit}s) ===" >> "$LOG"
+    timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1
+    local rc=$?
+    note "$(printf '%-12s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")"
+}
+
+source benchmarks/device_install.sh
+cat "$OUT/env.txt" >> "$LOG" && rm -f "$OUT/env.txt"     # 8 files come back at most
+
+if want env; then
+    { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
+      python3 -c 'import torch, cupy; from hk_portable.backends.cuda import compiler
+print("torch", torch.__version__, "cupy", cupy.__version__, "nvrtc", compiler.nvrtc_version(), torch.cuda.get_device_name())'
+    } 2>&1 | tee -a "$SUMMARY"
+fi
+step static 120 python3 benchmarks/attention_bwd_static.py --json "$OUT/static.json"
+step conformance 150 $HK conformance --backend cuda -k "${CONFORMANCE_K:-kernel/attention_bwd,kernel/attention_fwd}" --json "$OUT/conformance.json"
+step bwd 200 $HK bench -k "${BWD_K:-attention_bwd}" --budget 0.5 --json "$OUT/bench_bwd.json"
+step fwd 60 $HK bench -k "attention_fwd B4 H16 N4096 D" --budget 0.5 --json "$OUT/bench_fwd.json"
+step gemm 60 $HK bench -k "gemm bf16 8192x8192x8192" --budget 0.5 --json "$OUT/bench_gemm.json"
+step block 120 $HK bench -k "llama block train" --json "$OUT/bench_block.json"
+
+# the tables (the reply carries the end of the output)
+grep -E "attention_bwd_static:|CONFORMS|FAILED|failed " "$LOG" | tail -20
+for f in bench_bwd bench_fwd bench_gemm bench_block; do
+    [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for e in r["results"]:
+    if "error" in e:
+        print(f"{e['name']:52} ERROR {e['error'][:100]}"); continue
+    ratios = " ".join(f"{k.split()[1] if len(k.split()) > 1 else k}={v:5.2f}"
+                      for k, v in e.get("ratios_hk_over_each_baseline", {}).items())
+    print(f"{e['name']:52} hk {e['hk']['rate']:8.4g} {e['unit']:8} x {ratios}  agree={e['hk']['agree']} "
+          f"ms={e['hk'].get('ms', float('nan')):.3f} err={e['rel_error']:.1e}")
+PY
+done
+cat "$SUMMARY"
