@@ -10,36 +10,8 @@
 #   STEPS picks steps (default: env static conformance bwd fwd gemm block; the limits add up past the tool's 600 s,
 #   the usual run should take 6-7 minutes: where it is cut, rerun the rest on the warm machine, e.g. STEPS="gemm block");
 #   BWD_K narrows the backward cases (default "attention_bwd": all eleven).
-set -u -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-$(mktemp -d)}
-export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
 STEPS=${STEPS:-"env static conformance bwd fwd gemm block"}
-SUMMARY="$OUT/summary.txt"
-LOG="$OUT/log.txt"
-touch "$SUMMARY" "$LOG"
-
-note() { echo "$*" | tee -a "$SUMMARY"; }
-want() { [[ " $STEPS " == *" $1 "* ]]; }
-step() {    # step NAME LIMIT CMD...: run with a time limit into log.txt; status and duration into the summary
-    local name=$1 limit=$2; shift 2
-    want "$name" || return 0
-    local t0=$(date +%s)
-    echo "=== $name (limit ${limit}s) ===" >> "$LOG"
-    timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1
-    local rc=$?
-    note "$(printf '%-12s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")"
-}
-
-source benchmarks/device_install.sh
-cat "$OUT/env.txt" >> "$LOG" && rm -f "$OUT/env.txt"     # 8 files come back at most
-
-if want env; then
-    { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
-      python3 -c 'import torch, cupy; from hk_portable.backends.cuda import compiler
-print("torch", torch.__version__, "cupy", cupy.__version__, "nvrtc", compiler.nvrtc_version(), torch.cuda.get_device_name())'
-    } 2>&1 | tee -a "$SUMMARY"
-fi
+source benchmarks/device_steps.sh
 step static 120 python3 benchmarks/attention_bwd_static.py --json "$OUT/static.json"
 step conformance 150 $HK conformance --backend cuda -k "${CONFORMANCE_K:-kernel/attention_bwd,kernel/attention_fwd}" --json "$OUT/conformance.json"
 step bwd 200 $HK bench -k "${BWD_K:-attention_bwd}" --budget 0.5 --json "$OUT/bench_bwd.json"

@@ -13,36 +13,8 @@
 #   wheels of transformers 5.25.0 and its dependencies but numpy, filelock, fsspec and typing_extensions, which the
 #   image has: pip download --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
 #   --platform manylinux_2_17_x86_64 -d .whl/hf transformers==5.25.0, then delete those four)
-set -u -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-$(mktemp -d)}
-export HK_CACHE_DIR=${HK_CACHE_DIR:-/tmp/hk-cache}
 STEPS=${STEPS:-"env precompile correct conformance gemm host hostprof first block generate genprof"}
-SUMMARY="$OUT/summary.txt"
-LOG="$OUT/log.txt"
-touch "$SUMMARY" "$LOG"
-
-note() { echo "$*" | tee -a "$SUMMARY"; }
-want() { [[ " $STEPS " == *" $1 "* ]]; }
-step() {    # step NAME LIMIT CMD...: run with a time limit into log.txt; status and duration into the summary
-    local name=$1 limit=$2; shift 2
-    want "$name" || return 0
-    local t0=$(date +%s)
-    echo "=== $name (limit ${limit}s) ===" >> "$LOG"
-    timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1
-    local rc=$?
-    note "$(printf '%-12s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")"
-}
-
-source benchmarks/device_install.sh
-cat "$OUT/env.txt" >> "$LOG" && rm -f "$OUT/env.txt"     # 8 files come back at most
-
-if want env; then
-    { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
-      python3 -c 'import torch, cupy; from hk_portable.backends.cuda import compiler
-print("torch", torch.__version__, "cupy", cupy.__version__, "nvrtc", compiler.nvrtc_version(), torch.cuda.get_device_name())'
-    } 2>&1 | tee -a "$SUMMARY"
-fi
+source benchmarks/device_steps.sh
 step precompile 300 python3 benchmarks/model_precompile.py --json "$OUT/precompile.json"
 step correct 300 python3 benchmarks/layout_check.py --json "$OUT/layout_check.json"
 step conformance 300 $HK conformance --backend cuda -k "${CONFORMANCE_K:-kernel/gemm/}" --json "$OUT/conformance_gemm.json"
