@@ -188,35 +188,21 @@ def built_file(dest: Path, build, root: Path | None) -> Path:
     """The path of a verified `dest`, built by build(tmp_dir) -> file first where it is missing or fails its
     check. `root`: the cache directory dest lies under (every level checked), or None for a private one. Returns
     where the file is: dest, or its place in the private directory when the cache cannot take it."""
-    if trusted(dest, root) and verify(dest):
-        return dest
-    place, tmp = _start_build(dest, root, verify)
-    if tmp is None:
-        return place
-    try:
-        out = Path(build(tmp))
+    def publish(out: Path, place: Path, tmp: Path) -> None:
         Path(str(out) + SIDECAR).write_text(_digest(out.read_bytes()) + "\n")
         os.replace(out, place)                  # the file first: a reader of the old sidecar sees a mismatch and
         os.replace(str(out) + SIDECAR, str(place) + SIDECAR)   # rebuilds; racing builders both win
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return place
+    return _built(dest, build, root, verify, publish)
 
 
 def built_dir(dest: Path, build, root: Path | None) -> Path:
     """built_file for a directory of files (build(tmp_dir) -> dir), with one manifest listing every file's size
     and sha256; a directory that fails is moved aside and rebuilt."""
-    if trusted(dest, root) and verify_dir(dest):
-        return dest
-    place, tmp = _start_build(dest, root, verify_dir)
-    if tmp is None:
-        return place
-    try:
-        out = Path(build(tmp))
+    def publish(out: Path, place: Path, tmp: Path) -> None:
         files = {p.name: _digest(p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()}
         (out / MANIFEST).write_text(json.dumps(files))
         if verify_dir(place):                   # a racing builder finished first: keep its directory, which
-            return place                        # other processes may be loading from
+            return                              # other processes may be loading from
         if os.path.lexists(place):
             os.replace(place, tmp / "old")      # a bad one, moved aside atomically and removed with tmp
         try:
@@ -224,6 +210,19 @@ def built_dir(dest: Path, build, root: Path | None) -> Path:
         except OSError:
             if not verify_dir(place):           # lost the race to a process that moved its directory first
                 raise
+    return _built(dest, build, root, verify_dir, publish)
+
+
+def _built(dest: Path, build, root: Path | None, check, publish) -> Path:
+    """dest where it passes `check`, else built by build(tmp) in a fresh build directory and put in place by
+    publish(out, place, tmp): built_file's and built_dir's common frame."""
+    if trusted(dest, root) and check(dest):
+        return dest
+    place, tmp = _start_build(dest, root, check)
+    if tmp is None:
+        return place
+    try:
+        publish(Path(build(tmp)), place, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return place
