@@ -9,7 +9,6 @@ call either (each costs ~0.1 us of a ~5 us budget)."""
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 from typing import Any, Callable
 

@@ -67,7 +67,7 @@ def emulation_source(emitted, shared_bytes: int) -> str:
         "inline float hk_emu::half_to_float(unsigned short h, bool is_f16) {",
         "  return is_f16 ? hk::float_from_f16_bits(h) : hk::float_from_bf16_bits(h);",
         "}",
-        f"static_assert(sizeof(hk::gl<float, 2>) == 32 && sizeof(hk::gl<float, 3>) == 48, \"gl ABI\");",
+        "static_assert(sizeof(hk::gl<float, 2>) == 32 && sizeof(hk::gl<float, 3>) == 48, \"gl ABI\");",
         'extern "C" int hk_emu_launch(const unsigned char* params, int gx, int gy, int gz) {',
         *unpack,
         f"  return hk_emu::run_grid(gx, gy, gz, {emitted.num_threads}, {max(shared_bytes, 128)}, [&] {{",
