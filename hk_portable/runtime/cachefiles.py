@@ -177,11 +177,31 @@ def _start_build(dest: Path, root: Path | None, done) -> tuple[Path, Path | None
             sweep_stale(parent)
             return dest, Path(tempfile.mkdtemp(prefix=".build-", dir=parent))
         except (OSError, UnsafeCacheDir, ValueError):
-            dest = private_dir() / dest.relative_to(root)
+            dest = _private_place(dest, root)
             if done(dest):
                 return dest, None
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     return dest, Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
+
+
+def _private_place(dest: Path, root: Path) -> Path:
+    """Where dest goes in the private directory when the cache at root cannot take it: the same relative path."""
+    return private_dir() / dest.relative_to(root)
+
+
+def found(dest: Path, root: Path | None, check=None) -> Path | None:
+    """Where a build of dest that passes `check` (default: verify) already is, without building: dest, or its
+    private place (a cache that could not take it); None where neither is."""
+    check = check or verify
+    if trusted(dest, root) and check(dest):
+        return dest
+    if root is None:
+        return None
+    try:
+        private = _private_place(dest, root)
+    except ValueError:
+        return None
+    return private if check(private) else None
 
 
 def built_file(dest: Path, build, root: Path | None) -> Path:

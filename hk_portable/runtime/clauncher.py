@@ -205,10 +205,7 @@ def ensure_built(p: Path, build_fn, build_if_missing: bool) -> Path | None:
     allowed (else None). Also op replay's."""
     root = _root()[1]
     if not build_if_missing:
-        if root is not None and cachefiles.trusted(p, root) and cachefiles.verify(p):
-            return p
-        private = cachefiles.private_dir() / "launcher" / p.name
-        return private if cachefiles.verify(private) else None
+        return cachefiles.found(p, root)
 
     def build(tmp: Path) -> Path:
         build_fn(tmp / p.name)
