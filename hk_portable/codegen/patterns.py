@@ -36,28 +36,58 @@ def folded_scales(program: Program, accepts: Callable[[Value], bool]) -> dict[Op
         if (op.opcode != "binary" or op.attrs["op"] != "mul" or op.result.type.dtype.name != "f32"
                 or not accepts(op.result)):
             continue
-        for x, s in (op.operands, op.operands[::-1]):
-            sp = producers.get(s)
-            if sp is not None and sp.opcode == "splat" and x is not s:
-                break
-        else:
+        scaled, readers = _by_splat(op, producers), _softmax_readers(op.result, uses, producers)
+        if scaled is None or readers is None:
             continue
-        c = sp.operands[0]
-        users = uses.get(op.result, [])
-        red = [u for u in users if u.opcode == "reduce" and u.attrs["op"] == "max" and u.attrs["axis"] == "row"]
-        sub = [u for u in users if u.opcode == "binary" and u.attrs["op"] == "sub" and u.operands[0] is op.result
-               and u.operands[1] is not op.result]
-        if len(users) != 2 or len(red) != 1 or len(sub) != 1:
-            continue
-        b = producers.get(sub[0].operands[1])
-        after = uses.get(sub[0].result, [])
-        if (b is None or b.opcode != "broadcast" or b.attrs["axis"] != "row"
-                or len(after) != 1 or after[0].opcode != "unary" or after[0].attrs["op"] != "exp2"):
-            continue
-        out[op] = (red[0], sub[0])
-        out[red[0]] = (x, c)
-        out[sub[0]] = (x, c, b.operands[0])
+        (x, c), (red, sub, v) = scaled, readers
+        out.update({op: (red, sub), red: (x, c), sub: (x, c, v)})
     return out
+
+
+def masked_scales(program: Program, accepts: Callable[[Value], bool]) -> dict[Op, tuple]:
+    """folded_scales through a select that masks the scaled tile with -inf (attention's edge tiles):
+    `w = where(mask, x * c, -inf)`, the mul read only by the select, w read as folded_scales' s is. The select
+    takes x unscaled (-inf * c is -inf for the 0 < c < inf hk::reduce_scaled folds; any other c takes its unfolded
+    path at run time, as for the unmasked fold). {mul: (reduce, sub), reduce: (w, c), sub: (w, c, v), where: (x,)}."""
+    uses, producers = uses_and_producers(program)
+    out: dict[Op, tuple] = {}
+    for op in program.body.walk():
+        if op.opcode != "where" or op.result.type.dtype.name != "f32" or not accepts(op.result):
+            continue
+        mul, fill = producers.get(op.operands[1]), producers.get(op.operands[2])
+        if (mul is None or mul.opcode != "binary" or mul.attrs["op"] != "mul" or uses.get(mul.result) != [op]
+                or fill is None or fill.opcode != "fill" or fill.attrs["value"] != float("-inf")):
+            continue
+        scaled, readers = _by_splat(mul, producers), _softmax_readers(op.result, uses, producers)
+        if scaled is None or readers is None:
+            continue
+        (x, c), (red, sub, v) = scaled, readers
+        out.update({mul: (red, sub), red: (op.result, c), sub: (op.result, c, v), op: (x,)})
+    return out
+
+
+def _by_splat(mul: Op, producers: dict) -> tuple[Value, Value] | None:
+    """(x, c) for a mul of a tile x by a splat of the scalar c (either order, the first found), else None."""
+    for x, s in (mul.operands, mul.operands[::-1]):
+        sp = producers.get(s)
+        if sp is not None and sp.opcode == "splat" and x is not s:
+            return x, sp.operands[0]
+    return None
+
+
+def _softmax_readers(s: Value, uses: dict, producers: dict) -> tuple[Op, Op, Value] | None:
+    """(row max op, sub op, v) where s is read only by a row max and by `s - v[:, None]` whose one use is exp2."""
+    users = uses.get(s, [])
+    red = [u for u in users if u.opcode == "reduce" and u.attrs["op"] == "max" and u.attrs["axis"] == "row"]
+    sub = [u for u in users if u.opcode == "binary" and u.attrs["op"] == "sub" and u.operands[0] is s
+           and u.operands[1] is not s]
+    if len(users) != 2 or len(red) != 1 or len(sub) != 1:
+        return None
+    b, after = producers.get(sub[0].operands[1]), uses.get(sub[0].result, [])
+    if (b is None or b.opcode != "broadcast" or b.attrs["axis"] != "row"
+            or len(after) != 1 or after[0].opcode != "unary" or after[0].attrs["op"] != "exp2"):
+        return None
+    return red[0], sub[0], b.operands[0]
 
 
 def use_counts(program: Program, carried: int = 1) -> dict[Value, int]:

@@ -52,40 +52,10 @@ def lazy_rescales(program: Program, lay: dict) -> dict[Op, tuple[Value, Value]]:
 
 def folded_scales(program: Program, lay: dict) -> dict[Op, tuple]:
     """codegen.patterns.folded_scales on transposed-fragment tiles (hk::reduce_scaled, hk::fms_rows there), and
-    the same fold through a select that masks the scaled tile with -inf (attention's edge tiles): `masked_scales`."""
+    the same fold through a select that masks the scaled tile with -inf (attention's edge tiles):
+    codegen.patterns.masked_scales."""
     tfrag = lambda v: isinstance(lay.get(v), TFragment)     # noqa: E731
-    return {**common.folded_scales(program, tfrag), **masked_scales(program, tfrag)}
-
-
-def masked_scales(program: Program, accepts) -> dict[Op, tuple]:
-    """`w = where(mask, x * c, -inf)` (c a splat scalar) read only by a row max and by `w - v[:, None]` whose one use
-    is exp2: the select takes x unscaled (-inf * c is -inf for the 0 < c < inf hk::reduce_scaled folds; any other
-    c takes its unfolded path at run time, as for the unmasked fold), the row max scales once and the difference is
-    one fma, as codegen.patterns.folded_scales. {mul: (reduce, sub), reduce: (w, c), sub: (w, c, v), where: (x,)}."""
-    uses, producers = common.uses_and_producers(program)
-    out: dict[Op, tuple] = {}
-    for op in program.body.walk():
-        if op.opcode != "where" or op.result.type.dtype.name != "f32" or not accepts(op.result):
-            continue
-        mul, fill = producers.get(op.operands[1]), producers.get(op.operands[2])
-        if (mul is None or mul.opcode != "binary" or mul.attrs["op"] != "mul" or uses.get(mul.result) != [op]
-                or fill is None or fill.opcode != "fill" or fill.attrs["value"] != float("-inf")):
-            continue
-        split = [(x, producers.get(c)) for x, c in (mul.operands, mul.operands[::-1]) if x is not c]
-        split = [(x, sp) for x, sp in split if sp is not None and sp.opcode == "splat"]
-        users = uses.get(op.result, [])
-        red = [u for u in users if u.opcode == "reduce" and u.attrs["op"] == "max" and u.attrs["axis"] == "row"]
-        sub = [u for u in users if u.opcode == "binary" and u.attrs["op"] == "sub" and u.operands[0] is op.result
-               and u.operands[1] is not op.result]
-        if not split or len(users) != 2 or len(red) != 1 or len(sub) != 1:
-            continue
-        b, after = producers.get(sub[0].operands[1]), uses.get(sub[0].result, [])
-        if (b is None or b.opcode != "broadcast" or b.attrs["axis"] != "row"
-                or len(after) != 1 or after[0].opcode != "unary" or after[0].attrs["op"] != "exp2"):
-            continue
-        (x, sp), c = split[0], split[0][1].operands[0]
-        out.update({mul: (red[0], sub[0]), red[0]: (op.result, c), sub[0]: (op.result, c, b.operands[0]), op: (x,)})
-    return out
+    return {**common.folded_scales(program, tfrag), **common.masked_scales(program, tfrag)}
 
 
 # ------------------------------------------------------------------------------------ interleaved mma
