@@ -350,6 +350,7 @@ def _plan(monkeypatch, stub, compiled: bool, device_index: int = -1):
     """A LaunchPlan on the fake driver (CPU tensors are on device -1), with or without the compiled launcher."""
     monkeypatch.setattr(driver, "cudrv", fake_cuda.FakeCudrv(stub.launch))
     fmt, size, params = abi.param_layout(PARAMS)
+    params[1]["stored"] = True                          # y: an output, as the backend marks one it stores to
     art = Artifact(backend="cuda", target="sm_90a", kernel_name="k", program_hash="0", binary=b"cubin",
                    launch={"threads": 128, "shared_bytes": 0, "params": params, "param_format": fmt,
                            "param_size": size})
@@ -387,6 +388,22 @@ def test_errors_are_the_python_paths(case, mod, stub, monkeypatch):
         assert stub.get("rec_calls").value == before, "a refused launch reached the driver"
         messages.append(str(e.value))
     assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("shared", [lambda y: y[:, :, :1].expand(2, 2, 2),
+                                    lambda y: torch.zeros(8).as_strided((2, 2, 2), (2, 1, 1))])
+def test_the_compiled_launcher_refuses_an_output_whose_elements_share_memory(shared, mod, stub, monkeypatch):
+    """Kernel.__call__ checks outputs before the Python launch; the compiled fast path launches without
+    Python, so its launcher refuses such an output itself and the plan explains it in check_outputs' words."""
+    plan = _plan(monkeypatch, stub, True)
+    before = stub.get("rec_calls").value
+    y = shared(torch.zeros(2, 2, 2))
+    with pytest.raises(ArgumentError, match="k: output 'y' .* has a zero or overlapping stride"):
+        plan.launch([torch.zeros(4, 4, dtype=torch.bfloat16), y, 1, 1.0], (1, 1, 1), 0, "k")
+    assert stub.get("rec_calls").value == before, "a refused launch reached the driver"
+    plan.launch([torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 2, 2).transpose(0, 2), 1, 1.0],
+                (1, 1, 1), 0, "k")
+    assert stub.get("rec_calls").value == before + 1
 
 
 def test_wrong_device_message_names_the_device(mod, stub, monkeypatch):
@@ -516,6 +533,12 @@ def test_kernel_call_through_the_fast_path(compiled, mod, stub, monkeypatch):
         assert stub.get("rec_stream", ctypes.c_void_p).value == 0x99
     (hit,) = [v for v in scaled._launches.values() if v[0] is be]
     assert (hit[2] is not None) == compiled
+    before = stub.get("rec_calls").value
+    for shared in (y[:, :1].expand(32, 16), y.as_strided((32, 16), (1, 1))):   # same signature, shared elements
+        with pytest.raises(ArgumentError, match=r"output 'y' \(shape \(32, 16\), stride .*share memory"):
+            scaled(x, shared, 3, 0.5, grid=(2,), backend=be)
+    scaled(x, torch.empty(16, 32).t(), 3, 0.5, grid=(2,), backend=be)            # transposed: distinct, launched
+    assert stub.get("rec_calls").value == before + 1
     with pytest.raises(ArgumentError, match="argument 'n' must be an int32 Python int, got 2147483648"):
         scaled(x, y, 2**31, 0.5, grid=(2,), backend=be)
     with pytest.raises(ArgumentError, match="argument 'n' must be an int32 Python int"):

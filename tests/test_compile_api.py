@@ -39,6 +39,8 @@ def test_emulated_and_compile_only_targets_are_different_artifacts():
     b = gemm_kernel.compile(*_gemm_args(), backend="hip:gfx942")
     assert a.target == b.target == "gfx942" and a.source == b.source
     assert a is not b                           # keyed by target.spec: the emulated one runs on the CPU
+    # target= takes the spelling the "no target" error lists ('gfx942:emulated') as backend= does
+    assert gemm_kernel.compile(*_gemm_args(), backend="hip", target="gfx942:emulated") is a
 
 
 def test_cuda_artifact_has_ptx():

@@ -163,15 +163,17 @@ LAUNCHER_KIND = {"gl": 0, "i32": 1}        # any other scalar kind: 2 (a float, 
 
 def launcher_params(params: Sequence[dict]) -> tuple:
     """param_layout's descriptions as the compiled launcher takes them: per parameter (kind code, offset,
-    rank, offset of shape[0], offset of stride[0]); kind 0 a gl, 1 an int32, 2 a float32."""
+    rank, offset of shape[0], offset of stride[0], stored); kind 0 a gl, 1 an int32, 2 a float32; stored 1 for
+    a gl the kernel stores to (the launcher refuses one whose elements share memory)."""
     out = []
     for d in params:
         kind = LAUNCHER_KIND.get(d["kind"], 2)
         if kind == 0:
             _, shape, stride = gl_offsets(d["rank"])
-            out.append((0, d["offset"], d["rank"], d["offset"] + shape, d["offset"] + stride))
+            out.append((0, d["offset"], d["rank"], d["offset"] + shape, d["offset"] + stride,
+                        int(d.get("stored", False))))
         else:
-            out.append((kind, d["offset"], 0, d["offset"], d["offset"]))
+            out.append((kind, d["offset"], 0, d["offset"], d["offset"], 0))
     return tuple(out)
 
 

@@ -106,6 +106,8 @@ class Backend(abc.ABC):
         compile-only target and an emulated one of the same arch (None: the first listed)."""
         if isinstance(arch, Target):
             return arch
+        if isinstance(arch, str) and arch.endswith(":emulated"):     # the spelling the error below lists
+            arch, emulated = arch[:-len(":emulated")], True if emulated is None else emulated
         if arch is None and emulated is None:
             return self.default_target()
         for t in self.targets():

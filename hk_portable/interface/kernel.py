@@ -187,11 +187,19 @@ def check_outputs(name: str, params, runtime, stored: tuple[int, ...]) -> None:
     """ArgumentError when a tensor the kernel stores to has a zero stride (an expanded view) or strides whose
     elements overlap: two blocks would write one element (a race on a GPU)."""
     for i in stored:
-        t = runtime[i]
-        if isinstance(t, torch.Tensor) and not _elements_distinct(t):
-            raise ArgumentError(f"{name}: output '{params[i].name}' (shape {tuple(t.shape)}, stride {t.stride()}) has "
-                                "a zero or overlapping stride, so several elements share memory; pass a tensor "
-                                "with distinct elements (e.g. .contiguous() or .clone())")
+        error = sharing_error(name, params[i].name, runtime[i])
+        if error is not None:
+            raise error
+
+
+def sharing_error(name: str, param: str, t) -> ArgumentError | None:
+    """The ArgumentError for an output tensor whose elements share memory, or None (also for a non-tensor).
+    Launch paths that refuse such a tensor elsewhere (the compiled launcher) explain it with this."""
+    if not isinstance(t, torch.Tensor) or _elements_distinct(t):
+        return None
+    return ArgumentError(f"{name}: output '{param}' (shape {tuple(t.shape)}, stride {t.stride()}) has a zero or "
+                         "overlapping stride, so several elements share memory; pass a tensor with distinct "
+                         "elements (e.g. .contiguous() or .clone())")
 
 
 def _elements_distinct(t: torch.Tensor) -> bool:

@@ -28,7 +28,7 @@ from .cachefiles import (
     write_atomic,
 )
 
-FORMAT = 2
+FORMAT = 3
 MAGIC = b"HKCACHE2\n"
 _TUPLE, _BYTES = "__hk_tuple__", "__hk_bytes__"
 _FIELDS = [f.name for f in dataclasses.fields(Artifact) if f.name not in ("binary", "payload")]

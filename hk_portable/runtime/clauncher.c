@@ -7,8 +7,8 @@
  *       (cuLaunchKernel or hipModuleLaunchKernel, by address: this file includes no CUDA or HIP header and
  *       links no driver) with the buffer as `extra` (BUFFER_POINTER/BUFFER_SIZE) or as kernelParams.
  *       status: 0 launched; > 0 the launch function's error code; LAUNCH_REFUSED (-1) an argument does
- *       not fit (wrong count, device, rank, int32 range: Python explains which); STREAM_NOT_A_HANDLE
- *       (-3) the stream is neither None nor an int (Python resolves it and calls again with the handle);
+ *       not fit (wrong count, device, rank, int32 range, an output whose elements share memory: Python
+ *       explains which); STREAM_NOT_A_HANDLE (-3) the stream is neither None nor an int (Python resolves it and calls again with the handle);
  *       GRID_REFUSED (-4) grid axis 1 or 2 too large. With on_status set, the call returns None when it
  *       launched and on_status(status, args, grid, stream) otherwise.
  *   Launcher.pack(args) -> bytes | status: the parameter buffer alone (tests).
@@ -51,7 +51,7 @@ typedef int (*hk_encode_fn)(void *tmap, int dtype, unsigned rank, void *addr, co
 enum { KIND_GL = 0, KIND_I32 = 1, KIND_F32 = 2 };
 
 typedef struct {
-    int kind, rank;
+    int kind, rank, stored;     /* stored: a gl the kernel stores to, whose elements must not share memory */
     Py_ssize_t off, shape_off, stride_off;
 } Param;
 
@@ -140,6 +140,35 @@ static int pack_args(Launcher *L, PyObject *args, unsigned char *buf) {
     return rc;
 }
 
+/* Whether every element of the gl packed at p has its own memory (interface/kernel.py's _elements_distinct):
+ * with the dims of size > 1 taken by increasing stride, each stride exceeds the span of the smaller ones. A zero
+ * stride (an expanded view) or overlapping strides would let two blocks write one element. */
+static int elements_distinct(const Param *p, const unsigned char *buf) {
+    long long st[TMAP_MAX_RANK * 2], sz[TMAP_MAX_RANK * 2];
+    int n = 0;
+    if (p->rank > TMAP_MAX_RANK * 2) return 0;
+    for (int d = 0; d < p->rank; d++) {
+        int32_t size;
+        int64_t stride;
+        memcpy(&size, buf + p->shape_off + 4 * d, 4);
+        memcpy(&stride, buf + p->stride_off + 8 * d, 8);
+        if (size <= 1) continue;
+        int k = n++;
+        for (; k > 0 && st[k - 1] > stride; k--) {      /* insertion by stride */
+            st[k] = st[k - 1];
+            sz[k] = sz[k - 1];
+        }
+        st[k] = stride;
+        sz[k] = size;
+    }
+    long long span = 0;
+    for (int k = 0; k < n; k++) {
+        if (st[k] <= span) return 0;
+        span += (sz[k] - 1) * st[k];
+    }
+    return 1;
+}
+
 static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf) {
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (n != L->nparams) return LAUNCH_REFUSED;
@@ -221,6 +250,8 @@ static int pack_tuple(Launcher *L, PyObject *args, unsigned char *buf) {
         Py_DECREF(a);
         if (rc) return rc;
     }
+    for (Py_ssize_t i = 0; i < n; i++)      /* an output whose elements share memory: Python explains it */
+        if (L->params[i].stored && !elements_distinct(&L->params[i], buf)) return LAUNCH_REFUSED;
     return 0;
 }
 
@@ -485,7 +516,8 @@ static void *as_ptr(PyObject *o) {
 /* Launcher(func, launch, threads, shared, params, size, device=-1, *, use_params=False,
  *          ptr_offsets=(), tags=(1, 2, 0), max_gy=65535, max_gz=65535, stream_fn=None,
  *          tail_fn=None, tail_offset=0, on_status=None, grid_offset=-1, max_blocks=0, tmaps=(), encode=None)
- * params: per parameter (kind, offset, rank, shape_offset, stride_offset), kind 0 gl, 1 i32, 2 f32
+ * params: per parameter (kind, offset, rank, shape_offset, stride_offset[, stored]), kind 0 gl, 1 i32, 2 f32;
+ * stored 1: a gl the kernel stores to, refused (LAUNCH_REFUSED) when its elements share memory
  * tmaps: per tensor map of the tail (param index, CUtensorMapDataType, element bytes, box_cols, box_rows, store);
  * with encode (cuTensorMapEncodeTiled's address) the tail is encoded here, tail_fn being the ctypes path's */
 static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
@@ -565,9 +597,9 @@ static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
     L->nparams = n;
     for (Py_ssize_t i = 0; i < n; i++) {
         Param *p = &L->params[i];
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ininn;Launcher: a param is (kind, offset, rank, "
-                              "shape_offset, stride_offset)", &p->kind, &p->off, &p->rank, &p->shape_off,
-                              &p->stride_off)) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ininn|i;Launcher: a param is (kind, offset, rank, "
+                              "shape_offset, stride_offset[, stored])", &p->kind, &p->off, &p->rank, &p->shape_off,
+                              &p->stride_off, &p->stored)) {
             Py_DECREF(seq);
             return -1;
         }

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..backends.cuda import CudaBackend, driver
-from ..codegen.abi import param_layout
+from ..backends.cuda.backend import launch_params
 from ..interface.backend import Artifact, Target
 
 _u, _vp = ctypes.c_uint, ctypes.c_void_p
@@ -99,7 +99,7 @@ class CpuCudaBackend(CudaBackend):
         return True
 
     def compile(self, program, target, options=None):
-        fmt, size, params = param_layout(program.params)
+        fmt, size, params = launch_params(program.params, program)
         return Artifact(backend=self.name, target=target.arch, kernel_name="stub", program_hash=program.hash,
                         binary=b"stub", launch={"threads": 128, "block": (128, 1, 1), "shared_bytes": 0,
                                                 "params": params, "param_format": fmt, "param_size": size})

@@ -16,12 +16,22 @@ from ...codegen.build_search import Build, Search
 from ...codegen.options import OptionError
 from ...interface.backend import Artifact, Backend, BackendStatus, Target
 from ...interface.errors import UnsupportedError
+from ...interface.kernel import stored_params
 from ...runtime import clauncher
 from . import archs, checks, codegen, compiler, dataflow, driver, emulator, footprint, occupancy, preferences, schedule
 from .options import DEFAULT, CudaOptions
 from .plan import describe as describe_plan
 
 EMIT_KINDS = ("source", "asm", "ptx", "sass")
+
+
+def launch_params(params, program) -> tuple:
+    """param_layout's (format, size, descriptions), the tensors `program` stores to marked "stored": the compiled
+    launcher refuses one whose elements share memory (Kernel.__call__'s check, which its fast path skips)."""
+    fmt, size, desc = param_layout(params)
+    for i in stored_params(program):
+        desc[i]["stored"] = True
+    return fmt, size, desc
 
 
 class CudaBackend(Backend):
@@ -187,7 +197,7 @@ class CudaBackend(Backend):
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
             source=emitted.source, binary=compiled.cubin, asm=compiled.ptx,
-            launch=self._launch_info(emitted, shared), resources=resources,
+            launch=self._launch_info(emitted, shared, program), resources=resources,
             options={**opts.to_json(), "nvrtc": compiler.nvrtc_version(), "nvrtc_library": compiler.loaded_nvrtc(),
                      "flags": list(compiled.options),
                      **({} if compiler.ptxas_report(compiled.log) else {"ptxas_log": compiled.log[-4000:]}),
@@ -231,13 +241,13 @@ class CudaBackend(Backend):
         return Artifact(
             backend=self.name, target=target.arch, kernel_name=emitted.kernel_name, program_hash=program.hash,
             source=source, binary=emulator.build(source, emitted.kernel_name),
-            launch={**self._launch_info(emitted, shared), "emulated": True}, resources={"shared_bytes": shared},
+            launch={**self._launch_info(emitted, shared, program), "emulated": True}, resources={"shared_bytes": shared},
             options={**opts.to_json(), "emulated": True, "host": emulator.identity(),
                      "library": codegen.library_hash()})
 
     @staticmethod
-    def _launch_info(emitted, shared: int) -> dict:
-        fmt, size, params = param_layout(emitted.params)
+    def _launch_info(emitted, shared: int, program) -> dict:
+        fmt, size, params = launch_params(emitted.params, program)
         info = {"threads": emitted.num_threads, "block": (emitted.num_threads, 1, 1), "shared_bytes": shared,
                 "params": params, "param_format": fmt, "param_size": size}
         if emitted.extras.get("tma"):

@@ -16,6 +16,7 @@ import threading
 
 from ...codegen.abi import launcher_params, make_packer
 from ...interface.errors import ArgumentError, BackendError
+from ...interface.kernel import sharing_error
 from ...runtime import clauncher, opfast
 from . import archs, cudrv, emulator, tma
 
@@ -110,6 +111,7 @@ class _Packing:
     def _init_packing(self, launch: dict) -> None:
         self.kinds = [p["kind"] for p in launch["params"]]
         self.names = [p["name"] for p in launch["params"]]
+        self.stored = [i for i, p in enumerate(launch["params"]) if p.get("stored")]
         self.packer = struct.Struct(launch["param_format"])
         self.size = self.packer.size
         self.pack = make_packer(self.kinds, launch["param_format"])
@@ -140,6 +142,10 @@ class _Packing:
             get_device = getattr(a, "get_device", None)
             if kind == "gl" and (get_device is None or get_device() != self.device_index):
                 return self.wrong_device(name, a, kernel_name)
+        for i in self.stored:
+            error = sharing_error(kernel_name, self.names[i], args[i])
+            if error is not None:
+                return error
         return ArgumentError(f"{kernel_name}: a tensor dimension, stride or scalar argument does not fit the kernel's "
                              f"32-bit shape / int32 parameters ({self._describe(args)})")
 
