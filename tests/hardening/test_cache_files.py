@@ -69,14 +69,20 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def run(cache_dir, *backends, readonly=False, cwd=None, tmpdir=None, env=None):
-    """The probe in a fresh process: (returncode, output)."""
+def run(cache_dir, *backends, readonly=False, cwd=None, tmpdir=None, env=None, ro_mount=False):
+    """The probe in a fresh process: (returncode, output). ro_mount: in a private mount namespace where the cache
+    is bind-mounted read-only over itself, so the kernel refuses every write, root's included."""
+    cmd = [sys.executable, "-c", PROBE, *backends]
+    if ro_mount:
+        root = str(Path(cwd or ".", cache_dir).resolve())
+        cmd = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"',
+               root, *cmd]
     e = {**os.environ, "HK_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(REPO), "HK_EMU_THREADS": "2", **(env or {})}
     if readonly:
         e["HK_TEST_READONLY"] = str(Path(cwd or ".", cache_dir).resolve())
     if tmpdir:
         e["TMPDIR"] = str(tmpdir)
-    p = subprocess.run([sys.executable, "-c", PROBE, *backends], env=e, cwd=cwd, capture_output=True, text=True, check=False,
+    p = subprocess.run(cmd, env=e, cwd=cwd, capture_output=True, text=True, check=False,
                        timeout=600)
     return p.returncode, p.stdout + p.stderr
 
@@ -183,6 +189,39 @@ def test_a_read_only_warm_cache_serves_every_path_with_no_write(warm, tmp_path):
         _read_only(root, False)
     assert _snapshot(root) == before, "the read path wrote into the cache"
     assert str(root) in out, "the warm cache's shared objects were not the ones loaded"
+
+
+def _ro_mount_or_skip(tmp_path):
+    """Skip unless this process may bind-mount read-only in a private mount namespace (root, unshare, mount)."""
+    probe = tmp_path / "ro-probe"
+    probe.mkdir()
+    try:
+        p = subprocess.run(["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" '
+                            '&& ! touch "$0/x" 2>/dev/null', str(probe)], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"no read-only bind mount here: {e}")
+    if p.returncode != 0 or (probe / "x").exists():
+        pytest.skip("no read-only bind mount here (needs root and unshare; as another user the chmod test covers it)")
+
+
+@needs_emulator
+def test_a_read_only_bind_mounted_warm_cache_serves_every_path(warm, tmp_path):
+    """The acceptance's form: a cache the kernel refuses to write (EROFS for root too), no audit hook."""
+    _ro_mount_or_skip(tmp_path)
+    ok(run(warm, "cuda:sm_80:emulated"))
+    before = _snapshot(warm)
+    out = ok(run(warm, "hip:gfx942:emulated", "cuda:sm_80:emulated", "reference", *_launcher(), ro_mount=True))
+    assert _snapshot(warm) == before and str(warm) in out
+
+
+@needs_emulator
+def test_an_empty_read_only_bind_mounted_cache_still_runs_the_emulator(tmp_path):
+    _ro_mount_or_skip(tmp_path)
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    ok(run(root, "hip:gfx942:emulated", "cuda:sm_80:emulated", tmpdir=_tmpdir(tmp_path), ro_mount=True))
+    assert list(root.iterdir()) == []
+    assert list((tmp_path / "tmp").iterdir()) == [], "the private build directory outlived its process"
 
 
 @needs_emulator
