@@ -43,7 +43,7 @@ def _program(kern, M=200, N=100, K=160, **consts):
 
 def _schedules(program, options=None):
     plan = schedule.make_plan(program, make_target("gfx942", runs=False), options)
-    return [s["schedule"] for s in plan.schedules], plan
+    return [s.schedule for s in plan.schedules], plan
 
 
 def test_pingpong_is_chosen_for_8_waves_and_3_stages():
@@ -57,7 +57,7 @@ def test_pingpong_is_chosen_for_8_waves_and_3_stages():
 def test_double_buffer_otherwise(warps, consts, why):
     prog, _ = _program(_gemm(warps), **consts)
     scheds, plan = _schedules(prog)
-    assert scheds == ["double_buffer"] and why in plan.schedules[0]["why"]
+    assert scheds == ["double_buffer"] and why in plan.schedules[0].why
     with pytest.raises(UnsupportedError, match=why.replace("(", r"\(")):
         _schedules(prog, {"schedule": "pingpong"})
 
@@ -65,7 +65,7 @@ def test_double_buffer_otherwise(warps, consts, why):
 def test_compute_that_needs_other_waves_is_not_pingponged():
     prog, _ = _program(_gemm(8, with_col_sum=True))
     scheds, plan = _schedules(prog)
-    assert scheds == ["double_buffer"] and "column reduction" in plan.schedules[0]["why"]
+    assert scheds == ["double_buffer"] and "column reduction" in plan.schedules[0].why
 
 
 def test_schedule_option_validated():
@@ -80,13 +80,13 @@ def test_cursor_loads_are_split_around_the_compute_step():
     written to LDS after it (hk::split); a load step that runs anything else keeps its loads whole."""
     prog, _ = _program(_gemm(8))
     _, plan = _schedules(prog)
-    assert plan.schedules[0]["prefetch"] == "split" and "2 cursor load(s)" in plan.schedules[0]["prefetch_why"]
+    assert plan.schedules[0].prefetch == "split" and "2 cursor load(s)" in plan.schedules[0].prefetch_why
     src = codegen.emit(prog, plan).source
     assert "hk::split<hk::st<hk::bf16, 128, 32>, hk::st<hk::bf16, 32, 64, hk::colmajor>>" in src
     assert "auto hk_phase" in src and "hk::load_step(hk_phase," in src
     prog1, _ = _program(_gemm(8), STAGES=1)
     plan1 = _schedules(prog1, {"schedule": "double_buffer"})[1]
-    assert plan1.schedules[0]["prefetch"] == "whole" and "one stage" in plan1.schedules[0]["prefetch_why"]
+    assert plan1.schedules[0].prefetch == "whole" and "one stage" in plan1.schedules[0].prefetch_why
 
 
 def _emulated(arch, schedule, K=160, M=200, N=100):

@@ -98,15 +98,15 @@ class HipBackend(Backend):
         schedule.check(program, target, plan)
         resources: dict[str, Any] = {"waves": plan.waves, "threads": plan.threads, "lds_planned": plan.lds_bytes,
                                      "scratch_lds": plan.scratch_bytes,
-                                     "schedule": ", ".join(s["schedule"] for s in plan.schedules) or "none"}
+                                     "schedule": ", ".join(s.schedule for s in plan.schedules) or "none"}
         asm = None
         ok, why = compiler.available()
         if ok:
             search = Search(lambda spec: self._build_asm(program, target, opts, spec["plan"]))
             search.start({"plan": plan})
-            if opts.prefetch == "auto" and any(s.get("prefetch") == "split" for s in plan.schedules):
+            if opts.prefetch == "auto" and any(s.prefetch == "split" for s in plan.schedules):
                 self._split_or_whole(program, target, search)
-            if opts.interleave == "auto" and any(s.get("interleave") == "mfma_exp" for s in plan.schedules):
+            if opts.interleave == "auto" and any(s.interleave == "mfma_exp" for s in plan.schedules):
                 self._interleave_or_not(target, search)
             plan, (k, asm) = search.kept.spec["plan"], search.kept.products
             resources.update(search.kept.resources)
@@ -157,9 +157,8 @@ class HipBackend(Backend):
         if taken:
             search.kept.spec["plan"] = schedule.unsplit(plan, f"registers: {split_build}; {whole_build}")
             return
-        for s in plan.schedules:
-            if s.get("prefetch") == "split":
-                s["prefetch_why"] += f" (whole build no better: {split_build}; {whole_build})"
+        search.kept.spec["plan"] = schedule.noted(plan, "prefetch", "split",
+                                                  f" (whole build no better: {split_build}; {whole_build})")
 
     @staticmethod
     def _interleave_or_not(target: Target, search: Search) -> None:
@@ -185,9 +184,7 @@ class HipBackend(Backend):
             return f"{c[0]} bytes spilled, {c[1]} waves/SIMD, main loop VALU/MFMA {c[3]}"
 
         def note(text: str) -> None:
-            for s in plan.schedules:
-                if s.get("interleave") == "mfma_exp":
-                    s["interleave_why"] += f" ({text})"
+            search.kept.spec["plan"] = schedule.noted(plan, "interleave", "mfma_exp", f" ({text})")
         plan = search.kept.spec["plan"]
         mine = cost(search.kept)
         if not (mine[0] or mine[1] < mine[2] or mine[3] > 1.0):

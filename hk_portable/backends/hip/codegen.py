@@ -116,7 +116,7 @@ class HipEmitter(CStyleEmitter):
                 self.line(f"const auto hk_pre{b.id} = hk::preload({self.name(b)}.stage(0));")
                 self.line("hk::sync();")
         self._cursors = {}
-        self._split = self.plan.schedule_of(op)["prefetch"] == "split"
+        self._split = self.plan.schedule_of(op).prefetch == "split"
         self._split_tiles: list[str] = []
         for k, (g2s, (dim, ix0, step)) in enumerate(self.low.cursors[op].items()):
             st, gl = g2s.operands[:2]
@@ -230,7 +230,7 @@ class HipEmitter(CStyleEmitter):
                   f"{self.args(idx)});")
 
     def pipeline_template_args(self, op: Op) -> str:
-        sched = self.plan.schedule_of(op)["schedule"]
+        sched = self.plan.schedule_of(op).schedule
         loads = f"hk::split<{', '.join(self._split_tiles)}>" if self._split else "hk::whole"
         return f"{op.attrs['stages']}, hk::sched::{sched}, {loads}"
 

@@ -9,7 +9,8 @@ from typing import ClassVar
 from ...codegen.options import BackendOptions, OptionError
 
 MAX_WAVES = 16
-SCHEDULES = ("auto", "double_buffer", "pingpong")
+PIPELINE_FORMS = ("double_buffer", "pingpong")   # what a plan records (schedule.PipelineSchedule)
+SCHEDULES = ("auto", *PIPELINE_FORMS)
 PREFETCH = ("auto", "split", "whole")
 INTERLEAVE = ("auto", "off")
 FP_CONTRACT = ("off", "on", "fast")

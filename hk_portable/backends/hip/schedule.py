@@ -43,7 +43,7 @@ from ...interface.errors import UnsupportedError
 from ...interface.ir import Op, Program, Region, SharedBufType, TileType, Value
 from . import archs
 from .archs import ARCHS
-from .options import MAX_WAVES, HipOptions
+from .options import MAX_WAVES, PIPELINE_FORMS, HipOptions
 from .patterns import cursor_loads, folded_scales, fused_grid_loads, fused_masks, interleaved_pv, lazy_rescales
 
 SCRATCH_ALIGN = 16          # hk_hip.h's granule for its scratch area (and an mma's A part)
@@ -318,6 +318,38 @@ class Lowering:
 
 
 @dataclass(frozen=True)
+class PipelineSchedule:
+    """One pipeline's schedule: each decision with its reason. The values are checked at construction, so a
+    schedule that cannot run (an unknown form, an interleave reason without an interleavable mma) cannot be
+    written; `noted` and `revised` give changed copies (the backend's build search)."""
+    pipeline: int | None                    # the pipeline op's result id
+    stages: int
+    schedule: str                           # PIPELINE_FORMS: "double_buffer" | "pingpong"
+    why: str
+    prefetch: str                           # "split" (issue before compute, commit after) | "whole"
+    prefetch_why: str
+    interleave: str | None = None           # "mfma_exp" | "none"; None: no interleavable mma in this pipeline
+    interleave_why: str | None = None
+
+    def __post_init__(self):
+        if self.schedule not in PIPELINE_FORMS or self.prefetch not in ("split", "whole"):
+            raise ValueError(f"pipeline schedule {self.schedule!r} / prefetch {self.prefetch!r}: expected one of "
+                             f"{PIPELINE_FORMS} / split, whole")
+        if self.interleave not in (None, "mfma_exp", "none") or (self.interleave is None) != (
+                self.interleave_why is None):
+            raise ValueError(f"interleave {self.interleave!r} needs a reason, and only then ('mfma_exp' or 'none')")
+
+    def noted(self, key: str, text: str) -> "PipelineSchedule":
+        """This schedule with `text` appended to the reason of decision `key` ("prefetch", "interleave")."""
+        return replace(self, **{f"{key}_why": getattr(self, f"{key}_why") + text})
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if not (f.name.startswith("interleave") and self.interleave is None)}
+
+
+
+@dataclass(frozen=True)
 class Plan:
     """What the backend chose for one program on one target: the records below (to_json, in the Artifact) and
     the `lowering` the emitter renders them by."""
@@ -327,7 +359,7 @@ class Plan:
     scratch_bytes: int
     arena_bytes: int
     lds_bytes: int
-    schedules: list[dict] = field(default_factory=list)   # one per pipeline op, in program order
+    schedules: tuple[PipelineSchedule, ...] = ()          # one per pipeline op, in program order
     block_remap: bool = True
     # gfx942 fp8: {"fnuz_shared": [{"buffer": id, "tile": type, "why": ...}],
     #              "quartered": [{"pipeline": id, "carry": k, "why": ...}]}
@@ -344,16 +376,18 @@ class Plan:
 
     def to_json(self) -> dict:
         """The records, for the Artifact: the lowering holds the program's ops and stays out."""
-        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "lowering"}
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "lowering"}
+        out["schedules"] = [s.to_json() for s in self.schedules]
+        return out
 
-    def schedule_of(self, pipe: Op) -> dict:
+    def schedule_of(self, pipe: Op) -> PipelineSchedule:
         """The `schedules` entry of one pipeline op of the planned program."""
         return self.schedules[self.lowering.pipelines[pipe]]
 
     def interleaved(self) -> dict[Op, dict]:
         """The interleavable mmas of the pipelines whose schedule interleaves them (patterns.interleaved_pv)."""
         return {m: d for m, d in self.lowering.interleavable.items()
-                if self.schedule_of(d["pipeline"]).get("interleave") == "mfma_exp"}
+                if self.schedule_of(d["pipeline"]).interleave == "mfma_exp"}
 
 
 def make_plan(program: Program, target: Target, options: HipOptions | dict | None = None) -> Plan:
@@ -373,7 +407,7 @@ def make_plan(program: Program, target: Target, options: HipOptions | dict | Non
     scratch = scratch_bytes(program, waves, lay)
     # an upper bound: the compiler drops an arena (or scratch) no code reaches
     lds = resources.shared_bytes(arena_total, scratch)
-    scheds = [_schedule(p, waves, options, low) for p in low.pipelines]
+    scheds = tuple(_schedule(p, waves, options, low) for p in low.pipelines)
     return Plan(target.arch, waves, waves * target.lanes, scratch, arena_total, lds, scheds, options.block_remap,
                 _fp8_record(low), _registers_record(program, low, arena_total),
                 _tfrag_record(program, target.arch, low), _fused_record(program, low), low)
@@ -395,7 +429,7 @@ def _lowering(program: Program, arch: str, lay: dict, storage: dict, pre: dict[V
         interleavable=interleaved_pv(program, lay, lazy))
 
 
-def _schedule(pipe: Op, waves: int, options: HipOptions, low: Lowering) -> dict:
+def _schedule(pipe: Op, waves: int, options: HipOptions, low: Lowering) -> PipelineSchedule:
     """The `schedules` entry of one pipeline: its schedule, whether its loads split, whether its PV interleaves."""
     s, why = pipeline_schedule(pipe, waves, options.schedule, low.layouts)
     split, split_why = split_prefetch(pipe, low.cursors[pipe])
@@ -403,18 +437,17 @@ def _schedule(pipe: Op, waves: int, options: HipOptions, low: Lowering) -> dict:
         raise UnsupportedError(f"prefetch 'split' cannot run this pipeline: {split_why}")
     if options.prefetch == "whole" and split:
         split, split_why = False, "requested"
-    entry = {"pipeline": pipe.results[0].id if pipe.results else None, "stages": pipe.attrs["stages"],
-             "schedule": s, "why": why, "prefetch": "split" if split else "whole", "prefetch_why": split_why}
+    entry = PipelineSchedule(pipe.results[0].id if pipe.results else None, pipe.attrs["stages"], s, why,
+                             "split" if split else "whole", split_why)
     il = [d for d in low.interleavable.values() if d["pipeline"] is pipe]
-    if il:
-        on = options.interleave != "off"
-        entry["interleave"] = "mfma_exp" if on else "none"
-        entry["interleave_why"] = (
-            "requested" if not on else
-            f"{len(il)} mma with its A (P) in registers: P's exp2, conversion (branch-free) and row sum "
-            "issued between the MFMAs by LLVM's MFMA/exp interleave (iglp_opt(2))"
-            + ("; the lazy rescale's branch hoisted before them" if any(d["order"] for d in il) else ""))
-    return entry
+    if not il:
+        return entry
+    on = options.interleave != "off"
+    return replace(entry, interleave="mfma_exp" if on else "none", interleave_why=(
+        "requested" if not on else
+        f"{len(il)} mma with its A (P) in registers: P's exp2, conversion (branch-free) and row sum "
+        "issued between the MFMAs by LLVM's MFMA/exp interleave (iglp_opt(2))"
+        + ("; the lazy rescale's branch hoisted before them" if any(d["order"] for d in il) else "")))
 
 
 # ------------------------------------------------------------------------------------------ records
@@ -476,11 +509,17 @@ def unsplit(plan: Plan, why: str) -> Plan:
 
 
 def _revised(plan: Plan, key: str, was: str, now: str, why: str) -> Plan:
-    """The plan with `key` of every schedule that says `was` set to `now` for `why`; a copy of each entry, as the
-    backend appends to the reasons of the plan it keeps. The lowering stays: the emitter reads these two
-    decisions from the schedules."""
-    scheds = [{**s, key: now, f"{key}_why": why} if s.get(key) == was else dict(s) for s in plan.schedules]
-    return replace(plan, schedules=scheds)
+    """The plan with `key` of every schedule that says `was` set to `now` for `why`. The lowering stays: the
+    emitter reads these two decisions from the schedules."""
+    return replace(plan, schedules=tuple(replace(s, **{key: now, f"{key}_why": why}) if getattr(s, key) == was
+                                         else s for s in plan.schedules))
+
+
+def noted(plan: Plan, key: str, was: str, text: str) -> Plan:
+    """The plan with `text` appended to the reason of `key` in every schedule that says `was` (the backend's
+    figures for a choice it measured and kept)."""
+    return replace(plan, schedules=tuple(s.noted(key, text) if getattr(s, key) == was else s
+                                         for s in plan.schedules))
 
 
 # ------------------------------------------------------------------------------------------- checks
