@@ -1,5 +1,7 @@
-"""hk attention in a randomly initialised transformers Llama (GQA, no weights downloaded): the logits of its
-SDPA version, the same greedy generation through the KV cache, and training steps through autograd."""
+"""hk attention in randomly initialised transformers models (no weights downloaded): a GQA Llama (the logits of
+its SDPA version, the same greedy generation through the KV cache, training steps through autograd) and a GQA
+Qwen2 with a sliding-window layer (the same greedy tokens as SDPA with padding, batch 4, the prompt prefilled in
+two chunks and a second chat turn on the same cache, dynamic and static caches); what hk cannot express is refused."""
 from __future__ import annotations
 
 import pytest
@@ -7,8 +9,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from hk_torch_models import (LLAMA_LOGITS_TOL, llama_greedy, llama_ids as _ids,  # noqa: E402
-                             llama_logits_error, llama_pair as _pair, llama_train, spy_hk_attention)
+from hk_torch_models import (LLAMA_LOGITS_TOL, QWEN_WINDOW, chat, llama_greedy, llama_ids as _ids,  # noqa: E402
+                             llama_logits_error, llama_pair as _pair, llama_train, padded_batch, qwen2_pair,
+                             spy_hk_attention)
 
 
 def test_llama_logits_match_sdpa():
@@ -31,9 +34,61 @@ def test_llama_trains_through_autograd():
     assert losses[-1] < losses[0]
 
 
-def test_explicit_masks_are_refused():
+@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "unpadded"])
+def test_chunked_prefill_and_second_turn_match_sdpa(monkeypatch, padded):
+    """Batch 4 (left padding or none), a full and a sliding-window layer: the prompt prefilled in two chunks,
+    greedy tokens, a second turn on the same cache: the tokens SDPA gives."""
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch((12, 9, 5, 11) if padded else (12,) * 4)
+    shapes = spy_hk_attention(monkeypatch)
+    ours, theirs = chat(hk_model, ids, mask), chat(sdpa_model, ids, mask)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    # the second chunk (5 new tokens on 7 cached), the second turn (the last generated token and 5 more), decode
+    full, turn = 12 + 6 + 5, QWEN_WINDOW - 1 + 6          # the sliding layer's cache keeps window - 1 keys
+    if padded:              # on the valid tokens through varlen, the sliding layer with its window
+        assert {(5, 12, "varlen", None), (5, 12, "varlen", QWEN_WINDOW), (6, full, "varlen", None),
+                (1, 13, "varlen", None)} <= set(shapes)
+        assert {(6, turn), (1, QWEN_WINDOW, "decode")} <= set(shapes)   # the pads left the window: none there
+    else:                   # continuing the cache, bottom-right causal; decode through the split-KV kernel
+        assert {(5, 12), (6, full), (6, turn), (1, 13, "decode"), (1, QWEN_WINDOW, "decode")} <= set(shapes)
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "unpadded"])
+def test_static_cache_generation_matches_sdpa(monkeypatch, padded):
+    hk_model, sdpa_model = qwen2_pair(window=None)
+    ids, mask = padded_batch((12, 9, 5, 11) if padded else (12,) * 4)
+    shapes = spy_hk_attention(monkeypatch)
+    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static")
+    with torch.no_grad():
+        ours, theirs = hk_model.generate(ids, **kw), sdpa_model.generate(ids, **kw)
+    assert torch.equal(ours, theirs)
+    if not padded:          # decode on the static cache's written keys only, through the split-KV kernel
+        assert (1, 12 + 5, "decode") in shapes
+
+
+def test_right_padding_logits_match_sdpa():
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch(side="right")
+    with torch.no_grad():
+        ours, theirs = hk_model(ids, attention_mask=mask).logits, sdpa_model(ids, attention_mask=mask).logits
+    valid = mask.bool()     # pad rows: hk gives 0 attention, SDPA attends to the valid keys; neither reaches a valid row
+    err = float((ours[valid].float() - theirs[valid].float()).abs().max() / theirs[valid].float().abs().max())
+    assert err < LLAMA_LOGITS_TOL
+
+
+def test_what_hk_cannot_express_is_refused():
     hk_model, _ = _pair()
-    mask = torch.ones(2, 12, dtype=torch.long)
-    mask[0, :3] = 0                                    # left padding: a mask hk attention cannot express
-    with pytest.raises(NotImplementedError, match="explicit mask"):
-        hk_model(_ids(), attention_mask=mask)
+    dense = torch.ones(2, 1, 12, 12, dtype=torch.bool).tril()
+    with pytest.raises(NotImplementedError, match="explicit mask tensor"):
+        hk_model(_ids(), attention_mask=dense)                  # a 4-D mask passed in
+    positions = torch.arange(6).repeat(2).expand(2, 12)         # two packed sequences per row
+    with pytest.raises(NotImplementedError, match="packed sequences"):
+        hk_model(_ids(), position_ids=positions, use_cache=False)
+    qwen, _ = qwen2_pair()
+    ids, mask = padded_batch(side="right")                     # right padding, then a continuation: pads between
+    from transformers import DynamicCache                     # valid tokens, and a window counting positions
+    cache = DynamicCache(config=qwen.config)
+    with torch.no_grad():
+        qwen(ids, attention_mask=mask, past_key_values=cache)
+        with pytest.raises(NotImplementedError, match="sliding window over a padded batch"):
+            qwen(ids[:, :3], attention_mask=torch.cat([mask, mask.new_ones(4, 3)], 1), past_key_values=cache)
