@@ -71,9 +71,23 @@ def test_right_padding_logits_match_sdpa():
     ids, mask = padded_batch(side="right")
     with torch.no_grad():
         ours, theirs = hk_model(ids, attention_mask=mask).logits, sdpa_model(ids, attention_mask=mask).logits
-    valid = mask.bool()     # pad rows: hk gives 0 attention, SDPA attends to the valid keys; neither reaches a valid row
+    valid = mask.bool()     # pad rows: hk gives them 0, SDPA attends to valid keys; neither reaches a valid row
     err = float((ours[valid].float() - theirs[valid].float()).abs().max() / theirs[valid].float().abs().max())
     assert err < LLAMA_LOGITS_TOL
+
+
+def test_padded_training_gradients_match_sdpa():
+    """Padding in training goes through hk::attention_varlen and its backward (the sliding layer's window too)."""
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch()
+    labels = ids.masked_fill(mask == 0, -100)
+    for model in (hk_model, sdpa_model):
+        model.train()
+        model(ids, attention_mask=mask, labels=labels).loss.backward()
+    for (name, ours), theirs in zip(hk_model.named_parameters(), sdpa_model.parameters()):
+        if "self_attn" in name:
+            err = float((ours.grad.float() - theirs.grad.float()).abs().max() / theirs.grad.float().abs().max())
+            assert err < LLAMA_LOGITS_TOL, name
 
 
 def test_what_hk_cannot_express_is_refused():

@@ -9,7 +9,9 @@ register() puts two functions under the name: the attention function and hk's ow
 rules (causal, bidirectional, causal with a sliding window) and returns an `HkMask`, a compact description made
 once per forward and mask kind and read by every layer: the rule, the window, the query and key positions, how
 many keys a causal mask lets any query see, and, where the 2-D attention mask has padding, where the valid
-tokens are (per-sequence lengths and gather indices). The attention function then runs:
+tokens are (per-sequence lengths and gather indices). Deciding reads a few values on the host (whether there
+is padding, the longest sequence, a static cache's query offset): one synchronisation per forward and mask kind
+on a GPU, none per layer. The attention function then runs:
 
 - no padding: hk::attention (GQA without repeating k/v), causal bottom-right aligned, so prefill, chunked prefill
   and continuation from a cache with any number of new tokens are one call; sliding windows as the kernel's
