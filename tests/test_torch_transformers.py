@@ -76,6 +76,23 @@ def test_right_padding_logits_match_sdpa():
     assert err < LLAMA_LOGITS_TOL
 
 
+def test_continuation_after_right_padding_matches_sdpa():
+    """Right padding, then 3 tokens on the cache: pads lie between each sequence's valid tokens; without a window
+    varlen's per-sequence bottom-right causal mask is the model's (Llama: full attention only)."""
+    from transformers import DynamicCache
+    hk_model, sdpa_model = _pair()
+    ids, mask = padded_batch(side="right")
+    mask2 = torch.cat([mask, mask.new_ones(4, 3)], 1)
+    logits = []
+    for model in (hk_model, sdpa_model):
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(ids, attention_mask=mask, past_key_values=cache)
+            logits.append(model(ids[:, :3], attention_mask=mask2, past_key_values=cache).logits.float())
+    ours, theirs = logits
+    assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
+
+
 def test_padded_training_gradients_match_sdpa():
     """Padding in training goes through hk::attention_varlen and its backward (the sliding layer's window too)."""
     hk_model, sdpa_model = qwen2_pair()
