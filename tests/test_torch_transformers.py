@@ -93,6 +93,19 @@ def test_continuation_after_right_padding_matches_sdpa():
     assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
 
 
+def test_packed_sequences_match_sdpa_and_run_alone():
+    """Sequences packed in a row (position ids restarting, as for training): one varlen sequence per run."""
+    hk_model, sdpa_model = _pair()
+    ids = _ids()
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]])
+    with torch.no_grad():
+        ours = hk_model(ids, position_ids=positions, use_cache=False).logits.float()
+        theirs = sdpa_model(ids, position_ids=positions, use_cache=False).logits.float()
+        alone = hk_model(ids[:1, 5:], use_cache=False).logits.float()     # the second sequence of row 0 alone
+    assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
+    assert float((ours[:1, 5:] - alone).abs().max() / alone.abs().max()) < LLAMA_LOGITS_TOL
+
+
 def test_padded_training_gradients_match_sdpa():
     """Padding in training goes through hk::attention_varlen and its backward (the sliding layer's window too)."""
     hk_model, sdpa_model = qwen2_pair()
@@ -112,9 +125,13 @@ def test_what_hk_cannot_express_is_refused():
     dense = torch.ones(2, 1, 12, 12, dtype=torch.bool).tril()
     with pytest.raises(NotImplementedError, match="explicit mask tensor"):
         hk_model(_ids(), attention_mask=dense)                  # a 4-D mask passed in
-    positions = torch.arange(6).repeat(2).expand(2, 12)         # two packed sequences per row
-    with pytest.raises(NotImplementedError, match="packed sequences"):
-        hk_model(_ids(), position_ids=positions, use_cache=False)
+    from transformers.masking_utils import create_causal_mask
+    from hk_portable.nn.huggingface import hk_attention_forward
+    x = torch.zeros(2, 12, 128, dtype=torch.bfloat16)                          # a custom overlay on the mask
+    mask = create_causal_mask(hk_model.config, x, None, None, and_mask_function=lambda b, h, q, kv: kv != 5)
+    q = torch.zeros(2, 2, 12, 64, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="chunked attention"):
+        hk_attention_forward(hk_model.model.layers[0].self_attn, q, q[:, :1], q[:, :1], mask)
     qwen, _ = qwen2_pair()
     ids, mask = padded_batch(side="right")                     # right padding, then a continuation: pads between
     from transformers import DynamicCache                     # valid tokens, and a window counting positions

@@ -23,11 +23,16 @@ on a GPU, none per layer. The attention function then runs:
   per sequence; rows of pad tokens give 0 (their keys are hidden from every valid token, as in transformers).
   A sliding window with padding needs each sequence's valid tokens contiguous (left padding, or right padding
   before any continuation); pads between valid tokens with a window are refused.
+- packed sequences (several sequences in a row, position ids restarting, no padding mask and no cache, as
+  transformers finds them for training): hk::attention_varlen, one sequence per run, causal (and a window) within it.
 
 Refused with NotImplementedError naming the reason, never run with a different mask: any other mask rule
-(packed sequences, chunked attention, block or custom and/or overlays, bidirectional windows), a dense mask passed
-in (a 4-D mask), attention dropout, softcap, sinks. Decode on transformers' PagedAttentionCache (continuous
-batching) is not served: it calls "paged|<name>" implementations, which this module does not register."""
+(chunked attention, block or custom and/or overlays, bidirectional windows, packed sequences with padding or a
+cache), a dense mask passed
+in (a 4-D mask), attention dropout, softcap, sinks. transformers' continuous batching (its paged cache,
+`generate_batch`) is not served: transformers accepts only "paged|eager", "sdpa" and flash implementations there
+and refuses "hk" itself; serving it needs hk registered as a flash-style implementation (the cu_seq_lens keyword
+arguments to hk::attention_varlen, the block table to hk::attention_kvcache with the new keys appended)."""
 from __future__ import annotations
 
 import inspect
@@ -198,6 +203,38 @@ def _rule(mask_function) -> tuple[bool, int | None] | None:
     return None
 
 
+def _packed(mask_function, batch: int, n: int) -> tuple[tuple[bool, int | None] | None, Padded | None]:
+    """Packed sequences (several per row, found by transformers in position ids that restart): the mask function
+    is and_masks(remap_positions_for_packed_sequence(rule, position_ids), packed_sequence_mask_function(ids)).
+    Each sequence's positions are consecutive, so its rule holds on packed indices: the rows flattened and one
+    varlen sequence per run of ids. Returns (rule, Padded) or (None, None)."""
+    from transformers import masking_utils as mu
+    code = getattr(mask_function, "__code__", None)
+    if code is None or code is not mu.and_masks(mu.causal_mask_function).__code__:
+        return None, None
+    parts = inspect.getclosurevars(mask_function).nonlocals.get("mask_functions", ())
+    remap_code = mu.remap_positions_for_packed_sequence(mu.causal_mask_function, None).__code__
+    ids_code = mu.packed_sequence_mask_function(None).__code__
+    if len(parts) != 2 or getattr(parts[0], "__code__", None) is not remap_code or \
+            getattr(parts[1], "__code__", None) is not ids_code:
+        return None, None
+    inner = inspect.getclosurevars(parts[0]).nonlocals.get("mask_function")
+    ids = inspect.getclosurevars(parts[1]).nonlocals.get("packed_sequence_mask")
+    rule = None if inner is None else _rule(inner)
+    if rule is None or not isinstance(ids, torch.Tensor) or tuple(ids.shape) != (batch, n):
+        return None, None
+    # a global sequence number per token: runs of equal ids in a row, rows one after another
+    starts = torch.ones(batch, n, dtype=torch.bool, device=ids.device)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    seq = starts.flatten().cumsum(0) - 1
+    lengths = torch.bincount(seq)
+    cu = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]).to(torch.int32)
+    b = torch.arange(batch, device=ids.device).repeat_interleave(n)
+    i = torch.arange(n, device=ids.device).repeat(batch)
+    longest = int(lengths.max())
+    return rule, Padded(b, i, b, i, cu, cu, longest, longest, True)
+
+
 def hk_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset: int = 0,
             mask_function=None, attention_mask: torch.Tensor | None = None, device="cpu", **kwargs) -> HkMask:
     """transformers' mask-interface contract (sdpa_mask's arguments), returning an HkMask instead of a dense mask."""
@@ -205,13 +242,18 @@ def hk_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offse
     mask_function = causal_mask_function if mask_function is None else mask_function
     q_offset = int(q_offset)                         # a static cache passes a tensor
     base = dict(batch=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset)
-    rule = _rule(mask_function)
+    rule, packed = _rule(mask_function), None
+    if rule is None and attention_mask is None and q_offset == kv_offset == 0 and q_length == kv_length:
+        rule, packed = _packed(mask_function, batch_size, q_length)
     if rule is None:
         return HkMask(**base, refusal=(
             "hk attention cannot express this mask: transformers asked for a mask rule other than causal, "
-            "bidirectional or causal with a sliding window (packed sequences, chunked attention, block or custom "
-            "and/or overlays); use attn_implementation='sdpa' for it"))
+            "bidirectional or causal with a sliding window, alone or on packed sequences (chunked attention, block "
+            "or custom and/or overlays, packed sequences with padding or a cache); use attn_implementation='sdpa' "
+            "for it"))
     causal, window = rule
+    if packed is not None:
+        return HkMask(**base, causal=causal, window=window, keys=kv_length, padded=packed)
     if causal:
         # keys past the last query's position are hidden; the queries must be key positions (bottom-right)
         keys = min(kv_length, q_offset + q_length - kv_offset)
