@@ -235,14 +235,15 @@ def padded_batch(lengths=(12, 9, 5, 11), side="left", device="cpu"):
     return ids.to(device), mask.to(device)
 
 
-def chat(model, ids, mask, chunk=7, new_tokens=6, turn_tokens=5, **generate):
-    """A two-turn chat on one KV cache: the prompt prefilled in two chunks (`chunk` tokens, then the rest as a
-    continuation of the cache), `new_tokens` greedy tokens, then `turn_tokens` more user tokens appended and
-    generated from on the same cache. Returns (first turn's sequences, second turn's)."""
-    from transformers import DynamicCache
+def chat(model, ids, mask, chunk=7, new_tokens=6, turn_tokens=5, static=False, **generate):
+    """A two-turn chat on one KV cache (a DynamicCache, or a StaticCache of 32 positions with `static`): the prompt
+    prefilled in two chunks (`chunk` tokens, then the rest as a continuation of the cache), `new_tokens` greedy
+    tokens, then `turn_tokens` more user tokens appended and generated from on the same cache. Returns (first
+    turn's sequences, second turn's)."""
+    from transformers import DynamicCache, StaticCache
     B = ids.shape[0]
     more = torch.randint(3, LLAMA_VOCAB, (B, turn_tokens), generator=torch.Generator().manual_seed(2)).to(ids.device)
-    cache = DynamicCache(config=model.config)
+    cache = StaticCache(config=model.config, max_cache_len=32) if static else DynamicCache(config=model.config)
     with torch.no_grad():
         model(ids[:, :chunk], attention_mask=mask[:, :chunk], past_key_values=cache, use_cache=True)
         first = model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new_tokens,

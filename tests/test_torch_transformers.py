@@ -43,6 +43,25 @@ def test_chunked_prefill_and_second_turn_match_sdpa(monkeypatch, padded):
     shapes = spy_hk_attention(monkeypatch)
     ours, theirs = chat(hk_model, ids, mask), chat(sdpa_model, ids, mask)
     assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    _assert_chat_calls(shapes, padded)
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "unpadded"])
+def test_chat_on_a_static_cache_matches_sdpa(monkeypatch, padded):
+    """The same chat on a StaticCache of 32 positions: the keys past the last query are hidden by the causal
+    mask (sliced off, or left out of the varlen gather), the sliding layer's static window as transformers keeps it."""
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch((12, 9, 5, 11) if padded else (12,) * 4)
+    shapes = spy_hk_attention(monkeypatch)
+    ours, theirs = chat(hk_model, ids, mask, static=True), chat(sdpa_model, ids, mask, static=True)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    if padded:
+        assert {(5, 32, "varlen", None), (6, 32, "varlen", None), (1, 32, "varlen", None)} <= set(shapes)
+    else:                   # the static cache's 32 keys cut to the written ones
+        assert {(5, 12), (6, 23), (1, 13, "decode"), (1, QWEN_WINDOW, "decode")} <= set(shapes)
+
+
+def _assert_chat_calls(shapes, padded):
     # the second chunk (5 new tokens on 7 cached), the second turn (the last generated token and 5 more), decode
     full, turn = 12 + 6 + 5, QWEN_WINDOW - 1 + 6          # the sliding layer's cache keeps window - 1 keys
     if padded:              # on the valid tokens through varlen, the sliding layer with its window
@@ -51,19 +70,6 @@ def test_chunked_prefill_and_second_turn_match_sdpa(monkeypatch, padded):
         assert {(6, turn), (1, QWEN_WINDOW, "decode")} <= set(shapes)   # the pads left the window: none there
     else:                   # continuing the cache, bottom-right causal; decode through the split-KV kernel
         assert {(5, 12), (6, full), (6, turn), (1, 13, "decode"), (1, QWEN_WINDOW, "decode")} <= set(shapes)
-
-
-@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "unpadded"])
-def test_static_cache_generation_matches_sdpa(monkeypatch, padded):
-    hk_model, sdpa_model = qwen2_pair(window=None)
-    ids, mask = padded_batch((12, 9, 5, 11) if padded else (12,) * 4)
-    shapes = spy_hk_attention(monkeypatch)
-    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static")
-    with torch.no_grad():
-        ours, theirs = hk_model.generate(ids, **kw), sdpa_model.generate(ids, **kw)
-    assert torch.equal(ours, theirs)
-    if not padded:          # decode on the static cache's written keys only, through the split-KV kernel
-        assert (1, 12 + 5, "decode") in shapes
 
 
 def test_right_padding_logits_match_sdpa():
