@@ -17,10 +17,11 @@ on a GPU, none per layer. The attention function then runs:
   and continuation from a cache with any number of new tokens are one call; sliding windows as the kernel's
   window. The keys a causal mask hides at the end of a static cache are sliced off (a view).
 - a decode step (one query per sequence, head dim 64 or 128, no gradient): hk::attention_kvcache's split-KV
-  kernel on the cache's [B, Nkv, Hkv, D] view with per-sequence lengths (a [B, Hq, 1, D] query has too few rows
-  to fill the GPU otherwise), dynamic or static cache, a sliding window as a slice of the last keys.
+  kernel on the cache's [B, Nkv, Hkv, D] view and the written keys' length (a [B, Hq, 1, D] query has too few
+  rows to fill the GPU otherwise), dynamic or static cache, a sliding window as a slice of the last keys.
 - padding (left or right): hk::attention_varlen on the valid tokens gathered per sequence, causal bottom-right
-  per sequence; rows of pad tokens give 0 (their keys are hidden from every valid token, as in transformers).
+  per sequence; with a causal mask rows of pad tokens give 0 (their keys are hidden from every valid token, as
+  in transformers, so no valid token sees the difference).
   A sliding window with padding needs each sequence's valid tokens contiguous (left padding, or right padding
   before any continuation); pads between valid tokens with a window are refused.
 - packed sequences (several sequences in a row, position ids restarting, no padding mask and no cache, as
@@ -28,8 +29,7 @@ on a GPU, none per layer. The attention function then runs:
 
 Refused with NotImplementedError naming the reason, never run with a different mask: any other mask rule
 (chunked attention, block or custom and/or overlays, bidirectional windows, packed sequences with padding or a
-cache), a dense mask passed
-in (a 4-D mask), attention dropout, softcap, sinks. transformers' continuous batching (its paged cache,
+cache), a dense mask passed in (a 4-D mask), attention dropout, softcap, sinks. transformers' continuous batching (its paged cache,
 `generate_batch`) is not served: transformers accepts only "paged|eager", "sdpa" and flash implementations there
 and refuses "hk" itself; serving it needs hk registered as a flash-style implementation (the cu_seq_lens keyword
 arguments to hk::attention_varlen, the block table to hk::attention_kvcache with the new keys appended)."""
@@ -210,7 +210,8 @@ def _packed(mask_function, batch: int, n: int) -> tuple[tuple[bool, int | None] 
     varlen sequence per run of ids. Returns (rule, Padded) or (None, None)."""
     from transformers import masking_utils as mu
     code = getattr(mask_function, "__code__", None)
-    if code is None or code is not mu.and_masks(mu.causal_mask_function).__code__:
+    if code is None or code is not mu.and_masks(mu.causal_mask_function).__code__ or not (
+            hasattr(mu, "remap_positions_for_packed_sequence") and hasattr(mu, "packed_sequence_mask_function")):
         return None, None
     parts = inspect.getclosurevars(mask_function).nonlocals.get("mask_functions", ())
     remap_code = mu.remap_positions_for_packed_sequence(mu.causal_mask_function, None).__code__
