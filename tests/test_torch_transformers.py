@@ -1,7 +1,8 @@
 """hk attention in randomly initialised transformers models (no weights downloaded): a GQA Llama (the logits of
 its SDPA version, the same greedy generation through the KV cache, training steps through autograd) and a GQA
 Qwen2 with a sliding-window layer (the same greedy tokens as SDPA with padding, batch 4, the prompt prefilled in
-two chunks and a second chat turn on the same cache, dynamic and static caches); what hk cannot express is refused."""
+two chunks and a second chat turn on the same cache, dynamic and static caches; right padding; padded training's
+gradients), packed sequences in the Llama, a padded BERT (bidirectional); what hk cannot express is refused."""
 from __future__ import annotations
 
 import pytest
@@ -110,6 +111,23 @@ def test_packed_sequences_match_sdpa_and_run_alone():
         alone = hk_model(ids[:1, 5:], use_cache=False).logits.float()     # the second sequence of row 0 alone
     assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
     assert float((ours[:1, 5:] - alone).abs().max() / alone.abs().max()) < LLAMA_LOGITS_TOL
+
+
+def test_bidirectional_encoder_with_padding_matches_sdpa():
+    """A random BERT (bidirectional mask): padding through varlen, every row computed as SDPA computes it."""
+    from hk_portable.nn.huggingface import register
+    register()
+    config = transformers.BertConfig(vocab_size=96, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=192, max_position_embeddings=64)
+    models = []
+    for impl in ("hk", "sdpa"):
+        torch.manual_seed(0)
+        models.append(transformers.BertModel(config).to(torch.float16).eval())
+        models[-1].config._attn_implementation = impl
+    ids, mask = padded_batch(side="right")
+    with torch.no_grad():
+        ours, theirs = (m(ids, attention_mask=mask).last_hidden_state.float() for m in models)
+    assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
 
 
 def test_padded_training_gradients_match_sdpa():
