@@ -3,8 +3,8 @@ tensors, autograd through the hk backward kernels matches float64, a compiled bl
 graphs of a small step and of a whole training step of the two-layer model replay correctly, the two-layer
 model's 20-step loss curve follows the pure torch one, a random transformers Llama with hk attention
 gives SDPA's logits and greedy generation and trains, and a random Qwen2 with a sliding-window layer gives SDPA's
-tokens with padding, chunked prefill and a second turn on the cache. The model code is tests/hk_torch_models.py, which the
-CPU tests run on the reference backend. Skips with the reason on a machine without a GPU."""
+tokens with padding, chunked prefill and a second turn on the cache. The model code is tests/hk_torch_models.py,
+which the CPU tests run on the reference backend. Skips with the reason on a machine without a GPU."""
 from __future__ import annotations
 
 import copy

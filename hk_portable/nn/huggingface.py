@@ -29,10 +29,11 @@ on a GPU, none per layer. The attention function then runs:
 
 Refused with NotImplementedError naming the reason, never run with a different mask: any other mask rule
 (chunked attention, block or custom and/or overlays, bidirectional windows, packed sequences with padding or a
-cache), a dense mask passed in (a 4-D mask), attention dropout, softcap, sinks. transformers' continuous batching (its paged cache,
-`generate_batch`) is not served: transformers accepts only "paged|eager", "sdpa" and flash implementations there
-and refuses "hk" itself; serving it needs hk registered as a flash-style implementation (the cu_seq_lens keyword
-arguments to hk::attention_varlen, the block table to hk::attention_kvcache with the new keys appended)."""
+cache), a dense mask passed in (a 4-D mask), attention dropout, softcap, sinks. transformers' continuous
+batching (its paged cache, `generate_batch`) is not served: transformers accepts only "paged|eager", "sdpa" and
+flash implementations there and refuses "hk" itself; serving it needs hk registered as a flash-style
+implementation (the cu_seq_lens keyword arguments to hk::attention_varlen, the block table to
+hk::attention_kvcache with the new keys appended)."""
 from __future__ import annotations
 
 import inspect
