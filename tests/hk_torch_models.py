@@ -163,13 +163,16 @@ def llama_logits_error(hk_model, sdpa_model, ids):
 
 
 def spy_hk_attention(monkeypatch):
-    """A list that collects (query length, key length) of every hk attention call transformers makes."""
+    """A list that collects (query length, key length) of every hk attention call transformers makes, with
+    "decode" for hk::attention_kvcache's calls and ("varlen", window) for hk::attention_varlen's (padding)."""
     from hk_portable.nn import huggingface
-    shapes, attention, decode = [], huggingface.F.attention, huggingface.decode
+    shapes, attention, decode, varlen = [], huggingface.F.attention, huggingface.decode, huggingface._varlen
     monkeypatch.setattr(huggingface.F, "attention",
                         lambda q, k, v, **kw: shapes.append((q.shape[2], k.shape[2])) or attention(q, k, v, **kw))
     monkeypatch.setattr(huggingface, "decode",
                         lambda q, k, v, s: shapes.append((q.shape[2], k.shape[2], "decode")) or decode(q, k, v, s))
+    monkeypatch.setattr(huggingface, "_varlen", lambda q, k, v, mask, s: shapes.append(
+        (q.shape[2], k.shape[2], "varlen", mask.window)) or varlen(q, k, v, mask, s))
     return shapes
 
 
@@ -190,3 +193,63 @@ def llama_train(model, ids, steps=4):
         opt.step()
         losses.append(value.item())
     return losses
+
+
+# ------------------------------------- transformers Qwen2 (GQA, a full and a sliding-window layer, random)
+QWEN_WINDOW = 8                     # short enough that the prompts and the second turn run past it
+
+
+def qwen2(attn_implementation, device="cpu", dtype=torch.float16, window=QWEN_WINDOW):
+    """A randomly initialised 2-layer GQA Qwen2, layer 0 full attention and layer 1 a sliding window of `window`
+    keys (no weights downloaded), in eval mode. f16 by default: greedy generation is compared token for token,
+    and bf16's 8-bit mantissa puts near-ties of a random model's logits within reach of the two implementations'
+    rounding (measured: one token of 40 flipped in a second turn on bf16, none on f16)."""
+    import transformers
+    config = transformers.Qwen2Config(vocab_size=LLAMA_VOCAB, hidden_size=128, intermediate_size=192,
+                                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                      max_position_embeddings=64, use_sliding_window=window is not None,
+                                      sliding_window=window, max_window_layers=1)
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(config).to(device, dtype)
+    model.config._attn_implementation = attn_implementation
+    return model.eval()
+
+
+def qwen2_pair(device="cpu", **kw):
+    """(hk model, SDPA model) with the same weights; registers hk's attention implementation."""
+    from hk_portable.nn.huggingface import register
+    register()
+    hk_model, sdpa_model = qwen2("hk", device, **kw), qwen2("sdpa", device, **kw)
+    sdpa_model.load_state_dict(hk_model.state_dict())
+    return hk_model, sdpa_model
+
+
+def padded_batch(lengths=(12, 9, 5, 11), side="left", device="cpu"):
+    """(ids, attention mask) [4, 12]: sequences of `lengths` valid tokens padded with id 0 on `side`."""
+    n = max(lengths)
+    ids = torch.randint(3, LLAMA_VOCAB, (len(lengths), n), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(len(lengths), n, dtype=torch.long)
+    for b, length in enumerate(lengths):
+        pad = slice(0, n - length) if side == "left" else slice(length, n)
+        ids[b, pad], mask[b, pad] = 0, 0
+    return ids.to(device), mask.to(device)
+
+
+def chat(model, ids, mask, chunk=7, new_tokens=6, turn_tokens=5, static=False, **generate):
+    """A two-turn chat on one KV cache (a DynamicCache, or a StaticCache of 32 positions with `static`): the prompt
+    prefilled in two chunks (`chunk` tokens, then the rest as a continuation of the cache), `new_tokens` greedy
+    tokens, then `turn_tokens` more user tokens appended and generated from on the same cache. Returns (first
+    turn's sequences, second turn's)."""
+    from transformers import DynamicCache, StaticCache
+    B = ids.shape[0]
+    more = torch.randint(3, LLAMA_VOCAB, (B, turn_tokens), generator=torch.Generator().manual_seed(2)).to(ids.device)
+    cache = StaticCache(config=model.config, max_cache_len=32) if static else DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(ids[:, :chunk], attention_mask=mask[:, :chunk], past_key_values=cache, use_cache=True)
+        first = model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new_tokens,
+                               do_sample=False, pad_token_id=0, **generate)
+        ids2 = torch.cat([first, more], 1)
+        mask2 = torch.cat([mask, mask.new_ones(B, ids2.shape[1] - mask.shape[1])], 1)
+        second = model.generate(ids2, attention_mask=mask2, past_key_values=cache, max_new_tokens=new_tokens,
+                                do_sample=False, pad_token_id=0, **generate)
+    return first, second

@@ -1,9 +1,10 @@
 """The torch integration on a real GPU (cuda backend): every hk:: op passes torch.library.opcheck on CUDA
 tensors, autograd through the hk backward kernels matches float64, a compiled block matches eager, CUDA
 graphs of a small step and of a whole training step of the two-layer model replay correctly, the two-layer
-model's 20-step loss curve follows the pure torch one, and a random transformers Llama with hk attention
-gives SDPA's logits and greedy generation and trains. The model code is tests/hk_torch_models.py, which the
-CPU tests run on the reference backend. Skips with the reason on a machine without a GPU."""
+model's 20-step loss curve follows the pure torch one, a random transformers Llama with hk attention
+gives SDPA's logits and greedy generation and trains, and a random Qwen2 with a sliding-window layer gives SDPA's
+tokens with padding, chunked prefill and a second turn on the cache. The model code is tests/hk_torch_models.py,
+which the CPU tests run on the reference backend. Skips with the reason on a machine without a GPU."""
 from __future__ import annotations
 
 import copy
@@ -14,8 +15,9 @@ import torch
 import hk_portable as hk
 from hk_portable import torch_ops  # noqa: F401 - registers the hk:: ops
 from hk_portable.kernels import attention_bwd, rotary
-from hk_torch_models import (LLAMA_LOGITS_TOL, assert_follows_curve, llama_greedy, llama_ids, llama_logits_error,
-                             llama_pair, llama_train, spy_hk_attention, tokens, train, training_step, twins)
+from hk_torch_models import (LLAMA_LOGITS_TOL, assert_follows_curve, chat, llama_greedy, llama_ids, llama_logits_error,
+                             llama_pair, llama_train, padded_batch, qwen2_pair, spy_hk_attention, tokens, train,
+                             training_step, twins)
 
 pytestmark = pytest.mark.gpu
 bf16 = torch.bfloat16
@@ -196,6 +198,20 @@ def test_llama_with_hk_attention_trains_on_cuda(transformers):
     hk_model, _ = llama_pair("cuda")
     losses = llama_train(hk_model, llama_ids("cuda"))
     assert losses[-1] < losses[0], losses
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "unpadded"])
+def test_qwen2_chat_on_cuda_gives_sdpa_tokens(transformers, padded):
+    """The CPU acceptance test's model and chat (test_torch_transformers.py): batch 4, a sliding-window layer, a
+    prompt prefilled in two chunks, a second turn on the same cache; then a static cache's generation."""
+    hk_model, sdpa_model = qwen2_pair("cuda")
+    ids, mask = padded_batch((12, 9, 5, 11) if padded else (12,) * 4, device="cuda")
+    ours, theirs = chat(hk_model, ids, mask), chat(sdpa_model, ids, mask)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1]), (ours, theirs)
+    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static")
+    with torch.no_grad():
+        ours, theirs = hk_model.generate(ids, **kw), sdpa_model.generate(ids, **kw)
+    assert torch.equal(ours, theirs), (ours, theirs)
 
 
 def _to_cuda(x):

@@ -1,5 +1,8 @@
-"""hk attention in a randomly initialised transformers Llama (GQA, no weights downloaded): the logits of its
-SDPA version, the same greedy generation through the KV cache, and training steps through autograd."""
+"""hk attention in randomly initialised transformers models (no weights downloaded): a GQA Llama (the logits of
+its SDPA version, the same greedy generation through the KV cache, training steps through autograd) and a GQA
+Qwen2 with a sliding-window layer (the same greedy tokens as SDPA with padding, batch 4, the prompt prefilled in
+two chunks and a second chat turn on the same cache, dynamic and static caches; right padding; padded training's
+gradients), packed sequences in the Llama, a padded BERT (bidirectional); what hk cannot express is refused."""
 from __future__ import annotations
 
 import pytest
@@ -7,8 +10,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from hk_torch_models import (LLAMA_LOGITS_TOL, llama_greedy, llama_ids as _ids,  # noqa: E402
-                             llama_logits_error, llama_pair as _pair, llama_train, spy_hk_attention)
+from hk_torch_models import (LLAMA_LOGITS_TOL, QWEN_WINDOW, chat, llama_greedy, llama_ids as _ids,  # noqa: E402
+                             llama_logits_error, llama_pair as _pair, llama_train, padded_batch, qwen2_pair,
+                             spy_hk_attention)
 
 
 def test_llama_logits_match_sdpa():
@@ -31,9 +35,132 @@ def test_llama_trains_through_autograd():
     assert losses[-1] < losses[0]
 
 
-def test_explicit_masks_are_refused():
+@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "unpadded"])
+def test_chunked_prefill_and_second_turn_match_sdpa(monkeypatch, padded):
+    """Batch 4 (left padding or none), a full and a sliding-window layer: the prompt prefilled in two chunks,
+    greedy tokens, a second turn on the same cache: the tokens SDPA gives."""
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch((12, 9, 5, 11) if padded else (12,) * 4)
+    shapes = spy_hk_attention(monkeypatch)
+    ours, theirs = chat(hk_model, ids, mask), chat(sdpa_model, ids, mask)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    _assert_chat_calls(shapes, padded)
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["left-padded", "unpadded"])
+def test_chat_on_a_static_cache_matches_sdpa(monkeypatch, padded):
+    """The same chat on a StaticCache of 32 positions: the keys past the last query are hidden by the causal
+    mask (sliced off, or left out of the varlen gather), the sliding layer's static window as transformers keeps it."""
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch((12, 9, 5, 11) if padded else (12,) * 4)
+    shapes = spy_hk_attention(monkeypatch)
+    ours, theirs = chat(hk_model, ids, mask, static=True), chat(sdpa_model, ids, mask, static=True)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    if padded:
+        assert {(5, 32, "varlen", None), (6, 32, "varlen", None), (1, 32, "varlen", None)} <= set(shapes)
+    else:                   # the static cache's 32 keys cut to the written ones
+        assert {(5, 12), (6, 23), (1, 13, "decode"), (1, QWEN_WINDOW, "decode")} <= set(shapes)
+
+
+def _assert_chat_calls(shapes, padded):
+    # the second chunk (5 new tokens on 7 cached), the second turn (the last generated token and 5 more), decode
+    full, turn = 12 + 6 + 5, QWEN_WINDOW - 1 + 6          # the sliding layer's cache keeps window - 1 keys
+    if padded:              # on the valid tokens through varlen, the sliding layer with its window
+        assert {(5, 12, "varlen", None), (5, 12, "varlen", QWEN_WINDOW), (6, full, "varlen", None),
+                (1, 13, "varlen", None)} <= set(shapes)
+        assert {(6, turn), (1, QWEN_WINDOW, "decode")} <= set(shapes)   # the pads left the window: none there
+    else:                   # continuing the cache, bottom-right causal; decode through the split-KV kernel
+        assert {(5, 12), (6, full), (6, turn), (1, 13, "decode"), (1, QWEN_WINDOW, "decode")} <= set(shapes)
+
+
+def test_right_padding_logits_match_sdpa():
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch(side="right")
+    with torch.no_grad():
+        ours, theirs = hk_model(ids, attention_mask=mask).logits, sdpa_model(ids, attention_mask=mask).logits
+    valid = mask.bool()     # pad rows: hk gives them 0, SDPA attends to valid keys; neither reaches a valid row
+    err = float((ours[valid].float() - theirs[valid].float()).abs().max() / theirs[valid].float().abs().max())
+    assert err < LLAMA_LOGITS_TOL
+
+
+def test_continuation_after_right_padding_matches_sdpa():
+    """Right padding, then 3 tokens on the cache: pads lie between each sequence's valid tokens; without a window
+    varlen's per-sequence bottom-right causal mask is the model's (Llama: full attention only)."""
+    from transformers import DynamicCache
+    hk_model, sdpa_model = _pair()
+    ids, mask = padded_batch(side="right")
+    mask2 = torch.cat([mask, mask.new_ones(4, 3)], 1)
+    logits = []
+    for model in (hk_model, sdpa_model):
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(ids, attention_mask=mask, past_key_values=cache)
+            logits.append(model(ids[:, :3], attention_mask=mask2, past_key_values=cache).logits.float())
+    ours, theirs = logits
+    assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
+
+
+def test_packed_sequences_match_sdpa_and_run_alone():
+    """Sequences packed in a row (position ids restarting, as for training): one varlen sequence per run."""
+    hk_model, sdpa_model = _pair()
+    ids = _ids()
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]])
+    with torch.no_grad():
+        ours = hk_model(ids, position_ids=positions, use_cache=False).logits.float()
+        theirs = sdpa_model(ids, position_ids=positions, use_cache=False).logits.float()
+        alone = hk_model(ids[:1, 5:], use_cache=False).logits.float()     # the second sequence of row 0 alone
+    assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
+    assert float((ours[:1, 5:] - alone).abs().max() / alone.abs().max()) < LLAMA_LOGITS_TOL
+
+
+def test_bidirectional_encoder_with_padding_matches_sdpa():
+    """A random BERT (bidirectional mask): padding through varlen, every row computed as SDPA computes it."""
+    from hk_portable.nn.huggingface import register
+    register()
+    config = transformers.BertConfig(vocab_size=96, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=192, max_position_embeddings=64)
+    models = []
+    for impl in ("hk", "sdpa"):
+        torch.manual_seed(0)
+        models.append(transformers.BertModel(config).to(torch.float16).eval())
+        models[-1].config._attn_implementation = impl
+    ids, mask = padded_batch(side="right")
+    with torch.no_grad():
+        ours, theirs = (m(ids, attention_mask=mask).last_hidden_state.float() for m in models)
+    assert float((ours - theirs).abs().max() / theirs.abs().max()) < LLAMA_LOGITS_TOL
+
+
+def test_padded_training_gradients_match_sdpa():
+    """Padding in training goes through hk::attention_varlen and its backward (the sliding layer's window too)."""
+    hk_model, sdpa_model = qwen2_pair()
+    ids, mask = padded_batch()
+    labels = ids.masked_fill(mask == 0, -100)
+    for model in (hk_model, sdpa_model):
+        model.train()
+        model(ids, attention_mask=mask, labels=labels).loss.backward()
+    for (name, ours), theirs in zip(hk_model.named_parameters(), sdpa_model.parameters()):
+        if "self_attn" in name:
+            err = float((ours.grad.float() - theirs.grad.float()).abs().max() / theirs.grad.float().abs().max())
+            assert err < LLAMA_LOGITS_TOL, name
+
+
+def test_what_hk_cannot_express_is_refused():
     hk_model, _ = _pair()
-    mask = torch.ones(2, 12, dtype=torch.long)
-    mask[0, :3] = 0                                    # left padding: a mask hk attention cannot express
-    with pytest.raises(NotImplementedError, match="explicit mask"):
-        hk_model(_ids(), attention_mask=mask)
+    dense = torch.ones(2, 1, 12, 12, dtype=torch.bool).tril()
+    with pytest.raises(NotImplementedError, match="explicit mask tensor"):
+        hk_model(_ids(), attention_mask=dense)                  # a 4-D mask passed in
+    from transformers.masking_utils import create_causal_mask
+    from hk_portable.nn.huggingface import hk_attention_forward
+    x = torch.zeros(2, 12, 128, dtype=torch.bfloat16)                          # a custom overlay on the mask
+    mask = create_causal_mask(hk_model.config, x, None, None, and_mask_function=lambda b, h, q, kv: kv != 5)
+    q = torch.zeros(2, 2, 12, 64, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="chunked attention"):
+        hk_attention_forward(hk_model.model.layers[0].self_attn, q, q[:, :1], q[:, :1], mask)
+    qwen, _ = qwen2_pair()
+    ids, mask = padded_batch(side="right")                     # right padding, then a continuation: pads between
+    from transformers import DynamicCache                     # valid tokens, and a window counting positions
+    cache = DynamicCache(config=qwen.config)
+    with torch.no_grad():
+        qwen(ids, attention_mask=mask, past_key_values=cache)
+        with pytest.raises(NotImplementedError, match="sliding window over a padded batch"):
+            qwen(ids[:, :3], attention_mask=torch.cat([mask, mask.new_ones(4, 3)], 1), past_key_values=cache)
