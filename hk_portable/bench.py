@@ -28,6 +28,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -210,7 +211,7 @@ def _operand(rows: int, cols: int, transposed: bool, device) -> torch.Tensor:
     return _randn((cols, rows), device, torch.bfloat16).t() if transposed else _randn((rows, cols), device, torch.bfloat16)
 
 
-def gemm_case(M: int, N: int, K: int, layout: str = "nn") -> Case:
+def gemm_case(M: int, N: int, K: int, layout: str = "nn", family: str = "gemm") -> Case:
     """c = a @ b with a [M, K] and b [K, N] as given ("n") or transposed views ("t"): "nt" is x @ W.t() (a Linear's
     forward), "tn" x.t() @ g (its weight gradient), "nn" g @ W (its input gradient)."""
     def make(device):
@@ -228,7 +229,39 @@ def gemm_case(M: int, N: int, K: int, layout: str = "nn") -> Case:
             return rel_error(gemm(a, b, out=outs[0]), a.double() @ b.double())
         return Bound(hk_fn, {"torch.matmul (cuBLAS)": lambda i: torch.matmul(*sets[i])}, check, n)
     name = f"gemm bf16 {M}x{N}x{K}" + ("" if layout == "nn" else f" {layout}")
-    return Case("gemm", name, 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K, layout=layout), sweep=(layout,))
+    if family == RANDOM_GEMMS:          # shapes of every aspect: no two form a size sweep the scaling check holds
+        return Case(family, f"gemm random bf16 {M}x{N}x{K}", 2.0 * M * N * K, "TFLOP/s", make,
+                    dict(M=M, N=N, K=K, layout=layout), sweep=(M, N, K))
+    return Case(family, name, 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K, layout=layout), sweep=(layout,))
+
+
+RANDOM_GEMMS = "gemm random"            # the family of random_gemm_shapes, summarised in the report (random_sweep)
+
+
+def random_gemm_shapes(count: int = 100, seed: int = 39, mn=(128, 16384), k=(64, 16384)) -> list[tuple[int, int, int]]:
+    """`count` GEMM shapes (M, N, K), log-uniform in the ranges (issue 39: M, N in 128..16384, K in 64..16384),
+    none a multiple of 64, so ragged tiles, small K and tall-skinny shapes all occur; fixed by `seed`."""
+    rng = random.Random(seed)
+
+    def draw(lo: int, hi: int) -> int:
+        while True:
+            v = round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+            if v % 64 and lo <= v <= hi:
+                return v
+    return [(draw(*mn), draw(*mn), draw(*k)) for _ in range(count)]
+
+
+def random_sweep(entries: list[dict], worst: int = 5, at_least: float = 0.90) -> dict | None:
+    """The random-shape GEMM family in one line: how many shapes reach `at_least` x the baseline, the median and
+    the `worst` shapes by ratio (the acceptance of issue 39, item 4)."""
+    rows = sorted((e["ratio_hk_over_baseline"], e["name"]) for e in entries
+                  if e["family"] == RANDOM_GEMMS and "ratio_hk_over_baseline" in e)
+    if not rows:
+        return None
+    ratios = [r for r, _ in rows]
+    return {"shapes": len(rows), "at_least": at_least, "reaching": sum(r >= at_least for r in ratios),
+            "median_ratio": statistics.median(ratios), "worst": [{"name": n, "ratio": r} for r, n in rows[:worst]],
+            "errors": sum(e["family"] == RANDOM_GEMMS and "error" in e for e in entries)}
 
 
 def attention_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> Case:
@@ -458,6 +491,7 @@ def default_cases(device: str, quick: bool = False) -> list[Case]:
 def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
     if device != "cuda":
         return [gemm_case(64, 64, 64), gemm_case(128, 128, 128), gemm_case(64, 64, 64, "nt"), gemm_case(128, 128, 128, "nt"),
+                *[gemm_case(*g, family=RANDOM_GEMMS) for g in random_gemm_shapes(2, mn=(16, 160), k=(16, 160))],
                 gemm_case(64, 64, 64, "tn"), gemm_case(128, 128, 128, "tt"), gemm_fp8_case(64, 64, 64),
                 gemm_fp8_case(128, 128, 128), attention_case(1, 2, 2, 64, 64, False),
                 attention_case(1, 2, 2, 128, 64, False), attention_bwd_case(1, 2, 2, 64, 64, False),
@@ -481,7 +515,10 @@ def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
     layouts.insert(0, gemm_case(8192, 5632, 2048))
     if quick:
         layouts = layouts[:3]
-    return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + layouts + [gemm_fp8_case(*g) for g in gemms[:4]]
+    # issue 39's sweep: 100 shapes (`hk bench -k "gemm random"`), a few in a quick run
+    randoms = [gemm_case(*g, family=RANDOM_GEMMS) for g in random_gemm_shapes(8 if quick else 100)]
+    return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + layouts + randoms
+            + [gemm_fp8_case(*g) for g in gemms[:4]]
             + [attention_case(*a) for a in attn] + [attention_bwd_case(*a) for a in attn_bwd]
             + [layernorm_case(16384, 4096), layernorm_case(32768, 4096)]
             + [layernorm_bwd_case(16384, 4096), layernorm_bwd_case(32768, 4096)]
@@ -572,7 +609,7 @@ def run(cases: list[Case], device: str, backend: str | None = None, budget_s: fl
             "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
             "host": platform.node(), "backend": backend, "agree_within": AGREE, "results": entries,
             "op_calls": _op_calls(),
-            "scaling_problems": problems, "timing_disagreements": disagree,
+            "scaling_problems": problems, "timing_disagreements": disagree, "random_gemms": random_sweep(entries),
             "ok": not problems and not disagree and not any("error" in e for e in entries)}
 
 
@@ -614,6 +651,11 @@ def table(report: dict) -> str:
                      f"{(base[1]['rate'] if base[1] else float('nan')):10.4g} "
                      f"{e.get('ratio_hk_over_baseline', float('nan')):6.2f}  {e['rel_error']:8.1e}  "
                      f"{base[0] or '-'} ({e['unit']})")
+    sweep = report.get("random_gemms")
+    if sweep:
+        lines.append(f"random GEMM shapes: {sweep['reaching']}/{sweep['shapes']} at >= {sweep['at_least']:.2f}x the "
+                     f"baseline, median {sweep['median_ratio']:.2f}x, {sweep['errors']} errors; worst: "
+                     + ", ".join(f"{w['name'].split()[-1]} {w['ratio']:.2f}x" for w in sweep["worst"]))
     for p in report["scaling_problems"] + report["timing_disagreements"]:
         lines.append("CHECK FAILED: " + p)
     return "\n".join(lines)

@@ -133,3 +133,21 @@ def test_the_model_families_run_on_the_reference(tmp_path):
     assert set(block["ratios_hk_over_each_baseline"]) == {"torch (cuBLAS, SDPA, F.rms_norm)"}
     assert host["unit"] == "kcall/s" and host["hk"]["rate"] > 0
     B.to_json(report, str(tmp_path / "m.json"))
+
+
+def test_random_gemm_shapes_and_their_summary():
+    """Issue 39's sweep: 100 fixed shapes in the issue's ranges, none a multiple of 64; the report counts those
+    reaching 0.90x and lists the worst five, from the entries' own ratios."""
+    shapes = B.random_gemm_shapes()
+    assert len(shapes) == len(set(shapes)) == 100 and shapes == B.random_gemm_shapes()
+    assert all(128 <= m <= 16384 and 128 <= n <= 16384 and 64 <= k <= 16384 and m % 64 and n % 64 and k % 64
+               for m, n, k in shapes)
+    assert min(k for _, _, k in shapes) < 512 and max(m for m, _, _ in shapes) > 8192     # small K and large M occur
+    cases = [B.gemm_case(*g, family=B.RANDOM_GEMMS) for g in B.random_gemm_shapes(3, mn=(16, 96), k=(16, 96))]
+    report = B.run(cases, "cpu", "reference", budget_s=0.01, progress=False)
+    assert all("error" not in e and e["rel_error"] < 1e-2 for e in report["results"])
+    ratios = sorted(e["ratio_hk_over_baseline"] for e in report["results"])
+    sweep = report["random_gemms"]
+    assert sweep["shapes"] == 3 and sweep["reaching"] == sum(r >= 0.9 for r in ratios)
+    assert [w["ratio"] for w in sweep["worst"]] == ratios and "random GEMM shapes: " in B.table(report)
+    assert not report["scaling_problems"]            # shapes of every aspect form no size sweep
