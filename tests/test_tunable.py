@@ -84,7 +84,7 @@ def test_an_illegal_value_names_the_const_and_its_legal_values():
 
 
 @pytest.mark.parametrize("decl, message", [
-    (dict(BX=hk.tunable(16)), "tunable 'BX' is not one of its consts"),
+    (dict(BX=hk.tunable(16)), "tunable 'BX' is not one of its consts with a default"),
     (dict(BM=hk.tunable(64, 128)), "the default of tunable 'BM', 32, is not one of its legal values"),
     (dict(BM=hk.tunable(32, role="m"), BN=hk.tunable(32, role="m")), "both have role 'm'"),
     (dict(BM=(32, 64)), "must be hk.tunable"),

@@ -65,8 +65,8 @@ class Tunables:
         for name, spec in decl.items():
             if not isinstance(spec, Tunable):
                 raise TypeError(f"kernel '{kernel}': tunable '{name}' must be hk.tunable(...), got {spec!r}")
-            if name not in defaults:
-                raise TypeError(f"kernel '{kernel}': tunable '{name}' is not one of its consts "
+            if name not in defaults:            # a tunable needs a default: the baseline every target can run
+                raise TypeError(f"kernel '{kernel}': tunable '{name}' is not one of its consts with a default "
                                 f"({', '.join(defaults)})")
             if spec.role is not None and spec.role in roles:
                 raise TypeError(f"kernel '{kernel}': tunables '{roles[spec.role]}' and '{name}' both have role "
@@ -85,10 +85,11 @@ class Tunables:
 
     def check(self, consts: dict) -> None:
         """ArgumentError naming the const and its legal values when a passed value is not legal."""
-        for name, spec in self.specs.items():
-            if name in consts and not spec.allows(consts[name]):
+        for name, value in consts.items():     # the passed consts, usually few (bind's path)
+            spec = self.specs.get(name)
+            if spec is not None and not spec.allows(value):
                 raise ArgumentError(f"{self.kernel}: tunable const '{name}' must be one of its legal values "
-                                    f"{spec.describe()}, got {consts[name]!r}")
+                                    f"{spec.describe()}, got {value!r}")
 
     def legal(self, config: dict) -> bool:
         return all(spec.allows(config[n]) for n, spec in self.specs.items() if n in config)

@@ -236,7 +236,10 @@ class Kernel(KernelDef):
         proposals and the kernel's defaults (tuned per shape bucket where HK_AUTOTUNE is on and a device runs;
         `grid`, a function of the config, lets the autotuner launch). A kernel without tunables: `consts` as
         passed. No device is needed for a compile-only or emulated target (`hk compile`, the CPU)."""
-        runtime, _ = self.bind(args, kwargs)            # the call's argument errors and illegal values first
+        if kwargs or len(args) != self._nargs:         # the call's argument errors and illegal values first
+            runtime, _ = self.bind(args, kwargs)
+        else:                                           # nothing passed by keyword: bind has nothing to check
+            runtime = args                              # that a miss's trace does not (a repeat call's ~10 us)
         consts = {k: v for k, v in kwargs.items() if k == "num_warps" or k in self._const_names}
         if self.tunables is None or all(n in consts for n in self.tunables.names):
             return dict(consts)
@@ -247,7 +250,7 @@ class Kernel(KernelDef):
                 Kernel.__call__(self, *runtime, grid=grid({**self.defaults(), **cfg}), backend=backend,
                                 target=target, **cfg)
         sizes = [s for v in runtime if isinstance(v, torch.Tensor) for s in v.shape]
-        return self.choose_config([baseline], *runtime, backend=backend, target=target, launch=launch,
+        return self.choose_config((baseline,), *runtime, backend=backend, target=target, launch=launch,
                                   bucket=tuning.bucket(*sizes), tune=tune, key=tuple(sorted(consts.items())),
                                   fixed=consts)
 
