@@ -235,3 +235,20 @@ def test_the_tutorial_compiles_offline_without_spills(arch, capsys):
         print(f"\ngelu_linear on hip:{arch}: {cfg}, {res['vgpr']} VGPRs, {res['agpr']} AGPRs, {res['lds_bytes']} B LDS")
     assert {**ex.gelu_linear.defaults(), **cfg} == CHOSEN[arch]
     assert res["vgpr_spill"] == res["sgpr_spill"] == res["scratch_bytes"] == 0, res
+
+
+@pytest.mark.parametrize("backend, target", [("cuda", "sm_90a"), ("hip", "gfx950"), ("reference", None)])
+def test_hk_compile_of_a_tunable_user_kernel_compiles_the_targets_choice(capsys, backend, target):
+    """What `hk compile` builds is what a call on that target runs (configure's choice; on sm_90a a TMA + wgmma tile
+    from cuda's table unless the NVRTC at hand spills it, on hip CHOSEN above, on the reference the defaults)."""
+    from hk_portable.cli import main
+    args, consts = ex.example_args(device="meta")
+    cfg = {**ex.gelu_linear.defaults(), **ex.gelu_linear.configure(*args, backend=backend, target=target, **consts)}
+    rc = main(["compile", f"{EXAMPLE}:gelu_linear", "--backend", backend, *(["--target", target] if target else []),
+               "--emit", "ir"])
+    head = capsys.readouterr().out.splitlines()[0]
+    warps = cfg.pop("num_warps")
+    want = "consts{" + ", ".join(f"{k}={v}" for k, v in sorted(cfg.items())) + f"}} warps={warps} {{"
+    assert rc == 0 and head.endswith(want), (head, want)
+    if backend == "hip":
+        assert {**cfg, "num_warps": warps} == CHOSEN[target]
