@@ -252,3 +252,16 @@ def test_hk_compile_of_a_tunable_user_kernel_compiles_the_targets_choice(capsys,
     assert rc == 0 and head.endswith(want), (head, want)
     if backend == "hip":
         assert {**cfg, "num_warps": warps} == CHOSEN[target]
+
+
+def test_the_library_kernels_that_declare_tunables():
+    """gemm and gemm_fp8 declare their tiles with roles (backends propose for them); attention_fwd its legal values
+    only (no roles: no proposals join its candidates)."""
+    from hk_portable.kernels import attention, gemm_fp8
+    assert gemm_mod.gemm_kernel.tunables.roles() == ("m", "n", "k", "stages", "warps")
+    assert gemm_fp8.gemm_fp8_kernel.tunables.roles() == ("m", "n", "k", "stages", "warps")
+    assert not gemm_fp8.gemm_fp8_kernel.tunables.specs["BK"].allows(16)        # fp8 K steps are whole 32-deep blocks
+    assert attention.attention_fwd_kernel.tunables.roles() == ()
+    be = hk.get_backend("cuda")
+    base = {"BM": 64, "BN": 64}
+    assert attention.attention_fwd_kernel._with_proposals((base,), be, be.target("sm_90a")) == (base,)
