@@ -133,9 +133,8 @@ def test_a_kernel_candidate_outside_the_declaration_is_an_error():
 
 def test_gemm_joins_the_backends_proposals_and_keeps_its_choice():
     """One mechanism: gemm's own candidates, then each backend's proposals (new ones only), its baseline last; what
-    each target runs is unchanged (hk compile's generated source too: see the report of issue 42)."""
-    meta = [torch.empty(s, dtype=d, device="meta") for s, d in (((256, 256), torch.bfloat16),
-                                                                ((256, 256), torch.bfloat16), ((256, 256), torch.float32))]
+    each target runs is unchanged (hk compile's generated source too, hashed before and after)."""
+    meta = [torch.empty(256, 256, dtype=d, device="meta") for d in (torch.bfloat16, torch.bfloat16, torch.float32)]
     cands = tuple(gemm_mod.candidates({}, meta))
     for spec, arch in (("cuda", "sm_90a"), ("cuda", "sm_80"), ("hip", "gfx942"), ("hip", "gfx950")):
         be = hk.get_backend(spec)

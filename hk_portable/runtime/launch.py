@@ -244,15 +244,18 @@ class Kernel(KernelDef):
         if self.tunables is None or all(n in consts for n in self.tunables.names):
             return dict(consts)
         baseline = {**{n: v for n, v in self.defaults().items() if n in self.tunables.names}, **consts}
-        launch = None
-        if grid is not None:
-            def launch(cfg):
-                Kernel.__call__(self, *runtime, grid=grid({**self.defaults(), **cfg}), backend=backend,
-                                target=target, **cfg)
+        launch = None if grid is None else self._launcher(runtime, grid, backend, target)
         sizes = [s for v in runtime if isinstance(v, torch.Tensor) for s in v.shape]
         return self.choose_config((baseline,), *runtime, backend=backend, target=target, launch=launch,
                                   bucket=tuning.bucket(*sizes), tune=tune, key=tuple(sorted(consts.items())),
                                   fixed=consts)
+
+    def _launcher(self, runtime, grid, backend, target):
+        """launch(config) for the autotuner: this call's arguments at a candidate, its grid from `grid(config)`."""
+        def launch(cfg):
+            Kernel.__call__(self, *runtime, grid=grid({**self.defaults(), **cfg}), backend=backend, target=target,
+                            **cfg)
+        return launch
 
     def _accepted(self, configs, args, be, tgt) -> tuple[list, UnsupportedError | None]:
         """(config, Program) of each config whose Program verifies and the target takes; the last refusal."""
