@@ -9,7 +9,7 @@ its command line (`hk --help`) does not pay for importing torch.
 from .version import __version__  # noqa: F401
 
 _INTERFACE = ("GL RT RV ST ArgumentError BackendError HKError Program TraceError UnsupportedError bf16 const f16 f32 "
-              "fp8e4m3 fp8e5m2 i32")
+              "fp8e4m3 fp8e5m2 i32 tunable")
 _OPS = ("abs atomic_add block_idx bounds_mask cast causal_mask cdiv col_max col_min col_sum dropout_mask exp exp2 "
         "fori_loop full load load_scalar log log2 logical_not max maximum min minimum mma mma_AB mma_ABt mma_AtB "
         "mma_AtBt neg neg_inf num_blocks pipeline range relu row_max row_min row_sum rsqrt shared sigmoid sqrt store "

@@ -153,6 +153,8 @@ def _compile(args, lower: bool = True):
                        ) from None
     if callable(getattr(module, "candidates", None)):     # what a call would run on this target
         consts = kernel.choose_config(module.candidates(consts, example_args), *example_args, backend=target.spec)
+    elif kernel.tunables is not None:                     # the tunables example_args leaves out: this target's choice
+        consts = kernel.configure(*example_args, backend=target.spec, **consts)
     program = kernel.trace(*example_args, **consts)
     return backend, target, program, compile_program(program, backend, target) if lower else None
 

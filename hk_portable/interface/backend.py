@@ -141,6 +141,14 @@ class Backend(abc.ABC):
         the kernel's own order. The autotuner, where it runs, times every candidate regardless."""
         return None
 
+    def propose(self, roles: tuple[str, ...], target: Target) -> list[dict]:
+        """Configurations this backend favours on `target` for a kernel that declares tunable consts with these
+        roles (interface/tunables.ROLES: "m", "n", "k", "stages", "warps"), fastest-first, each a dict role ->
+        value from the arch table (the tile shapes its matrix instructions and schedules favour). The kernel maps
+        them onto its consts and drops any outside its legal values; the target's `check` then filters them as any
+        candidate. The default proposes nothing: a kernel keeps its own candidates and defaults."""
+        return []
+
     def rejects(self, artifact: Artifact, target: Target) -> str | None:
         """Why a built Artifact should not run where a smaller configuration exists (cuda: it spills to
         local memory), in words; None to accept it. Kernel.choose_config then takes the kernel's next

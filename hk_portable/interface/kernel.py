@@ -14,6 +14,7 @@ from . import dtypes as D
 from .errors import ArgumentError
 from .ir import GlobalType, Program, ScalarType
 from .tracer import trace
+from .tunables import WARPS, Tunables
 from .types import GL, const
 
 
@@ -53,13 +54,15 @@ class KernelDef:
     """A tile kernel written against the interface: its runtime and compile-time parameters, and one
     Program per specialisation (tensor dtypes and ranks, consts), traced once."""
 
-    def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None):
+    def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None, tunable: dict | None = None):
         self.fn = fn
         self.name = fn.__name__ if name is None else name
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"hk.kernel: name must be a non-empty str, got {self.name!r}")
         self.num_warps = num_warps
         self.runtime_params, self.const_params = _classify(fn)
+        # the consts a backend may choose (interface/tunables.py); None: every const is as the caller writes it
+        self.tunables = None if tunable is None else Tunables(self.name, tunable, self.defaults())
         self._programs: dict[tuple, Program] = {}
         self._lock = threading.Lock()
         self._gates: dict[tuple, threading.Lock] = {}     # key -> lock held while its value is made
@@ -68,6 +71,12 @@ class KernelDef:
 
     def __repr__(self) -> str:
         return f"<hk.kernel {self.name}>"
+
+    def defaults(self) -> dict:
+        """The consts' declared defaults (those with one) and num_warps: the configuration of a call passing none."""
+        out = {c.name: c.default for c in self.const_params if c.default is not inspect.Parameter.empty}
+        out[WARPS] = self.num_warps
+        return out
 
     # ------------------------------------------------------------------ binding and specialisation
     def bind(self, args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]]:
@@ -105,6 +114,8 @@ class KernelDef:
                 hash(v)
             except TypeError:
                 raise ArgumentError(f"{self.name}: hk.const '{k}' must be hashable, got {v!r}") from None
+        if self.tunables is not None:
+            self.tunables.check(consts)
         return runtime, consts
 
     def _param_types(self, runtime: list[Any]) -> list[tuple[str, Any]]:

@@ -24,7 +24,14 @@ LN2 = 0.6931471805599453
 ALIGNS = ("top_left", "bottom_right")
 
 
-@hk.kernel(num_warps=4)
+# Legal values of the tiles (what fits is each target's check, what is fast its tuning table): query and key blocks of
+# whole 16-row mma blocks, a key ring of 1-8 stages, block sizes the layouts deal over (12: FA3's three consumer
+# warpgroups). No roles: these are not a GEMM's M/N/K tiles, so no backend proposes shapes for them.
+TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 16)), STAGES=hk.tunable(range(1, 9)),
+               num_warps=hk.tunable(1, 2, 4, 8, 12, 16))
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], scale: float, shift: int,
                          left: int, right: int, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
                          MASKED: hk.const = False, STAGES: hk.const = 2, LEFT_BOUND: hk.const = True):

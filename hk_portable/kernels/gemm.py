@@ -16,7 +16,15 @@ from hk_portable.interface import GL, RT, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
 
-@hk.kernel(num_warps=4)
+# What is legal, not what is fast (that is each backend's, Backend.propose and its tuning table): tiles of whole
+# 16x16 mma blocks, K steps of whole 16-deep blocks, a ring of 1 to 8 stages, and the block sizes the layouts deal
+# tiles over. The roles let a backend's proposals (its arch table's tile shapes) reach these consts by meaning.
+TUNABLE = dict(BM=hk.tunable(range(16, 513, 16), role="m"), BN=hk.tunable(range(16, 513, 16), role="n"),
+               BK=hk.tunable(range(16, 257, 16), role="k"), STAGES=hk.tunable(range(1, 9), role="stages"),
+               num_warps=hk.tunable(1, 2, 4, 8, 16, role="warps"))
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def gemm_kernel(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 64, BN: hk.const = 64, BK: hk.const = 32,
                 STAGES: hk.const = 2, A_KM: hk.const = False, B_NK: hk.const = False):
     """c = A @ B; A_KM: `a` holds A as [K, M] (A's transpose, contiguous); B_NK: `b` holds B as [N, K]."""

@@ -19,7 +19,14 @@ FNUZ_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fnuz", "float8_e5m2f
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-@hk.kernel(num_warps=4)
+# Legal, not fast (the backends' tables say what is fast): whole 16x16 mma blocks, K steps of whole 32-deep fp8
+# blocks (every target's fp8 mma has K = 32), 1-8 stages, the block sizes layouts deal over.
+TUNABLE = dict(BM=hk.tunable(range(16, 513, 16), role="m"), BN=hk.tunable(range(16, 513, 16), role="n"),
+               BK=hk.tunable(range(32, 257, 32), role="k"), STAGES=hk.tunable(range(1, 9), role="stages"),
+               num_warps=hk.tunable(1, 2, 4, 8, 16, role="warps"))
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def gemm_fp8_kernel(a: GL[2], b: GL[2], c: GL[2], scale_a: GL[2], scale_b: GL[2], *, BM: hk.const = 64,
                     BN: hk.const = 64, BK: hk.const = 64, STAGES: hk.const = 2, B_NK: hk.const = True):
     """B_NK: b is given as [N, K] (B transposed, k-contiguous: what fp8 tensor cores read); else [K, N].

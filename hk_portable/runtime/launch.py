@@ -38,14 +38,15 @@ class Kernel(KernelDef):
     """A tile kernel written against the interface. Call it with its arguments and `grid=`; `backend=`
     takes a spec ("cuda", "hip:gfx950:emulated") or a Backend, `target=` an arch of that backend."""
 
-    def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None):
-        super().__init__(fn, num_warps=num_warps, name=name)
+    def __init__(self, fn: Callable, num_warps: int = 4, name: str | None = None, tunable: dict | None = None):
+        super().__init__(fn, num_warps=num_warps, name=name, tunable=tunable)
         self._artifacts: dict[tuple, Any] = {}
         self._launches: dict[tuple, tuple] = {}     # fast path: call key -> (backend, artifact, fast_launch)
         self._configs: dict[tuple, dict] = {}       # choose_config's answers
         self._stored: dict[str, tuple] = {}         # program hash -> the tensor parameters it stores to
         self.config_notes: dict[tuple, str] = {}    # (backend spec, chosen config) -> why an earlier one was passed over
         self._nargs = len(self.runtime_params)
+        self._const_names = frozenset(c.name for c in self.const_params)
         self._i32 = [(i, p.name) for i, p in enumerate(self.runtime_params) if p.kind == "i32"]
         _KERNELS.add(self)
 
@@ -140,7 +141,8 @@ class Kernel(KernelDef):
         return self.compile_for(prog, selected.backend, selection.target_for(selected, target))
 
     def choose_config(self, candidates, *args, backend=None, target: str | Target | None = None, launch=None,
-                      bucket: tuple | None = None, tune: bool | None = None, key=None, fallbacks=()) -> dict:
+                      bucket: tuple | None = None, tune: bool | None = None, key=None, fallbacks=(),
+                      fixed=()) -> dict:
         """The configuration (consts and num_warps) to call this kernel with on these arguments: among
         `candidates` (dicts, the kernel's portable baseline last), those the selected backend's target
         accepts; then a tuned winner for the shape `bucket` (runtime/tuning.py: looked up, or timed through
@@ -157,7 +159,11 @@ class Kernel(KernelDef):
         as a newer or older NVRTC may), the next candidate after it whose build it accepts is taken, then the
         kernel's `fallbacks` (smaller configurations, tried in order, offered for no other reason); what was
         passed over and why is in `config_notes` and the `hk_portable.config` log. A tuned winner is kept as
-        measured."""
+        measured.
+
+        A kernel that declares tunable consts (`hk.kernel(tunable=...)`) has the backend's proposals for the target
+        (`Backend.propose`) joined to its candidates, before its baseline, where every proposed value is legal;
+        consts named in `fixed` (a caller passed them) are never changed by a proposal."""
         fast = None
         if key is not None:
             fast = self._fast_key(args, {}, backend, target)
@@ -168,13 +174,13 @@ class Kernel(KernelDef):
         if callable(candidates):
             candidates = candidates()
         choice = self._choose_config(tuple(dict(c) for c in candidates), args, backend, target, launch, bucket, tune,
-                                     tuple(dict(f) for f in fallbacks))
+                                     tuple(dict(f) for f in fallbacks), frozenset(fixed))
         if fast is not None:
             with self._lock:
                 self._configs[fast] = choice
         return dict(choice)
 
-    def _choose_config(self, candidates, args, backend, target, launch, bucket, tune, fallbacks=()) -> dict:
+    def _choose_config(self, candidates, args, backend, target, launch, bucket, tune, fallbacks=(), fixed=()) -> dict:
         if not candidates:
             raise ArgumentError(f"{self.name}: choose_config needs at least one candidate configuration")
         if isinstance(backend, str):
@@ -183,6 +189,8 @@ class Kernel(KernelDef):
             selected = selection.select(backend, [a for a in args if isinstance(a, torch.Tensor)])
         be = selected.backend
         tgt = be.target(selection.target_for(selected, target))
+        if self.tunables is not None:
+            candidates = self._with_proposals(candidates, be, tgt, fixed)
         sig = tuple((a.dtype, a.dim()) if isinstance(a, torch.Tensor) else type(a) for a in args)
         prefs = be.preferred(self.name, candidates[-1], args, tgt)
         key = (be.name, tgt.spec, sig, bucket, tuple(tuple(sorted(c.items())) for c in candidates + fallbacks),
@@ -204,6 +212,50 @@ class Kernel(KernelDef):
         with self._lock:
             self._configs[key] = choice
         return choice
+
+    def _with_proposals(self, candidates: tuple, be: Backend, tgt: Target, fixed=()) -> tuple:
+        """The kernel's candidates (each legal, or an ArgumentError naming the const), then the backend's proposals
+        for `tgt` laid over the baseline (the last candidate) where legal and not already offered, the baseline
+        last: one candidate list for the library's wrappers and users' kernels alike."""
+        for c in candidates:
+            self.tunables.check(c)
+        defaults = self.defaults()
+        seen = [{**defaults, **c} for c in candidates]
+        proposed = []
+        for p in be.propose(self.tunables.roles(), tgt):
+            cfg = self.tunables.from_proposal(p, candidates[-1], fixed)
+            if cfg is not None and {**defaults, **cfg} not in seen:
+                seen.append({**defaults, **cfg})
+                proposed.append(cfg)
+        return candidates[:-1] + tuple(proposed) + candidates[-1:]
+
+    def configure(self, *args, backend=None, target: str | Target | None = None, grid=None, tune: bool | None = None,
+                  **kwargs) -> dict:
+        """The consts (and num_warps) a call with these arguments runs with when its grid is a function of them:
+        those passed, and for each declared tunable not passed, the choice of `choose_config` among the backend's
+        proposals and the kernel's defaults (tuned per shape bucket where HK_AUTOTUNE is on and a device runs;
+        `grid`, a function of the config, lets the autotuner launch). A kernel without tunables: `consts` as
+        passed. No device is needed for a compile-only or emulated target (`hk compile`, the CPU)."""
+        if kwargs or len(args) != self._nargs:         # the call's argument errors and illegal values first
+            runtime, _ = self.bind(args, kwargs)
+        else:                                           # nothing passed by keyword: bind has nothing to check
+            runtime = args                              # that a miss's trace does not (a repeat call's ~10 us)
+        consts = {k: v for k, v in kwargs.items() if k == "num_warps" or k in self._const_names}
+        if self.tunables is None or all(n in consts for n in self.tunables.names):
+            return dict(consts)
+        baseline = {**{n: v for n, v in self.defaults().items() if n in self.tunables.names}, **consts}
+        launch = None if grid is None else self._launcher(runtime, grid, backend, target)
+        sizes = [s for v in runtime if isinstance(v, torch.Tensor) for s in v.shape]
+        return self.choose_config((baseline,), *runtime, backend=backend, target=target, launch=launch,
+                                  bucket=tuning.bucket(*sizes), tune=tune, key=tuple(sorted(consts.items())),
+                                  fixed=consts)
+
+    def _launcher(self, runtime, grid, backend, target):
+        """launch(config) for the autotuner: this call's arguments at a candidate, its grid from `grid(config)`."""
+        def launch(cfg):
+            Kernel.__call__(self, *runtime, grid=grid({**self.defaults(), **cfg}), backend=backend, target=target,
+                            **cfg)
+        return launch
 
     def _accepted(self, configs, args, be, tgt) -> tuple[list, UnsupportedError | None]:
         """(config, Program) of each config whose Program verifies and the target takes; the last refusal."""
@@ -278,11 +330,27 @@ def _forget_choices() -> None:
 registry._on_reset.append(_forget_choices)
 
 
-def kernel(fn: Callable | None = None, *, num_warps: int = 4, name: str | None = None):
-    """Decorate a tile kernel. `num_warps` is a hint; each backend may choose its own per target."""
-    if fn is None:
-        return lambda f: Kernel(f, num_warps=num_warps, name=name)
-    return Kernel(fn, num_warps=num_warps, name=name)
+class TunableKernel(Kernel):
+    """A kernel that declares tunable consts. Called with `grid` a function of the configuration (a dict of every
+    const and num_warps), the tunables it is not passed are chosen (`configure`) and the grid computed from them;
+    called with a fixed grid, every const is as written (the grid was computed from those values)."""
+
+    def __call__(self, *args, grid, backend=None, target: str | Target | None = None, stream=None, **kwargs):
+        if callable(grid):
+            cfg = self.configure(*args, backend=backend, target=target, grid=grid, **kwargs)
+            rest = {k: v for k, v in kwargs.items() if k not in cfg}      # runtime arguments passed by keyword
+            return Kernel.__call__(self, *args, grid=grid({**self.defaults(), **cfg}), backend=backend,
+                                   target=target, stream=stream, **rest, **cfg)
+        return Kernel.__call__(self, *args, grid=grid, backend=backend, target=target, stream=stream, **kwargs)
+
+
+def kernel(fn: Callable | None = None, *, num_warps: int = 4, name: str | None = None, tunable: dict | None = None):
+    """Decorate a tile kernel. `num_warps` is a hint; each backend may choose its own per target. `tunable`: the
+    consts a backend may choose, name -> `hk.tunable(legal values, role=...)` (interface/tunables.py)."""
+    def make(f):
+        cls = Kernel if tunable is None else TunableKernel
+        return cls(f, num_warps=num_warps, name=name, tunable=tunable)
+    return make if fn is None else make(fn)
 
 
 # ------------------------------------------------------------------------------------------ checks

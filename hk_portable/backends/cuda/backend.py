@@ -121,6 +121,10 @@ class CudaBackend(Backend):
         """The tuning table's ranking (preferences.py), where it has a rule for this kernel on this arch."""
         return preferences.preferred(kernel, consts, args, target)
 
+    def propose(self, roles: tuple[str, ...], target: Target) -> list[dict]:
+        """The arch table's tile shapes for a kernel's tunable consts (preferences.TILES)."""
+        return preferences.propose(roles, target)
+
     def rejects(self, artifact: Artifact, target: Target) -> str | None:
         """A build that keeps values in local memory after every fallback of _build (the compiler at hand
         may spill where another did not): a smaller configuration is taken instead. Not FA3's schedule within

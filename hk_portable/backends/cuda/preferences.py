@@ -39,6 +39,29 @@ TABLE = {
 }
 
 
+# Tile shapes offered to a kernel that declares tunable mma tiles (Backend.propose; kernels map the roles onto their
+# consts and drop what they do not allow), per arch capability, fastest first. On the async path (TMA + wgmma):
+# issue 42's fused gelu(a @ w^T + bias) on the H100 (2026-12-06) ran 511 TFLOP/s at 128x256x64 on 8 warps, 448 at
+# 128x128x64, 122 at 64x64x32 on 4 (4096^3); gemm's CONFIGS rest on the same shapes (perf-notes 2026-12-06); the
+# 64x64 block on one warpgroup is for products too small to fill the SMs with 128-row tiles. Without it (mma.sync and
+# the cp.async ring): 128x128x32 on 8 warps in 3 stages (48 KiB, within every sm_8x's shared memory), then 64x64x32;
+# not measured: the autotuner (HK_AUTOTUNE=1) times them where a device exists.
+TILES = {
+    "async_tensor_core": (dict(m=128, n=256, k=64, stages=4, warps=8), dict(m=128, n=128, k=64, stages=4, warps=8),
+                          dict(m=64, n=64, k=64, stages=4, warps=4)),
+    None: (dict(m=128, n=128, k=32, stages=3, warps=8), dict(m=64, n=64, k=32, stages=3, warps=4)),
+}
+
+
+def propose(roles: tuple[str, ...], target) -> list[dict]:
+    """TILES' row for the target's arch (its first capability that has one), each cut to the roles given."""
+    row = archs.of(target)
+    shapes = next((v for cap, v in TILES.items() if cap is not None and getattr(row, cap, False)), TILES[None])
+    if "m" not in roles and "n" not in roles:       # no mma tile declared: nothing here is about this kernel
+        return []
+    return [{r: v for r, v in shape.items() if r in roles} for shape in shapes]
+
+
 def first_ranked(configs: list[dict], prefs: list[dict] | None) -> dict:
     """The config a ranking puts first (benchmarks and tests that build what the library launches)."""
     return configs[0] if prefs is None else ranked(configs, prefs)[0]

@@ -88,6 +88,10 @@ class HipBackend(Backend):
         """The tuning table's ranking (preferences.py), where it has a rule for this kernel on this arch."""
         return preferences.preferred(kernel, consts, args, target)
 
+    def propose(self, roles: tuple[str, ...], target: Target) -> list[dict]:
+        """The arch table's tile shapes for a kernel's tunable consts (preferences.TILES)."""
+        return preferences.propose(roles, target)
+
     def lowered(self, program: Program, target: Target, after: str | None = None) -> str:
         return lowering.describe(lowering.lower(program, target, PASSES, after), PASSES)
 

@@ -31,6 +31,26 @@ def gemm(consts: dict, args: tuple) -> list[dict] | None:
     return [GEMM_DEEP_K, {}]            # the deep k-step first, then every candidate in the kernel's order
 
 
+# Tile shapes offered to a kernel that declares tunable mma tiles (Backend.propose), per arch capability, fastest
+# first: where the 16-bit MFMA of K=32 runs at full rate, gemm's GEMM_DEEP_K above (its `hk analyze` figures); else
+# (CDNA3) HipKittens' 256x256 block of 8 waves with K steps of 16, 3 stages in 48 KiB (perf-notes 2026-12-02). Then
+# a 128x128 block of 4 waves for what a 256x256 block does not fit (registers of a larger epilogue, LDS).
+# HipBackend.choose_config takes the first whose accumulators take wave grids.
+TILES = {
+    "mfma_16bit_k32": (dict(m=256, n=256, k=32, stages=3, warps=8), dict(m=128, n=128, k=32, stages=2, warps=4)),
+    None: (dict(m=256, n=256, k=16, stages=3, warps=8), dict(m=128, n=128, k=32, stages=2, warps=4)),
+}
+
+
+def propose(roles: tuple[str, ...], target) -> list[dict]:
+    """TILES' row for the target's arch (its first capability that has one), each cut to the roles given."""
+    row = ARCHS.get(target.arch)
+    shapes = next((v for cap, v in TILES.items() if cap is not None and getattr(row, cap, False)), TILES[None])
+    if "m" not in roles and "n" not in roles:       # no mma tile declared: nothing here is about this kernel
+        return []
+    return [{r: v for r, v in shape.items() if r in roles} for shape in shapes]
+
+
 # (the arch capability the rule rests on, kernel name) -> rule(consts, args) -> ranked partial configs
 TABLE = {
     ("mfma_16bit_k32", "gemm_kernel"): gemm,

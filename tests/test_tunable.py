@@ -1,0 +1,266 @@
+"""Tunable consts (issue 42): a kernel declares which consts a backend may choose and their legal values
+(`hk.kernel(tunable=...)`, interface/tunables.py); each backend proposes per-target tile shapes from its arch table
+(`Backend.propose`); the configuration is chosen by the autotuner where a device runs, else by the backend, and kept
+per shape bucket. The library's gemm goes through the same path. The README's tutorial kernel (examples/gelu_linear.py)
+runs on the reference and both emulated AMD targets against float64 torch."""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import hk_portable as hk
+from hk_portable.interface import GL, RT, ST, ArgumentError, f32
+from hk_portable.kernels import gemm as gemm_mod
+from hk_portable.runtime import tuning
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "gelu_linear.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("gelu_linear_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ex = _example()
+
+
+@pytest.fixture
+def tuning_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HK_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(tuning.ENV, raising=False)
+    tuning.forget()
+    yield tmp_path
+    tuning.forget()
+
+
+def _small_gemm(tunable=None, **kw):
+    """A kernel of this test's own: c = a @ b over shared tiles, tunable as given."""
+    @hk.kernel(tunable=tunable, **kw)
+    def small_gemm(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 32, BN: hk.const = 32, BK: hk.const = 32):
+        m, n = hk.block_idx(0), hk.block_idx(1)
+        a_s = hk.shared(ST[a.dtype, BM, BK], stages=2)
+        b_s = hk.shared(ST[b.dtype, BK, BN], stages=2)
+
+        def load(k, s):
+            hk.load(a_s[s], a, (m, k))
+            hk.load(b_s[s], b, (k, n))
+
+        def compute(k, s, acc):
+            return hk.mma(a_s[s], b_s[s], acc)
+
+        acc = hk.pipeline(hk.cdiv(a.shape[1], BK), load, compute, carry=hk.zeros(RT[f32, BM, BN]), stages=2)
+        hk.store(c, acc.to(c.dtype), (m, n))
+    return small_gemm
+
+
+TILES = dict(BM=hk.tunable(16, 32, 64, role="m"), BN=hk.tunable(range(16, 65, 16), role="n"),
+             BK=hk.tunable(16, 32, role="k"))
+
+
+def _operands(M=70, N=50, K=40):
+    g = torch.Generator().manual_seed(M * N + K)
+    return torch.randn(M, K, generator=g).bfloat16(), torch.randn(K, N, generator=g).bfloat16()
+
+
+# ------------------------------------------------------------------------------------------ the declaration
+def test_an_illegal_value_names_the_const_and_its_legal_values():
+    a, b = _operands()
+    c = torch.empty(70, 50)
+    with pytest.raises(ArgumentError, match=r"gemm_kernel: tunable const 'BM' must be one of its legal values "
+                                            r"range\(16, 513, 16\): 16\.\.512 step 16, got 24"):
+        gemm_mod.gemm_kernel.trace(a, b, c, BM=24)
+    with pytest.raises(ArgumentError, match=r"'num_warps' must be one of its legal values \{1, 2, 4, 8, 16\}, got 3"):
+        gemm_mod.gemm(a, b, backend="reference", num_warps=3)
+    k = _small_gemm(TILES)
+    with pytest.raises(ArgumentError, match=r"'BM' must be one of its legal values \{16, 32, 64\}, got 32\.0"):
+        k(a, b, c, grid=(3, 2), backend="reference", BM=32.0)     # 32.0 == 32, but not a tile size
+
+
+@pytest.mark.parametrize("decl, message", [
+    (dict(BX=hk.tunable(16)), "tunable 'BX' is not one of its consts with a default"),
+    (dict(BM=hk.tunable(64, 128)), "the default of tunable 'BM', 32, is not one of its legal values"),
+    (dict(BM=hk.tunable(32, role="m"), BN=hk.tunable(32, role="m")), "both have role 'm'"),
+    (dict(BM=(32, 64)), "must be hk.tunable"),
+])
+def test_a_bad_declaration_fails_at_decoration(decl, message):
+    with pytest.raises(TypeError, match=re.escape(message)):
+        _small_gemm(decl)
+
+
+def test_tunable_checks_its_arguments():
+    with pytest.raises(TypeError, match="role must be one of"):
+        hk.tunable(16, role="tile")
+    with pytest.raises(TypeError, match="at least one legal value"):
+        hk.tunable()
+
+
+def test_a_kernel_without_a_declaration_keeps_its_consts():
+    a, b = _operands()
+    k = _small_gemm()
+    c = torch.empty(70, 50)
+    assert k.tunables is None
+    assert k.configure(a, b, c, backend="cuda:sm_90a") == {}                      # nothing chosen for it
+    assert k.configure(a, b, c, backend="hip:gfx950", BM=16) == {"BM": 16}
+    assert k.choose_config([{}], a, b, c, backend="cuda:sm_90a") == {}             # no proposal joins its list
+
+
+# ----------------------------------------------------------------------------------- proposals and choice
+def test_proposals_are_mapped_by_role_and_illegal_ones_dropped():
+    """cuda on sm_90a proposes 128x256x64/8 warps, 128x128x64/8 and 64x64x64/4: this kernel allows BM up to 64,
+    BK 16 or 32 and declares no stages or warps, so every proposal holds an illegal value and is dropped; a proposal
+    cut to its roles where it declares only BM and BN is kept where legal."""
+    be = hk.get_backend("cuda")
+    tgt = be.target("sm_90a")
+    base = {"BM": 32, "BN": 32, "BK": 32}
+    assert _small_gemm(TILES)._with_proposals((base,), be, tgt) == (base,)
+    mn = _small_gemm(dict(BM=hk.tunable(16, 32, 64, role="m"), BN=hk.tunable(range(16, 65, 16), role="n")))
+    assert mn._with_proposals((base,), be, tgt) == ({"BM": 64, "BN": 64, "BK": 32}, base)
+    assert mn._with_proposals((base,), be, tgt, fixed={"BN"}) == ({"BM": 64, "BN": 32, "BK": 32}, base)
+
+
+def test_a_kernel_candidate_outside_the_declaration_is_an_error():
+    a, b = _operands()
+    with pytest.raises(ArgumentError, match="'BK' must be one of its legal values"):
+        _small_gemm(TILES).choose_config([{"BK": 48}, {}], a, b, torch.empty(70, 50), backend="reference")
+
+
+def test_gemm_joins_the_backends_proposals_and_keeps_its_choice():
+    """One mechanism: gemm's own candidates, then each backend's proposals (new ones only), its baseline last; what
+    each target runs is unchanged (hk compile's generated source too, hashed before and after)."""
+    meta = [torch.empty(256, 256, dtype=d, device="meta") for d in (torch.bfloat16, torch.bfloat16, torch.float32)]
+    cands = tuple(gemm_mod.candidates({}, meta))
+    for spec, arch in (("cuda", "sm_90a"), ("cuda", "sm_80"), ("hip", "gfx942"), ("hip", "gfx950")):
+        be = hk.get_backend(spec)
+        joined = gemm_mod.gemm_kernel._with_proposals(cands, be, be.target(arch))
+        assert joined[:len(cands) - 1] == cands[:-1] and joined[-1] == cands[-1], spec
+        full = [tuple(sorted({**gemm_mod.gemm_kernel.defaults(), **c}.items())) for c in joined]
+        assert len(set(full)) == len(full), f"{spec}:{arch}: a proposal repeats a candidate"
+    chosen = {arch: gemm_mod.gemm_kernel.choose_config(cands, *meta, backend=f"{be}:{arch}")
+              for be, arch in (("cuda", "sm_90a"), ("hip", "gfx950"), ("hip", "gfx942"))}
+    assert chosen["sm_90a"] == {**gemm_mod.DEFAULT_CONFIG, **gemm_mod.CONFIGS[0]}
+    assert chosen["gfx950"] == {**gemm_mod.DEFAULT_CONFIG, **gemm_mod.CONFIGS[3]}          # the hip table's deep K
+    assert chosen["gfx942"] == {**gemm_mod.DEFAULT_CONFIG, **gemm_mod.CONFIGS[1]}
+
+
+def test_a_callable_grid_gets_the_chosen_config_and_a_fixed_grid_the_defaults(tuning_dir, monkeypatch):
+    """The reference proposes nothing; given proposals (a stand-in arch table), the autotuner times them with the
+    kernel's defaults on the CPU, stores the winner per shape bucket, and the call runs it with the grid it implies.
+    A fixed grid pins the declared defaults (it was computed from them)."""
+    be = hk.get_backend("reference")
+    monkeypatch.setattr(type(be), "propose", lambda self, roles, tgt: [dict(m=64, n=64, k=16), dict(m=128, n=16)])
+    k = _small_gemm(TILES)
+    a, b = _operands()
+    want = a.double() @ b.double()
+    seen = []
+
+    def grid(cfg):
+        seen.append(dict(cfg))
+        return hk.cdiv(70, cfg["BM"]), hk.cdiv(50, cfg["BN"])
+
+    c = torch.full((70, 50), float("nan"))
+    k(a, b, c, grid=(3, 2), backend="reference")                        # defaults: 32x32 tiles
+    torch.testing.assert_close(c.double(), want, rtol=1e-5, atol=1e-4)
+    assert seen == []
+    assert k.configure(a, b, c, backend="reference") == {"BM": 32, "BN": 32, "BK": 32}     # the backend's: baseline
+    monkeypatch.setenv(tuning.ENV, "1")
+    k._configs.clear()                      # a process decides once (as the library's wrappers): start it again
+    c.fill_(float("nan"))
+    k(a, b, c, grid=grid, backend="reference")
+    torch.testing.assert_close(c.double(), want, rtol=1e-5, atol=1e-4)
+    timed = {tuple(sorted(s.items())) for s in seen[:-1]}
+    assert len(timed) == 2, f"the baseline and the one legal proposal (128 is not a legal BM): {seen}"
+    data = (tuning_dir / tuning.FILE).read_text()
+    assert "small_gemm" in data and str(list(tuning.bucket(70, 40, 40, 50, 70, 50))) in data.replace("\n", "")
+
+
+# ------------------------------------------------------------------------------ the README's tutorial kernel
+BACKENDS = ["reference", "hip:gfx942:emulated", "hip:gfx950:emulated"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M, N, K, out_dtype", [(100, 90, 70, torch.bfloat16), (64, 64, 64, torch.float32),
+                                                (1, 17, 33, torch.float32)])
+def test_the_tutorial_kernel_matches_float64_torch(backend, M, N, K, out_dtype):
+    g = torch.Generator().manual_seed(M + N + K)
+    x = torch.randn(M, K, generator=g).bfloat16()
+    w = torch.randn(N, K, generator=g).bfloat16()
+    bias = torch.randn(N, generator=g).bfloat16()
+    y = torch.full((M, N), float("nan"), dtype=out_dtype)
+    ex.linear_gelu(x, w, bias, out=y, backend=backend)
+    want = ex.reference(x, w, bias)
+    # f32 accumulation of K products (exact) relative to sum |x||w|, tanh-GELU's slope <= 1.13 carrying it, the
+    # device tanh (a few f32 ulps) and one rounding to the output dtype
+    scale = x.double().abs() @ w.double().abs().t() + bias.double().abs()
+    out_ulp = 2.0 ** -8 if out_dtype == torch.bfloat16 else 2.0 ** -22
+    bound = 1.2 * K * 2.0 ** -23 * scale + 2.0 ** -20 * (1 + want.abs()) + out_ulp * want.abs()
+    err = (y.double() - want).abs()
+    assert not y.isnan().any()
+    assert (err <= bound).all(), f"max error {float((err - bound).max())} over the bound"
+
+
+def test_the_readme_tutorial_is_the_example_file():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Tunable kernels", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    code = EXAMPLE.read_text()
+    kernel = code.split("# --- README: tunable kernel ---\n", 1)[1].split("# --- end ---", 1)[0]
+    assert block.strip() == kernel.strip(), "README.md's tunable kernel and examples/gelu_linear.py differ"
+
+
+# (a config per target: what a call and `hk compile` choose today; a change here is a change of what runs)
+# hip's wave-grid accumulators take no broadcast yet (codegen/layouts.GRID_OPS), so the bias epilogue keeps the
+# fragment layout and HipBackend.choose_config the kernel's baseline on both archs (issue 42, item 3)
+CHOSEN = {"gfx942": dict(BM=64, BN=64, BK=32, STAGES=2, num_warps=4),
+          "gfx950": dict(BM=64, BN=64, BK=32, STAGES=2, num_warps=4)}
+
+
+@pytest.mark.parametrize("arch", sorted(CHOSEN))
+def test_the_tutorial_compiles_offline_without_spills(arch, capsys):
+    from hk_portable.backends.hip import compiler
+    ok, why = compiler.available()
+    if not ok:
+        pytest.skip(why)
+    args, consts = ex.example_args(device="meta", M=4096, N=4096, K=4096)
+    cfg = ex.gelu_linear.configure(*args, backend=f"hip:{arch}", **consts)
+    res = ex.gelu_linear.compile(*args, backend=f"hip:{arch}", **cfg).resources
+    with capsys.disabled():
+        print(f"\ngelu_linear on hip:{arch}: {cfg}, {res['vgpr']} VGPRs, {res['agpr']} AGPRs, {res['lds_bytes']} B LDS")
+    assert {**ex.gelu_linear.defaults(), **cfg} == CHOSEN[arch]
+    assert res["vgpr_spill"] == res["sgpr_spill"] == res["scratch_bytes"] == 0, res
+
+
+@pytest.mark.parametrize("backend, target", [("cuda", "sm_90a"), ("hip", "gfx950"), ("reference", None)])
+def test_hk_compile_of_a_tunable_user_kernel_compiles_the_targets_choice(capsys, backend, target):
+    """What `hk compile` builds is what a call on that target runs (configure's choice; on sm_90a a TMA + wgmma tile
+    from cuda's table unless the NVRTC at hand spills it, on hip CHOSEN above, on the reference the defaults)."""
+    from hk_portable.cli import main
+    args, consts = ex.example_args(device="meta")
+    cfg = {**ex.gelu_linear.defaults(), **ex.gelu_linear.configure(*args, backend=backend, target=target, **consts)}
+    rc = main(["compile", f"{EXAMPLE}:gelu_linear", "--backend", backend, *(["--target", target] if target else []),
+               "--emit", "ir"])
+    head = capsys.readouterr().out.splitlines()[0]
+    warps = cfg.pop("num_warps")
+    want = "consts{" + ", ".join(f"{k}={v}" for k, v in sorted(cfg.items())) + f"}} warps={warps} {{"
+    assert rc == 0 and head.endswith(want), (head, want)
+    if backend == "hip":
+        assert {**cfg, "num_warps": warps} == CHOSEN[target]
+
+
+def test_the_library_kernels_that_declare_tunables():
+    """gemm and gemm_fp8 declare their tiles with roles (backends propose for them); attention_fwd its legal values
+    only (no roles: no proposals join its candidates)."""
+    from hk_portable.kernels import attention, gemm_fp8
+    assert gemm_mod.gemm_kernel.tunables.roles() == ("m", "n", "k", "stages", "warps")
+    assert gemm_fp8.gemm_fp8_kernel.tunables.roles() == ("m", "n", "k", "stages", "warps")
+    assert not gemm_fp8.gemm_fp8_kernel.tunables.specs["BK"].allows(16)        # fp8 K steps are whole 32-deep blocks
+    assert attention.attention_fwd_kernel.tunables.roles() == ()
+    be = hk.get_backend("cuda")
+    base = {"BM": 64, "BN": 64}
+    assert attention.attention_fwd_kernel._with_proposals((base,), be, be.target("sm_90a")) == (base,)
