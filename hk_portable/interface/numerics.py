@@ -1,5 +1,6 @@
 """Bit-exact definitions shared by the spec (reference backend) and the tests: Philox4x32-10,
-the dropout threshold and the conversions. GPU backends implement the same formulas in C++."""
+the dropout bits and threshold (stated in docs/numerics.md) and the conversions. GPU backends implement the
+same formulas in C++ (codegen/include/hk_core/)."""
 from __future__ import annotations
 
 import math
