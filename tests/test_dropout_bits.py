@@ -17,6 +17,7 @@ import torch
 
 import hk_portable as hk
 from hk_portable import GL, RT, f32
+from hk_portable.interface import UnsupportedError
 from hk_portable.interface.numerics import dropout_bits, dropout_keep, dropout_threshold
 from hk_portable.runtime import registry
 
@@ -133,3 +134,29 @@ def test_the_keep_masks_are_the_same_bits_on_every_target(spec):
         _probe(x, y, p, *args, grid=(2, 3), backend=spec)
         want = torch.from_numpy(word >= np.uint64(dropout_threshold(p)))
         assert torch.equal(y == 1.0, want), f"{spec}, p={p}: {int((y.eq(1.0) != want).sum())} elements differ"
+
+
+@hk.kernel(name="dropout_bits_narrow_tiles")
+def _narrow(x: GL[2], y: GL[2], p: float, seed_lo: int, seed_hi: int, off_lo: int, off_hi: int):
+    m, n = hk.block_idx(0), hk.block_idx(1)
+    t = hk.load(RT[f32, 3, 5], x, (m, n))
+    keep = hk.dropout_mask(t, p, (seed_lo, seed_hi), (off_lo, off_hi), m * 3, n * 5, x.shape[1])
+    hk.store(y, hk.where(keep, t, 0.0), (m, n))
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_tiles_that_cut_groups_give_each_element_its_word_of_the_shared_call(spec):
+    """3x5 tiles over 7x23 (odd row stride, odd offset): groups are cut by tile edges and by rows; each element
+    still takes word g mod 4 of call g div 4, whichever tile holds it. cuda's register tiles are multiples of
+    16 x 8, so there the case above cuts groups with its offset and row stride instead."""
+    _skip_unless_runs(spec)
+    M, N = 7, 23
+    g = OFFSET + np.arange(M, dtype=np.uint64)[:, None] * np.uint64(N) + np.arange(N, dtype=np.uint64)[None]
+    word = np_dropout_bits(SEED, g) >> np.uint64(8)
+    args = [_i32(SEED & 0xFFFFFFFF), _i32(SEED >> 32), _i32(OFFSET & 0xFFFFFFFF), _i32(OFFSET >> 32)]
+    y = torch.full((M, N), float("nan"))
+    try:
+        _narrow(torch.ones(M, N), y, 0.5, *args, grid=(3, 5), backend=spec)
+    except UnsupportedError as e:
+        pytest.skip(str(e))
+    assert torch.equal(y == 1.0, torch.from_numpy(word >= np.uint64(2**23)))
