@@ -57,7 +57,8 @@ HK_DEV void where_at(rt<T, R, C, L>& dst, P pred, const rt<T, R, C, L>& a, const
 
 // g = offset + (row_off + r) * row_stride + (col_off + c) in 64-bit two's complement; element g takes word
 // g mod 4 of the Philox call g / 4 (hk_core/philox.h). The elements are visited in register order, so a
-// fragment's column pair (c, c+1) in one group shares a call (dropout_stream).
+// strip lane's run of columns shares a call per group, and an mma fragment's column pair (c, c+1) does
+// (dropout_stream; the pair's group-mates are on the next lane).
 // Philox is ~40 dependent integer ops per call: the loop over elements is only partly unrolled so
 // the mask costs a few registers, not one Philox state per element in flight.
 template <int R, int C, class L>
