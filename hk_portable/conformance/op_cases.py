@@ -1068,12 +1068,14 @@ def mask_cases() -> list[Case]:
     for shape in SHAPES_2D:
         out += [_mask_case("causal", shape), _mask_case("bounds", shape)]
         for p in (0.0, 0.25, 0.9, 1.0):
-            # the offset makes counters cross a 2^32 boundary inside the tensor
-            out.append(_mask_case("dropout_const", shape, p, seed=0x9E3779B97F4A7C15, offset=2**32 - 1000))
+            # an odd offset (groups of four straddle rows and tiles) whose indices cross 2^34, where the
+            # element index and its Philox counter g div 4 both carry into their high words
+            out.append(_mask_case("dropout_const", shape, p, seed=0x9E3779B97F4A7C15, offset=2**34 - 1001))
         out.append(_mask_case("dropout_runtime", shape, 0.5))
     for tile in WIDE_TILES:
         out += [_mask_case("causal", WIDE_SHAPE, tile=tile), _mask_case("bounds", WIDE_SHAPE, tile=tile),
-                _mask_case("dropout_const", WIDE_SHAPE, 0.25, seed=0x9E3779B97F4A7C15, offset=2**32 - 1000,
+                # odd offset: a lane's run of columns starts and ends mid-group; 2^34 crossed mid-tensor
+                _mask_case("dropout_const", WIDE_SHAPE, 0.25, seed=0x9E3779B97F4A7C15, offset=2**34 - 20001,
                            tile=tile)]
     return out
 

@@ -1,5 +1,6 @@
 """Bit-exact definitions shared by the spec (reference backend) and the tests: Philox4x32-10,
-the dropout threshold and the conversions. GPU backends implement the same formulas in C++."""
+the dropout bits and threshold (stated in docs/numerics.md) and the conversions. GPU backends implement the
+same formulas in C++ (codegen/include/hk_core/)."""
 from __future__ import annotations
 
 import math
@@ -35,18 +36,26 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 
 
 def dropout_threshold(p: float) -> int:
-    """keep iff (philox_word0 >> 8) >= threshold; p is first rounded to f32, as a kernel argument is."""
+    """keep iff (the element's Philox word >> 8) >= threshold; p is first rounded to f32, as a kernel
+    argument is."""
     p32 = float(torch.tensor(p, dtype=torch.float32))
     return math.floor(p32 * 2**24) if p32 > 0 else 0 if not math.isnan(p32) else 0
 
 
-def dropout_keep(p: float, seed: int, index: torch.Tensor) -> torch.Tensor:
-    """The keep mask for 64-bit counter indices `index` (int64 tensor, values taken mod 2**64)."""
-    lo = index & MASK32
-    hi = (index >> 32) & MASK32
+def dropout_bits(seed: int, index: torch.Tensor) -> torch.Tensor:
+    """The 32 random bits of the elements with 64-bit indices `index` (int64 tensor, values taken mod
+    2**64): word (g mod 4) of Philox4x32-10 at counter (lo32(g div 4), hi32(g div 4), 0, 0) and key
+    (lo32(seed), hi32(seed)). One call serves the four elements 4q..4q+3, as curand_uniform4 draws."""
+    q_lo = (index >> 2) & MASK32              # g div 4 of the unsigned g: the arithmetic shift's sign
+    q_hi = (index >> 34) & 0x3FFFFFFF         # bits are masked off
     z = torch.zeros_like(index)
-    x0, _, _, _ = philox4x32_10(lo, hi, z, z, z + (seed & MASK32), z + ((seed >> 32) & MASK32))
-    return (x0 >> 8) >= dropout_threshold(p)
+    words = philox4x32_10(q_lo, q_hi, z, z, z + (seed & MASK32), z + ((seed >> 32) & MASK32))
+    return torch.stack(words).gather(0, (index & 3).unsqueeze(0)).squeeze(0)
+
+
+def dropout_keep(p: float, seed: int, index: torch.Tensor) -> torch.Tensor:
+    """The keep mask for 64-bit element indices `index` (int64 tensor, values taken mod 2**64)."""
+    return (dropout_bits(seed, index) >> 8) >= dropout_threshold(p)
 
 
 def cast_tensor(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

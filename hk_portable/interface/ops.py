@@ -533,10 +533,11 @@ def bounds_mask(like, row_offset, col_offset, n_rows, n_cols) -> Tile:
 def dropout_mask(like, p, seed, offset, row_offset, col_offset, row_stride) -> Tile:
     """Keep-mask of dropout with probability p, from Philox4x32-10, identical on every backend.
 
-    Element (r, c) has the 64-bit counter index g = offset + (row_offset + r) * row_stride + (col_offset + c);
-    x = philox4x32_10(counter=(lo32(g), hi32(g), 0, 0), key=(lo32(seed), hi32(seed)))[0];
-    keep iff (x >> 8) >= floor(p * 2**24).  seed, offset are Python ints (compile-time, 64-bit) or
-    int32 runtime scalars; p is a float (compile-time) or an f32 runtime scalar."""
+    Element (r, c) has the 64-bit index g = offset + (row_offset + r) * row_stride + (col_offset + c);
+    one call serves the four indices 4q..4q+3 (q = g div 4): x = philox4x32_10(counter=(lo32(q), hi32(q), 0, 0),
+    key=(lo32(seed), hi32(seed)))[g mod 4]; keep iff (x >> 8) >= floor(p * 2**24) (docs/numerics.md).
+    seed, offset are Python ints (compile-time, 64-bit) or int32 runtime scalars; p is a float (compile-time)
+    or an f32 runtime scalar."""
     t = _mask_type(like)
     pv = as_scalar(p, like=as_scalar(0.0)) if not isinstance(p, Scalar) else p
     if pv.dtype is not D.f32:

@@ -10,8 +10,8 @@ Two shapes of the same math, chosen by the ONE_PASS const: where a block's rows 
 tiles, three passes for layernorm (mean, variance, output; two for RMSNorm) recomputing h from x and
 residual in f32 rather than re-reading a rounded h. `candidates` offers the one-pass shapes first (a
 backend whose layouts spread a row over a whole block takes them) and the swept one last. The dropout mask
-comes from Philox4x32-10 with counter index offset + row * d_model + col, so every backend keeps the
-same elements bit for bit."""
+is the interface's (docs/numerics.md): element index offset + row * d_model + col, one Philox4x32-10 call
+per four consecutive indices, so every backend keeps the same elements bit for bit."""
 from __future__ import annotations
 
 import math

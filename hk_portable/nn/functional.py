@@ -101,8 +101,8 @@ _RMS_NORM = torch.ops.hk.rms_norm.default
 def dropout_residual_layer_norm(x, residual, weight, bias=None, *, p: float = 0.0, seed: int = 0, offset: int = 0,
                                 eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused kernel: (y, h) with h = dropout(x, p) + residual and y = layer_norm(h) over the last dim.
-    The dropout mask is Philox(seed, offset + row * d + col): the same on every backend, and the backward
-    regenerates it from the seed."""
+    The dropout mask is the interface's Philox4x32-10 mask of element index offset + row * d + col
+    (docs/numerics.md): the same on every backend, and the backward regenerates it from the seed."""
     rows, d = _rows(x, x.shape[-1])
     y, h = torch.ops.hk.dropout_residual_layernorm(rows, residual.reshape(-1, d), weight, bias, p, seed, offset, eps)
     return y.reshape(x.shape), h.reshape(x.shape)

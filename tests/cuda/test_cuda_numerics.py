@@ -1,6 +1,7 @@
 """The cuda device library's scalar numerics, compiled for the host (g++), against torch bit for bit:
 bf16/f16/fp8 conversions (exhaustive over 16-bit inputs), float -> int32, Philox4x32-10 and the dropout
-threshold (interface/numerics.py), Python floor division. The device build uses the same code for
+threshold, bits and keep test with the dropout_stream's reuse of a call across a group (interface/numerics.py),
+Python floor division. The device build uses the same code for
 everything but f16 and float->int32, which are single PTX instructions (cvt.rn.f16.f32, cvt.rzi)."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hk_portable.interface.numerics import MASK32, dropout_keep, dropout_threshold, philox4x32_10
+from hk_portable.interface.numerics import MASK32, dropout_bits, dropout_keep, dropout_threshold, philox4x32_10
 
 HEADER = Path(__file__).parents[2] / "hk_portable" / "backends" / "cuda" / "include" / "hk_cuda.cuh"
 CXX = shutil.which("g++") or shutil.which("clang++")
@@ -30,7 +31,12 @@ EXPORT void e4m3_to_f32(const unsigned char* x, float* y, long n) { for (long i 
 EXPORT void e5m2_to_f32(const unsigned char* x, float* y, long n) { for (long i = 0; i < n; ++i) y[i] = hk::float_from_e5m2_bits(x[i]); }
 EXPORT void f32_to_i32(const float* x, int* y, long n) { for (long i = 0; i < n; ++i) y[i] = hk::f32_to_i32(x[i]); }
 EXPORT void philox(const unsigned* c0, const unsigned* c1, unsigned k0, unsigned k1, unsigned* y, long n) {
-  for (long i = 0; i < n; ++i) y[i] = hk::philox_word0(c0[i], c1[i], k0, k1); }
+  for (long i = 0; i < n; ++i) { const hk::philox4 x = hk::philox4x32_10(c0[i], c1[i], k0, k1);
+    y[4 * i] = x.w0; y[4 * i + 1] = x.w1; y[4 * i + 2] = x.w2; y[4 * i + 3] = x.w3; } }
+EXPORT void bits(const unsigned long long* g, unsigned s0, unsigned s1, unsigned* y, long n) {
+  for (long i = 0; i < n; ++i) y[i] = hk::dropout_bits(g[i], s0, s1); }
+EXPORT void stream_keep(const unsigned long long* g, unsigned s0, unsigned s1, float p, unsigned char* y, long n) {
+  hk::dropout_stream rng(s0, s1, hk::dropout_threshold(p)); for (long i = 0; i < n; ++i) y[i] = rng.keep(g[i]); }
 EXPORT double threshold(float p) { return hk::dropout_threshold(p); }
 EXPORT void keep(const unsigned long long* g, unsigned s0, unsigned s1, float p, unsigned char* y, long n) {
   double t = hk::dropout_threshold(p); for (long i = 0; i < n; ++i) y[i] = hk::dropout_keep(g[i], s0, s1, t); }
@@ -122,17 +128,44 @@ def test_f32_to_i32_truncates_and_saturates(lib):
     assert torch.equal(got, want)
 
 
-def test_philox_word0_matches_numerics(lib):
+def test_philox_words_match_numerics(lib):
     g = torch.Generator().manual_seed(1)
     c0 = torch.randint(0, 1 << 32, (4096,), generator=g, dtype=torch.int64)
     c1 = torch.randint(0, 1 << 32, (4096,), generator=g, dtype=torch.int64)
     for k0, k1 in ((0, 0), (1234, 0), (0xDEADBEEF, 0x12345678), (MASK32, MASK32)):
-        y = torch.empty(4096, dtype=torch.int32)
+        y = torch.empty(4096, 4, dtype=torch.int32)
         c0_32, c1_32 = c0.to(torch.int32), c1.to(torch.int32)     # kept alive across the call
         lib.philox(_ptr(c0_32), _ptr(c1_32), ctypes.c_uint(k0), ctypes.c_uint(k1), _ptr(y), ctypes.c_long(4096))
         z = torch.zeros_like(c0)
-        want, _, _, _ = philox4x32_10(c0, c1, z, z, z + k0, z + k1)
+        want = torch.stack(philox4x32_10(c0, c1, z, z, z + k0, z + k1), dim=1)
         assert torch.equal(y.to(torch.int64) & MASK32, want)
+
+
+def _indices() -> torch.Tensor:
+    """Random 64-bit element indices (negative int64 = g >= 2^63) and runs across group and 32-bit edges."""
+    runs = [torch.arange(11) + e for e in (0, 2**32 - 6, 2**34 - 5, 2**63 - 7, -11)]   # 2**63 - 7 wraps
+    rand = torch.randint(-2**63, 2**63 - 1, (8192,), generator=torch.Generator().manual_seed(3), dtype=torch.int64)
+    return torch.cat(runs + [rand])
+
+
+def test_dropout_bits_match_numerics(lib):
+    g = _indices()
+    for seed in (0, 2**40 + 17, 2**64 - 1):
+        y = torch.empty(g.numel(), dtype=torch.int32)
+        lib.bits(_ptr(g), ctypes.c_uint(seed & MASK32), ctypes.c_uint(seed >> 32), _ptr(y), ctypes.c_long(g.numel()))
+        assert torch.equal(y.to(torch.int64) & MASK32, dropout_bits(seed, g))
+
+
+def test_dropout_stream_reuses_a_call_without_changing_a_bit(lib):
+    """In any visiting order (runs, repeats, jumps back into a group left) the stream keeps what dropout_keep
+    keeps."""
+    base = _indices()
+    order = torch.randperm(base.numel(), generator=torch.Generator().manual_seed(4))
+    g = torch.cat([base, base[order], base.repeat_interleave(2), base.flip(0)])
+    y = torch.empty(g.numel(), dtype=torch.uint8)
+    lib.stream_keep(_ptr(g), ctypes.c_uint(0x1234), ctypes.c_uint(0x5678), ctypes.c_float(0.5), _ptr(y),
+                    ctypes.c_long(g.numel()))
+    assert torch.equal(y.bool(), dropout_keep(0.5, 0x5678_00001234, g))
 
 
 def test_dropout_threshold_and_keep(lib):

@@ -55,14 +55,17 @@ HK_DEV void where_at(rt<T, R, C, L>& dst, P pred, const rt<T, R, C, L>& a, const
     for (int i = 0; i < RT_::SIZE; ++i) dst.d[i] = pred(RT_::row_of(i), RT_::col_of(i)) ? a.d[i] : b.d[i];
 }
 
-// g = offset + (row_off + r) * row_stride + (col_off + c) in 64-bit two's complement.
-// Philox is ~40 dependent integer ops per element: the loop over elements is only partly unrolled so
+// g = offset + (row_off + r) * row_stride + (col_off + c) in 64-bit two's complement; element g takes word
+// g mod 4 of the Philox call g / 4 (hk_core/philox.h). The elements are visited in register order, so a
+// strip lane's run of columns shares a call per group, and an mma fragment's column pair (c, c+1) does
+// (dropout_stream; the pair's group-mates are on the next lane).
+// Philox is ~40 dependent integer ops per call: the loop over elements is only partly unrolled so
 // the mask costs a few registers, not one Philox state per element in flight.
 template <int R, int C, class L>
 HK_DEV void dropout_mask(rt<bool, R, C, L>& dst, float p, int seed_lo, int seed_hi, int off_lo, int off_hi,
                          int row_off, int col_off, int row_stride) {
     typedef rt<bool, R, C, L> RT_;
-    const float thr = dropout_threshold(p);
+    dropout_stream rng((u32)seed_lo, (u32)seed_hi, dropout_threshold(p));
     const u64 offset = (u64)(u32)off_lo | ((u64)(u32)off_hi << 32);
     constexpr int WORDS = (RT_::SIZE + 31) / 32;
 #pragma unroll
@@ -75,7 +78,7 @@ HK_DEV void dropout_mask(rt<bool, R, C, L>& dst, float p, int seed_lo, int seed_
             const u64 row = (u64)((long long)row_off + RT_::row_of(i));
             const u64 col = (u64)((long long)col_off + RT_::col_of(i));
             const u64 g = offset + row * (u64)(long long)row_stride + col;
-            word |= (u32)dropout_keep(g, (u32)seed_lo, (u32)seed_hi, thr) << b;
+            word |= (u32)rng.keep(g) << b;
         }
         dst.d.w[wi] = word;
     }

@@ -166,7 +166,8 @@ HK_DEV void where_band(rt<T, R, C, tfrag>& dst, const band_pred& m, const rt<T, 
   }
 }
 
-// keep iff (philox(g)[0] >> 8) >= floor(p * 2^24), g = offset + (ro + r) * stride + (co + c) mod 2^64
+// keep iff (word g mod 4 of philox(g / 4) >> 8) >= floor(p * 2^24), g = offset + (ro + r) * stride + (co + c)
+// mod 2^64 (hk_core/philox.h); a lane's consecutive elements of one group share a call (dropout_stream)
 template<int R, int C, class L>
 HK_DEV void dropout_mask(rt<bool, R, C, L>& dst, float p, int seed_lo, int seed_hi, int off_lo, int off_hi, int ro,
                          int co, int stride) {
@@ -178,12 +179,12 @@ HK_DEV void dropout_mask(rt<bool, R, C, L>& dst, float p, int seed_lo, int seed_
   stride = detail::uni(stride);
   off_lo = detail::uni(off_lo);
   off_hi = detail::uni(off_hi);
-  const float thr = dropout_threshold(p);
+  dropout_stream rng((unsigned)seed_lo, (unsigned)seed_hi, dropout_threshold(p));
   const unsigned long long off = (unsigned long long)(unsigned)off_lo | ((unsigned long long)(unsigned)off_hi << 32);
   detail::each_pos(dst, [&](int r, int c) {
     const unsigned long long g = off + (unsigned long long)(((long long)ro + r) * (long long)stride) +
                                  (unsigned long long)((long long)co + c);
-    return dropout_keep(g, (unsigned)seed_lo, (unsigned)seed_hi, thr);
+    return rng.keep(g);
   });
 }
 
