@@ -108,13 +108,26 @@ ATTENTION_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None), (1, 2, 1, 77, 77, 6
                      (1, 4, 2, 130, 130, 128, False, (33, 7), None))
 
 
-def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None):
+# softcap and attention sinks (issue 40): (B, Hq, Hkv, N, Nkv, D, causal, window, align, softcap, sinks): sinks
+# drawn per head in [-3, 3] (some above every logit of a row, some below); the last leaves rows that see no key
+# (o = 0, lse = the sink).
+ATTENTION_EXT_CONFIGS = ((1, 2, 1, 77, 77, 64, True, None, None, 30.0, False),
+                         (2, 4, 2, 130, 130, 128, False, None, None, None, True),
+                         (1, 4, 2, 130, 130, 64, False, (33, 7), None, 5.0, True),
+                         (1, 2, 2, 150, 70, 64, True, None, "bottom_right", 50.0, True))
+
+
+def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None, softcap=None, sinks=None):
     """float64 (o, lse, sum_j softmax_j |v_j|) with GQA. Query i sees key j iff i + shift - left <= j <=
     i + shift + right, shift = Nkv - N when bottom-right aligned, else 0; causal: right = 0. A row that sees
-    no key: o = 0, lse = -inf."""
+    no key: o = 0, lse = -inf. softcap c: s -> c tanh(s / c) on the scaled logits, before the mask; sinks [Hq]:
+    one more logit per row in the softmax whose probability is dropped (lse includes it; a row that sees no
+    key: o = 0, lse = the sink)."""
     g = q.shape[1] // k.shape[1]
     kd, vd = f64(k).repeat_interleave(g, dim=1), f64(v).repeat_interleave(g, dim=1)
     s = (f64(q) @ kd.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     n, nk = q.shape[2], k.shape[2]
     if causal or window is not None:
         left, right = window if window is not None else (None, None)
@@ -123,37 +136,47 @@ def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None)
         i = torch.arange(n).view(-1, 1) + (nk - n if align == "bottom_right" else 0)
         j = torch.arange(nk).view(1, -1)
         s = s.masked_fill((j > i + right) | (j < i - left), float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)
+    if sinks is not None:
+        s = torch.cat([s, f64(sinks).view(1, -1, 1, 1).expand(*s.shape[:3], 1)], -1)
+        p = torch.softmax(s, -1)[..., :-1]
+    else:
+        p = torch.softmax(s, -1).nan_to_num(0.0)
     return p @ vd, torch.logsumexp(s, -1), p @ vd.abs()
 
 
 def _attention_case(dtype: str, config) -> Case:
-    B, Hq, Hkv, N, Nkv, D, causal, window, align = config
+    B, Hq, Hkv, N, Nkv, D, causal, window, align, softcap, with_sinks = (*config, None, False)[:11]
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
 
     def make(gen):
         q = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
         k, v = (rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        sinks = rand_float(gen, (Hq,), "f32", 0.05, 3.0) if with_sinks else None
         scale = 1.0 / math.sqrt(D)
-        o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale, window, align)
+        o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale, window, align, softcap, sinks)
         attention_fwd = _wrapper("attention", "attention_fwd")
+        extra = {} if softcap is None else {"softcap": softcap}
 
         def launch(t, be):
             attention_fwd(t["q"], t["k"], t["v"], causal=causal, window=window, align=align, scale=scale,
-                          out=t["o"], lse=t["lse"], backend=be)
-        return Setup({"q": q, "k": k, "v": v}, {"o": poisoned((B, Hq, N, D), tdt), "lse": poisoned((B, Hq, N), "f32")},
+                          out=t["o"], lse=t["lse"], backend=be, sinks=t.get("sinks"), **extra)
+        inputs = {"q": q, "k": k, "v": v, **({"sinks": sinks} if with_sinks else {})}
+        lse_bound = "attention_fwd.softcap.lse" if softcap is not None else "attention_fwd.lse"
+        return Setup(inputs, {"o": poisoned((B, Hq, N, D), tdt), "lse": poisoned((B, Hq, N), "f32")},
                      launch,
                      [Check("o", "o", o_val, bound_for("attention_fwd.o", dtype), scale=o_scale),
-                      Check("lse", "lse", lse_val, bound_for("attention_fwd.lse", "f32"), k=Nkv)])
+                      Check("lse", "lse", lse_val, bound_for(lse_bound, "f32"), k=Nkv)])
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
         (f"_{align}" if align else "")
     kv = f"_Nkv{Nkv}" if Nkv != N else ""
-    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}"
+    ext = (f"_softcap{softcap:g}" if softcap is not None else "") + ("_sinks" if with_sinks else "")
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}{ext}"
     return _kernel_case("attention_fwd", variant, make, "attention")
 
 
 def attention_cases() -> list[Case]:
-    return [_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_CONFIGS]
+    return ([_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_CONFIGS]
+            + [_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_EXT_CONFIGS])
 
 
 # ==================================================================== attention on variable-length batches
