@@ -2,7 +2,7 @@
 
     torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c  (a [..., K], b [K, N])
     torch.ops.hk.gemm_fp8(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)  -> c  (fp8 a [M, K], b [K, N])
-    torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
+    torch.ops.hk.attention(q, k, v, causal, window, align, scale, backend, softcap, sinks) -> (o, lse)
     torch.ops.hk.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
                                   align, scale)                              -> (o, lse)
     torch.ops.hk.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits)
@@ -189,26 +189,39 @@ def _window(window: Sequence[int] | None):
 @_Op
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
-              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              backend: str | None = None, softcap: float | None = None,
+              sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of softmax(q kᵀ · scale [+ mask]) v; q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] (GQA),
-    bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log)."""
+    bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log). softcap c > 0: each
+    scaled logit s becomes c * tanh(s / c) before the mask; sinks f32 [Hq]: a logit per head in each row's
+    softmax denominator (lse includes it). Their backward is not implemented: a gradient through a call with
+    either is refused (NotImplementedError) when the forward runs."""
     return _attention.attention_fwd(q, k, v, causal=causal, window=_window(window), align=align, scale=scale,
-                                    backend=backend)
+                                    softcap=softcap, sinks=sinks, backend=backend)
 
 
 @attention.register_fake
-def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None):
+def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None, softcap=None, sinks=None):
+    _attention.softcap_value(softcap, "hk::attention")
+    if sinks is not None:
+        _attention.check_sinks(sinks, q, "hk::attention")
     B, H, N, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, H, N), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, window, align, scale, _ = inputs
+    q, k, v, causal, window, align, scale, _, softcap, sinks = inputs
+    if softcap is not None or sinks is not None:
+        raise NotImplementedError(
+            "hk::attention: the backward of " + " and ".join(n for n, x in (("softcap", softcap), ("sinks", sinks))
+                                                             if x is not None)
+            + " is not implemented yet (issue 40 item 2): run the forward without gradients (torch.no_grad(), or "
+            "inputs and sinks that do not require grad)")
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.mask = (causal, _window(window), align)
     ctx.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    ctx.backend = inputs[-1]
+    ctx.backend = inputs[7]
 
 
 @_Op
@@ -240,7 +253,7 @@ def _attention_backward(ctx, grad_o, grad_lse):
     dlse = None if grad_lse is None else grad_lse.float()
     dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
                                     align, ctx.scale, ctx.backend)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)

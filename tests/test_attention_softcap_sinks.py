@@ -1,0 +1,136 @@
+"""Softcap and attention sinks in the dense attention forward (issue 40 item 2, forward), against an independent
+float64 implementation, on the reference backend and the three emulated targets; the op and functional API's
+argument checks; the refusal of a gradient through either.
+
+softcap c (FlashAttention, Gemma 2): s = c * tanh(scale * q.k / c), before the mask.
+sinks [Hq] (GPT-OSS): the head's sink logit joins each row's softmax as one more column whose probability is
+dropped; lse includes it."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import hk_portable.nn.functional as hF
+from hk_portable.interface import ArgumentError
+from hk_portable.kernels.attention import attention_fwd
+
+BACKENDS = ["reference", "cuda:sm_80:emulated", "hip:gfx942:emulated", "hip:gfx950:emulated"]
+
+# (B, Hq, Hkv, N, Nkv, D, causal, align, softcap, sinks): GQA causal with both; plain-mask sinks at D=128;
+# bottom-right causal with N > Nkv (rows that see no key: o = 0, lse = the sink)
+SHAPES = [(1, 4, 2, 70, 70, 64, True, None, 20.0, True),
+          (1, 2, 1, 33, 90, 128, False, None, None, True),
+          (1, 2, 2, 80, 40, 64, True, "bottom_right", 8.0, True),
+          (2, 2, 1, 50, 50, 64, True, None, 2.0, False)]
+
+
+def float64_attention(q, k, v, causal, align, softcap, sinks):
+    """Written from the definitions, not from the library: (o, lse, sum_j p_j |v_j|)."""
+    q, k, v = q.double(), k.double(), v.double()
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    if causal:
+        n, nk = q.shape[2], k.shape[2]
+        shift = nk - n if align == "bottom_right" else 0
+        i = torch.arange(n).view(-1, 1)
+        j = torch.arange(nk).view(1, -1)
+        s = s.masked_fill(j > i + shift, -math.inf)
+    if sinks is not None:
+        sink = sinks.double().view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)
+        m = torch.maximum(s.amax(-1, keepdim=True), sink)
+        e, e_sink = torch.exp(s - m), torch.exp(sink - m)
+        denom = e.sum(-1, keepdim=True) + e_sink
+        p = e / denom
+        lse = (m + torch.log(denom)).squeeze(-1)
+    else:
+        lse = torch.logsumexp(s, -1)
+        p = torch.softmax(s, -1).nan_to_num(0.0)
+    return p @ v, lse, p @ v.abs()
+
+
+def _inputs(B, Hq, Hkv, N, Nkv, D, with_sinks, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, N, D, generator=g).bfloat16()
+    k = torch.randn(B, Hkv, Nkv, D, generator=g).bfloat16()
+    v = torch.randn(B, Hkv, Nkv, D, generator=g).bfloat16()
+    sinks = (torch.rand(Hq, generator=g) * 6 - 3) if with_sinks else None
+    return q, k, v, sinks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "_".join(map(str, s)))
+def test_softcap_sinks_forward_matches_float64(backend, shape):
+    B, Hq, Hkv, N, Nkv, D, causal, align, softcap, with_sinks = shape
+    q, k, v, sinks = _inputs(B, Hq, Hkv, N, Nkv, D, with_sinks)
+    o = torch.full_like(q, float("nan"))                        # poisoned: every element must be written
+    lse = torch.full((B, Hq, N), float("nan"))
+    attention_fwd(q, k, v, causal=causal, align=align, softcap=softcap, sinks=sinks, out=o, lse=lse,
+                  backend=backend)
+    ref_o, ref_lse, mag = float64_attention(q, k, v, causal, align, softcap, sinks)
+    assert not o.isnan().any() and not lse.isnan().any()
+    err_o = (o.double() - ref_o).abs()
+    assert (err_o <= 2.0 ** -6 * mag + 1e-6).all(), f"o off by {err_o.max().item():.3g}"   # bf16 P and O roundings
+    assert torch.allclose(lse.double(), ref_lse, rtol=0, atol=2.0 ** -13), \
+        f"lse off by {(lse.double() - ref_lse).abs().max().item():.3g}"
+    if align == "bottom_right" and N > Nkv:                      # rows before the first key: o = 0, lse = sink
+        empty = N - Nkv
+        assert (o[:, :, :empty] == 0).all()
+        if sinks is not None:
+            assert torch.allclose(lse[:, :, :empty], sinks.view(1, -1, 1).expand(B, -1, empty), atol=1e-6)
+
+
+def test_sinks_far_above_and_below_every_logit():
+    """A sink far above every logit leaves o ~ 0 and lse ~ the sink (no overflow); far below, the plain result."""
+    q, k, v, _ = _inputs(1, 2, 2, 40, 40, 64, False, seed=3)
+    plain_o, plain_lse = attention_fwd(q, k, v, causal=True, backend="reference")
+    o, lse = attention_fwd(q, k, v, causal=True, sinks=torch.tensor([-1e4, 80.0]), backend="reference")
+    assert torch.equal(o[:, 0], plain_o[:, 0]) and torch.allclose(lse[:, 0], plain_lse[:, 0])
+    assert o[:, 1].abs().max() < 1e-20 and torch.allclose(lse[:, 1], torch.full_like(lse[:, 1], 80.0))
+
+
+def test_functional_and_op_match_the_wrapper():
+    q, k, v, sinks = _inputs(1, 4, 2, 30, 30, 64, True, seed=1)
+    o, lse = attention_fwd(q, k, v, causal=True, softcap=10.0, sinks=sinks, backend="reference")
+    fo, flse = hF.attention(q, k, v, causal=True, softcap=10.0, sinks=sinks, return_lse=True)
+    oo, olse = torch.ops.hk.attention(q, k, v, True, None, None, None, None, 10.0, sinks)
+    assert torch.equal(o, fo) and torch.equal(lse, flse) and torch.equal(o, oo) and torch.equal(lse, olse)
+    assert torch.equal(hF.attention(q, k, v, causal=True), attention_fwd(q, k, v, causal=True)[0])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(softcap=0.0), "'softcap' must be a finite number > 0"),
+    (dict(softcap=-2.0), "'softcap' must be a finite number > 0"),
+    (dict(softcap=float("inf")), "'softcap' must be a finite number > 0"),
+    (dict(sinks=torch.zeros(3)), r"'sinks' must have shape \[Hq=4\]"),
+    (dict(sinks=torch.zeros(4, 1)), r"'sinks' must have shape \[Hq=4\]"),
+    (dict(sinks=torch.zeros(4, dtype=torch.bfloat16)), "'sinks' must be float32"),
+    (dict(sinks=[0.0] * 4), "'sinks' must be a float32 tensor"),
+])
+def test_bad_softcap_and_sinks_are_refused_by_name(kwargs, match):
+    q, k, v, _ = _inputs(1, 4, 2, 16, 16, 64, False)
+    with pytest.raises(ArgumentError, match=match):
+        attention_fwd(q, k, v, **kwargs)
+    if not isinstance(kwargs.get("sinks", torch.zeros(0)), list):
+        with pytest.raises(ArgumentError, match=match):
+            hF.attention(q, k, v, **kwargs)
+
+
+def test_sinks_on_another_device_is_refused():
+    q, k, v, _ = _inputs(1, 4, 2, 16, 16, 64, False)
+    with pytest.raises(ArgumentError, match="'sinks' is on meta, 'q' on cpu"):
+        attention_fwd(q, k, v, sinks=torch.zeros(4, device="meta"))
+
+
+@pytest.mark.parametrize("which", ["q", "sinks"])
+def test_a_gradient_through_softcap_or_sinks_is_refused(which):
+    q, k, v, sinks = _inputs(1, 4, 2, 16, 16, 64, True)
+    (q if which == "q" else sinks).requires_grad_()
+    with pytest.raises(NotImplementedError, match="backward of softcap and sinks is not implemented"):
+        hF.attention(q, k, v, softcap=5.0, sinks=sinks)
+    with torch.no_grad():                                         # the forward alone runs
+        hF.attention(q, k, v, softcap=5.0, sinks=sinks)
