@@ -194,8 +194,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     """(o, lse) of softmax(q kᵀ · scale [+ mask]) v; q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] (GQA),
     bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log). softcap c > 0: each
     scaled logit s becomes c * tanh(s / c) before the mask; sinks f32 [Hq]: a logit per head in each row's
-    softmax denominator (lse includes it). Their backward is not implemented: a gradient through a call with
-    either is refused (NotImplementedError) when the forward runs."""
+    softmax denominator (lse includes it). Backward: sinks (dq, dk, dv and the sinks' gradient); softcap's is not
+    built, so a call with softcap that needs a gradient is refused (NotImplementedError) when the forward runs."""
     return _attention.attention_fwd(q, k, v, causal=causal, window=_window(window), align=align, scale=scale,
                                     softcap=softcap, sinks=sinks, backend=backend)
 
@@ -211,14 +211,12 @@ def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None, 
 
 def _attention_setup(ctx, inputs, output):
     q, k, v, causal, window, align, scale, _, softcap, sinks = inputs
-    if softcap is not None or sinks is not None:
+    if softcap is not None:
         raise NotImplementedError(
-            "hk::attention: the backward of " + " and ".join(n for n, x in (("softcap", softcap), ("sinks", sinks))
-                                                             if x is not None)
-            + " is not implemented yet (issue 40 item 2): run the forward without gradients (torch.no_grad(), or "
-            "inputs and sinks that do not require grad)")
+            "hk::attention: the backward of softcap is not implemented yet (issue 40 item 2): run the forward "
+            "without gradients (torch.no_grad(), or inputs that do not require grad)")
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.save_for_backward(q, k, v, o, lse, *(() if sinks is None else (sinks,)))
     ctx.mask = (causal, _window(window), align)
     ctx.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     ctx.backend = inputs[7]
@@ -247,13 +245,23 @@ def _unit_inner(t: torch.Tensor) -> torch.Tensor:
 
 
 def _attention_backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, *sinks = ctx.saved_tensors
     causal, window, align = ctx.mask
     do = torch.zeros_like(o) if grad_o is None else _unit_inner(grad_o.to(o.dtype))
     dlse = None if grad_lse is None else grad_lse.float()
-    dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
-                                    align, ctx.scale, ctx.backend)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    dq = dk = dv = dsinks = None
+    if any(ctx.needs_input_grad[:3]):
+        # with sinks, lse includes the sink: P = exp(s - lse) are the key columns' probabilities and O has no sink
+        # term, so dS = P (dP - delta) is unchanged and the dense backward kernels give dq, dk, dv as they are
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
+                                        align, ctx.scale, ctx.backend)
+    if sinks and ctx.needs_input_grad[9]:
+        # d lse / d sink = P_sink = exp(sink - lse); d O / d sink = -P_sink O, so dO.dO/d sink = -P_sink delta with
+        # delta = rowsum(dO * O): dsink_h = sum over batch and rows of P_sink (dlse - delta) (torch, f32)
+        delta = (do.float() * o.float()).sum(-1)
+        g = -delta if dlse is None else dlse - delta
+        dsinks = (torch.exp(sinks[0].view(1, -1, 1) - lse) * g).sum((0, 2))
+    return dq, dk, dv, None, None, None, None, None, None, dsinks
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)
