@@ -161,3 +161,14 @@ def test_sinks_backward_matches_float64_autograd(backend, shape):
         err = (a.grad.double() - b.grad).abs().max().item()
         # bf16 inputs, P and dS rounded to bf16 as mma operands: 2 % of the largest element (0.1-0.5 % seen)
         assert err <= 0.02 * b.grad.abs().max().item() + 1e-3, f"{name} off by {err:.3g}"
+
+
+@pytest.mark.parametrize("case", ["sinks_grad", "softcap_sinks_no_grad"])
+def test_opcheck_with_softcap_and_sinks(case):
+    """Schema, fake, autograd registration and AOT dispatch of hk::attention with the new arguments."""
+    q, k, v, sinks = _inputs(1, 4, 2, 20, 20, 64, True, seed=2)
+    if case == "sinks_grad":
+        args = (*(t.requires_grad_() for t in (q, k, v)), True, None, None, None, None, None, sinks.requires_grad_())
+    else:
+        args = (q, k, v, True, None, None, None, None, 7.0, sinks)
+    torch.library.opcheck(torch.ops.hk.attention.default, args)
