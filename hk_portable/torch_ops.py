@@ -194,8 +194,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     """(o, lse) of softmax(q kᵀ · scale [+ mask]) v; q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] (GQA),
     bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log). softcap c > 0: each
     scaled logit s becomes c * tanh(s / c) before the mask; sinks f32 [Hq]: a logit per head in each row's
-    softmax denominator (lse includes it). Backward: sinks (dq, dk, dv and the sinks' gradient); softcap's is not
-    built, so a call with softcap that needs a gradient is refused (NotImplementedError) when the forward runs."""
+    softmax denominator (lse includes it). Both differentiate: dS times 1 - tanh² under softcap (in the
+    attention_bwd kernels), and the sinks' gradient (torch_ops)."""
     return _attention.attention_fwd(q, k, v, causal=causal, window=_window(window), align=align, scale=scale,
                                     softcap=softcap, sinks=sinks, backend=backend)
 
@@ -211,11 +211,8 @@ def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None, 
 
 def _attention_setup(ctx, inputs, output):
     q, k, v, causal, window, align, scale, _, softcap, sinks = inputs
-    if softcap is not None:
-        raise NotImplementedError(
-            "hk::attention: the backward of softcap is not implemented yet (issue 40 item 2): run the forward "
-            "without gradients (torch.no_grad(), or inputs that do not require grad)")
     o, lse = output
+    ctx.softcap = softcap
     ctx.save_for_backward(q, k, v, o, lse, *(() if sinks is None else (sinks,)))
     ctx.mask = (causal, _window(window), align)
     ctx.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -226,15 +223,17 @@ def _attention_setup(ctx, inputs, output):
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                        do: torch.Tensor, dlse: torch.Tensor | None = None, causal: bool = False,
                        window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
-                       backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       backend: str | None = None,
+                       softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of hk::attention through the attention_bwd kernels (an op of its own, so that autograd
-    graphs stay traceable by torch.compile)."""
+    graphs stay traceable by torch.compile); softcap: the forward's."""
     return _attention_bwd.attention_bwd(q, k, v, o, lse, do, causal=causal, window=_window(window), align=align,
-                                        scale=scale, dlse=dlse, backend=backend)
+                                        scale=scale, dlse=dlse, softcap=softcap, backend=backend)
 
 
 @attention_backward.register_fake
-def _(q, k, v, o, lse, do, dlse=None, causal=False, window=None, align=None, scale=None, backend=None):
+def _(q, k, v, o, lse, do, dlse=None, causal=False, window=None, align=None, scale=None, backend=None,
+      softcap=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -254,7 +253,7 @@ def _attention_backward(ctx, grad_o, grad_lse):
         # with sinks, lse includes the sink: P = exp(s - lse) are the key columns' probabilities and O has no sink
         # term, so dS = P (dP - delta) is unchanged and the dense backward kernels give dq, dk, dv as they are
         dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
-                                        align, ctx.scale, ctx.backend)
+                                        align, ctx.scale, ctx.backend, ctx.softcap)
     if sinks and ctx.needs_input_grad[9]:
         # d lse / d sink = P_sink = exp(sink - lse); d O / d sink = -P_sink O, so dO.dO/d sink = -P_sink delta with
         # delta = rowsum(dO * O): dsink_h = sum over batch and rows of P_sink (dlse - delta) (torch, f32)

@@ -35,9 +35,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     Hkv divides Hq. window=(left, right) keys around the diagonal (None or -1: unbounded); align
     "top_left" | "bottom_right" when N != Nkv with a mask. softcap=c > 0: each scaled logit s becomes
     c * tanh(s / c) before the mask (FlashAttention, Gemma 2). sinks: f32 [Hq], a logit per query head joining
-    each row's softmax denominator (GPT-OSS); lse includes it, and autograd gives sinks a gradient. softcap is
-    forward only for now: a call with it that needs a gradient raises NotImplementedError. Returns o, or (o, lse)
-    with return_lse."""
+    each row's softmax denominator (GPT-OSS); lse includes it, and autograd gives sinks a gradient. Returns o, or
+    (o, lse) with return_lse."""
     win = None if window is None else [-1 if w is None else int(w) for w in window]
     if softcap is None and sinks is None:
         o, lse = torch.ops.hk.attention(q, k, v, causal, win, align, scale)
