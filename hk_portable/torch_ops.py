@@ -2,7 +2,7 @@
 
     torch.ops.hk.gemm(a, b, out_dtype=None)                                  -> c  (a [..., K], b [K, N])
     torch.ops.hk.gemm_fp8(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)  -> c  (fp8 a [M, K], b [K, N])
-    torch.ops.hk.attention(q, k, v, causal, window, align, scale)            -> (o, lse)
+    torch.ops.hk.attention(q, k, v, causal, window, align, scale, backend, softcap, sinks) -> (o, lse)
     torch.ops.hk.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
                                   align, scale)                              -> (o, lse)
     torch.ops.hk.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, num_splits)
@@ -189,41 +189,51 @@ def _window(window: Sequence[int] | None):
 @_Op
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
-              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              backend: str | None = None, softcap: float | None = None,
+              sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of softmax(q kᵀ · scale [+ mask]) v; q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] (GQA),
-    bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log)."""
+    bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log). softcap c > 0: each
+    scaled logit s becomes c * tanh(s / c) before the mask; sinks f32 [Hq]: a logit per head in each row's
+    softmax denominator (lse includes it). Both differentiate: dS times 1 - tanh² under softcap (in the
+    attention_bwd kernels), and the sinks' gradient (torch_ops)."""
     return _attention.attention_fwd(q, k, v, causal=causal, window=_window(window), align=align, scale=scale,
-                                    backend=backend)
+                                    softcap=softcap, sinks=sinks, backend=backend)
 
 
 @attention.register_fake
-def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None):
+def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None, softcap=None, sinks=None):
+    _attention.softcap_value(softcap, "hk::attention")
+    if sinks is not None:
+        _attention.check_sinks(sinks, q, "hk::attention")
     B, H, N, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, H, N), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, window, align, scale, _ = inputs
+    q, k, v, causal, window, align, scale, _, softcap, sinks = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.softcap = softcap
+    ctx.save_for_backward(q, k, v, o, lse, *(() if sinks is None else (sinks,)))
     ctx.mask = (causal, _window(window), align)
     ctx.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    ctx.backend = inputs[-1]
+    ctx.backend = inputs[7]
 
 
 @_Op
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                        do: torch.Tensor, dlse: torch.Tensor | None = None, causal: bool = False,
                        window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
-                       backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       backend: str | None = None,
+                       softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of hk::attention through the attention_bwd kernels (an op of its own, so that autograd
-    graphs stay traceable by torch.compile)."""
+    graphs stay traceable by torch.compile); softcap: the forward's."""
     return _attention_bwd.attention_bwd(q, k, v, o, lse, do, causal=causal, window=_window(window), align=align,
-                                        scale=scale, dlse=dlse, backend=backend)
+                                        scale=scale, dlse=dlse, softcap=softcap, backend=backend)
 
 
 @attention_backward.register_fake
-def _(q, k, v, o, lse, do, dlse=None, causal=False, window=None, align=None, scale=None, backend=None):
+def _(q, k, v, o, lse, do, dlse=None, causal=False, window=None, align=None, scale=None, backend=None,
+      softcap=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -234,13 +244,23 @@ def _unit_inner(t: torch.Tensor) -> torch.Tensor:
 
 
 def _attention_backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, *sinks = ctx.saved_tensors
     causal, window, align = ctx.mask
     do = torch.zeros_like(o) if grad_o is None else _unit_inner(grad_o.to(o.dtype))
     dlse = None if grad_lse is None else grad_lse.float()
-    dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
-                                    align, ctx.scale, ctx.backend)
-    return dq, dk, dv, None, None, None, None, None
+    dq = dk = dv = dsinks = None
+    if any(ctx.needs_input_grad[:3]):
+        # with sinks, lse includes the sink: P = exp(s - lse) are the key columns' probabilities and O has no sink
+        # term, so dS = P (dP - delta) is unchanged and the dense backward kernels give dq, dk, dv as they are
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
+                                        align, ctx.scale, ctx.backend, ctx.softcap)
+    if sinks and ctx.needs_input_grad[9]:
+        # d lse / d sink = P_sink = exp(sink - lse); d O / d sink = -P_sink O, so dO.dO/d sink = -P_sink delta with
+        # delta = rowsum(dO * O): dsink_h = sum over batch and rows of P_sink (dlse - delta) (torch, f32)
+        delta = (do.float() * o.float()).sum(-1)
+        g = -delta if dlse is None else dlse - delta
+        dsinks = (torch.exp(sinks[0].view(1, -1, 1) - lse) * g).sum((0, 2))
+    return dq, dk, dv, None, None, None, None, None, None, dsinks
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)

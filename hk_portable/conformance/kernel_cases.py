@@ -108,13 +108,26 @@ ATTENTION_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None), (1, 2, 1, 77, 77, 6
                      (1, 4, 2, 130, 130, 128, False, (33, 7), None))
 
 
-def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None):
+# softcap and attention sinks (issue 40): (B, Hq, Hkv, N, Nkv, D, causal, window, align, softcap, sinks): sinks
+# drawn per head in [-3, 3] (some above every logit of a row, some below); the last leaves rows that see no key
+# (o = 0, lse = the sink).
+ATTENTION_EXT_CONFIGS = ((1, 2, 1, 77, 77, 64, True, None, None, 30.0, False),
+                         (2, 4, 2, 130, 130, 128, False, None, None, None, True),
+                         (1, 4, 2, 130, 130, 64, False, (33, 7), None, 5.0, True),
+                         (1, 2, 2, 150, 70, 64, True, None, "bottom_right", 50.0, True))
+
+
+def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None, softcap=None, sinks=None):
     """float64 (o, lse, sum_j softmax_j |v_j|) with GQA. Query i sees key j iff i + shift - left <= j <=
     i + shift + right, shift = Nkv - N when bottom-right aligned, else 0; causal: right = 0. A row that sees
-    no key: o = 0, lse = -inf."""
+    no key: o = 0, lse = -inf. softcap c: s -> c tanh(s / c) on the scaled logits, before the mask; sinks [Hq]:
+    one more logit per row in the softmax whose probability is dropped (lse includes it; a row that sees no
+    key: o = 0, lse = the sink)."""
     g = q.shape[1] // k.shape[1]
     kd, vd = f64(k).repeat_interleave(g, dim=1), f64(v).repeat_interleave(g, dim=1)
     s = (f64(q) @ kd.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     n, nk = q.shape[2], k.shape[2]
     if causal or window is not None:
         left, right = window if window is not None else (None, None)
@@ -123,37 +136,47 @@ def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None)
         i = torch.arange(n).view(-1, 1) + (nk - n if align == "bottom_right" else 0)
         j = torch.arange(nk).view(1, -1)
         s = s.masked_fill((j > i + right) | (j < i - left), float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)
+    if sinks is not None:
+        s = torch.cat([s, f64(sinks).view(1, -1, 1, 1).expand(*s.shape[:3], 1)], -1)
+        p = torch.softmax(s, -1)[..., :-1]
+    else:
+        p = torch.softmax(s, -1).nan_to_num(0.0)
     return p @ vd, torch.logsumexp(s, -1), p @ vd.abs()
 
 
 def _attention_case(dtype: str, config) -> Case:
-    B, Hq, Hkv, N, Nkv, D, causal, window, align = config
+    B, Hq, Hkv, N, Nkv, D, causal, window, align, softcap, with_sinks = (*config, None, False)[:11]
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
 
     def make(gen):
         q = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
         k, v = (rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        sinks = rand_float(gen, (Hq,), "f32", 0.05, 3.0) if with_sinks else None
         scale = 1.0 / math.sqrt(D)
-        o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale, window, align)
+        o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale, window, align, softcap, sinks)
         attention_fwd = _wrapper("attention", "attention_fwd")
+        extra = {} if softcap is None else {"softcap": softcap}
 
         def launch(t, be):
             attention_fwd(t["q"], t["k"], t["v"], causal=causal, window=window, align=align, scale=scale,
-                          out=t["o"], lse=t["lse"], backend=be)
-        return Setup({"q": q, "k": k, "v": v}, {"o": poisoned((B, Hq, N, D), tdt), "lse": poisoned((B, Hq, N), "f32")},
+                          out=t["o"], lse=t["lse"], backend=be, sinks=t.get("sinks"), **extra)
+        inputs = {"q": q, "k": k, "v": v, **({"sinks": sinks} if with_sinks else {})}
+        lse_bound = "attention_fwd.softcap.lse" if softcap is not None else "attention_fwd.lse"
+        return Setup(inputs, {"o": poisoned((B, Hq, N, D), tdt), "lse": poisoned((B, Hq, N), "f32")},
                      launch,
                      [Check("o", "o", o_val, bound_for("attention_fwd.o", dtype), scale=o_scale),
-                      Check("lse", "lse", lse_val, bound_for("attention_fwd.lse", "f32"), k=Nkv)])
+                      Check("lse", "lse", lse_val, bound_for(lse_bound, "f32"), k=Nkv)])
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
         (f"_{align}" if align else "")
     kv = f"_Nkv{Nkv}" if Nkv != N else ""
-    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}"
+    ext = (f"_softcap{softcap:g}" if softcap is not None else "") + ("_sinks" if with_sinks else "")
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}{ext}"
     return _kernel_case("attention_fwd", variant, make, "attention")
 
 
 def attention_cases() -> list[Case]:
-    return [_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_CONFIGS]
+    return ([_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_CONFIGS]
+            + [_attention_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_EXT_CONFIGS])
 
 
 # ==================================================================== attention on variable-length batches
@@ -302,6 +325,11 @@ ATTENTION_BWD_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None, False),
                          (1, 2, 2, 150, 70, 64, True, None, "bottom_right", True),
                          (1, 2, 1, 113, 203, 64, True, None, "top_left", False),
                          (1, 4, 2, 130, 130, 128, False, (33, 7), None, True))
+# softcap and sinks (issue 40), (..., softcap, sinks): the wrapper takes the forward's lse (the sink included) and
+# softcap; the sinks' own gradient is torch_ops' (tests/test_attention_softcap_sinks.py)
+ATTENTION_BWD_EXT_CONFIGS = ((1, 2, 1, 77, 77, 64, True, None, None, False, 30.0, True),
+                             (1, 2, 2, 150, 70, 64, True, None, "bottom_right", True, 5.0, True),
+                             (2, 4, 2, 130, 130, 128, False, None, None, False, 5.0, False))
 
 
 def _attention_keep(n: int, nk: int, causal: bool, window, align) -> torch.Tensor | None:
@@ -316,18 +344,27 @@ def _attention_keep(n: int, nk: int, causal: bool, window, align) -> torch.Tenso
     return (j <= i + right) & (j >= i - left)
 
 
-def attention_bwd_math(q, k, v, do, causal: bool, scale: float, window=None, align=None):
+def attention_bwd_math(q, k, v, do, causal: bool, scale: float, window=None, align=None, softcap=None, sinks=None):
     """float64 autograd of attention with an explicit mask: {name: (gradient, magnitude)} for dq, dk, dv.
 
     P = softmax of the masked scores (a row that sees no key: P = 0, so its gradients are 0). Magnitudes the
     bounds are relative to (GQA sums over each group): dv: sum_i P_ij |dO_i|; with
     T_ij = P_ij (sum_d |dO_id V_jd| + sum_d |dO_id O_id|), which bounds |dS_ij| and its rounding errors,
-    dk: scale sum_i T_ij |q_i| and dq: scale sum_j T_ij |k_j|."""
+    dk: scale sum_i T_ij |q_i| and dq: scale sum_j T_ij |k_j|. softcap: s -> c tanh(s / c) (its derivative,
+    1 - tanh^2 <= 1, only shrinks dS: the magnitudes still bound it); sinks: one more column of the softmax,
+    dropped from P (attention_math's)."""
     g = q.shape[1] // k.shape[1]
     qd, kd, vd = (f64(t).requires_grad_() for t in (q, k, v))
     s = (qd @ kd.repeat_interleave(g, dim=1).transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     keep = _attention_keep(q.shape[2], k.shape[2], causal, window, align)
-    if keep is not None:
+    if sinks is not None:
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        s = torch.cat([s, f64(sinks).view(1, -1, 1, 1).expand(*s.shape[:3], 1)], -1)
+        p = torch.softmax(s, -1)[..., :-1]
+    elif keep is not None:
         sees = keep.any(-1, keepdim=True)
         p = torch.softmax(s.masked_fill(~keep, float("-inf")).masked_fill(~sees, 0.0), -1) * sees
     else:
@@ -347,23 +384,25 @@ def attention_bwd_math(q, k, v, do, causal: bool, scale: float, window=None, ali
 
 
 def _attention_bwd_case(dtype: str, config) -> Case:
-    B, Hq, Hkv, N, Nkv, D, causal, window, align, deterministic = config
+    B, Hq, Hkv, N, Nkv, D, causal, window, align, deterministic, softcap, with_sinks = (*config, None, False)[:12]
     tdt = TORCH[dtype]
 
     def make(gen):
         q = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
         k, v = (rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0) for _ in range(2))
         do = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
+        sinks = rand_float(gen, (Hq,), "f32", 0.05, 3.0) if with_sinks else None
         scale = 1.0 / math.sqrt(D)
-        o_val, lse_val, _ = attention_math(q, k, v, causal, scale, window, align)
+        o_val, lse_val, _ = attention_math(q, k, v, causal, scale, window, align, softcap, sinks)
         o, lse = round_to(o_val, tdt), lse_val.to(torch.float32)      # the forward's outputs, rounded once
-        grads = attention_bwd_math(q, k, v, do, causal, scale, window, align)
+        grads = attention_bwd_math(q, k, v, do, causal, scale, window, align, softcap, sinks)
         attention_bwd = _wrapper("attention_bwd", "attention_bwd")
+        extra = {} if softcap is None else {"softcap": softcap}
 
         def launch(t, be):
             attention_bwd(t["q"], t["k"], t["v"], t["o"], t["lse"], t["do"], causal=causal, window=window,
                           align=align, scale=scale, deterministic=deterministic, dq=t["dq"], dk=t["dk"],
-                          dv=t["dv"], backend=be)
+                          dv=t["dv"], backend=be, **extra)
         terms = {"dq": Nkv + D, "dk": (Hq // Hkv) * N + D, "dv": (Hq // Hkv) * N}
         checks = [Check(name, name, value, bound_for(f"attention_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
                         scale=mag, k=terms[name]) for name, (value, mag) in grads.items()]
@@ -373,7 +412,8 @@ def _attention_bwd_case(dtype: str, config) -> Case:
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
         (f"_{align}" if align else "")
     kv = f"_Nkv{Nkv}" if Nkv != N else ""
-    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}" + ("_deterministic" if deterministic else "")
+    ext = (f"_softcap{softcap:g}" if softcap is not None else "") + ("_sinks" if with_sinks else "")
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}{ext}" + ("_deterministic" if deterministic else "")
     case = _kernel_case("attention_bwd", variant, make, "attention_bwd")
     # the atomic dQ sums key blocks in an unspecified order: only the deterministic form must rerun bitwise
     return dataclasses.replace(case, deterministic=deterministic)
@@ -436,7 +476,8 @@ def varlen_bwd_cases() -> list[Case]:
 
 
 def attention_bwd_cases() -> list[Case]:
-    return [_attention_bwd_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_BWD_CONFIGS]
+    return ([_attention_bwd_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_BWD_CONFIGS]
+            + [_attention_bwd_case(dt, c) for dt in ("bf16", "f16") for c in ATTENTION_BWD_EXT_CONFIGS])
 
 
 # ========================================================================================= layernorm

@@ -35,6 +35,34 @@ TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 1
 def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], scale: float, shift: int,
                          left: int, right: int, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
                          MASKED: hk.const = False, STAGES: hk.const = 2, LEFT_BOUND: hk.const = True):
+    forward_body(q, k, v, o, lse, scale, shift, left, right, None, None, D=D, BM=BM, BN=BN, MASKED=MASKED,
+                 STAGES=STAGES, LEFT_BOUND=LEFT_BOUND, SOFTCAP=False, SINKS=False)
+
+
+@hk.kernel(num_warps=4)
+def attention_fwd_ext_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], scale: float, shift: int,
+                             left: int, right: int, softcap: float, sinks: GL[2], *, D: hk.const = 64,
+                             BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False, STAGES: hk.const = 2,
+                             LEFT_BOUND: hk.const = True, SOFTCAP: hk.const = False, SINKS: hk.const = False):
+    """attention_fwd_kernel with softcap (SOFTCAP: `softcap` > 0 is the cap c) and attention sinks (SINKS: `sinks`
+    [Hq, >= BM] f32, each head's sink logit repeated along a row, read as one vector per block). The same body:
+    a kernel of its own only because runtime parameters cannot be optional, and two more in the plain kernel's
+    signature would change its generated code (its ABI) for every caller that uses neither."""
+    forward_body(q, k, v, o, lse, scale, shift, left, right, softcap, sinks, D=D, BM=BM, BN=BN, MASKED=MASKED,
+                 STAGES=STAGES, LEFT_BOUND=LEFT_BOUND, SOFTCAP=SOFTCAP, SINKS=SINKS)
+
+
+def forward_body(q, k, v, o, lse, scale, shift, left, right, softcap, sinks, *, D, BM, BN, MASKED, STAGES,
+                 LEFT_BOUND, SOFTCAP, SINKS):
+    """The dense forward, written once. SOFTCAP and SINKS (consts) gate the two features; with both False the
+    traced Program is the plain kernel's, op for op.
+
+    softcap (FlashAttention's definition, flash_attn/flash_api.cpp `set_params_fprop`: params.softcap =
+    softmax_scale / softcap, scale_softmax = softcap, so s = c * tanh(softmax_scale * q.k / c); Gemma 2's
+    attn_logit_softcapping): the scale enters inside the tanh, the cap applies before the mask.
+    sinks (GPT-OSS, transformers' gpt_oss eager_attention_forward: the head's sink logit is concatenated to each
+    row's logits before the softmax and its probability dropped): o_i = sum_j exp(s_ij - m) v_j /
+    (sum_j exp(s_ij - m) + exp(sink_h - m)), m = max(max_j s_ij, sink_h); lse includes the sink."""
     m, h, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     n_kv = k.shape[2]
     h_kv = h // (q.shape[1] // k.shape[1])          # GQA: query heads share a key/value head
@@ -43,6 +71,8 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
     v_s = hk.shared(ST[v.dtype, BN, D], stages=STAGES)
     hk.load(q_s, q, (b, h, m, 0))
     scale_log2 = scale * LOG2E                       # softmax in base 2: exp2 is the hardware op
+    if SOFTCAP:                                      # c * tanh(scale * s / c), in base 2: scale/c in, c * log2(e) out
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
 
     # Key blocks [first, last) hold every key some row of this block may see. Inside them, [full_lo, full_hi)
     # are blocks every row sees whole (no mask, no bounds check): only the edge blocks pay for masks.
@@ -69,7 +99,10 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
 
         def compute(i, s, acc, row_m, row_l):
             j = lo + i
-            scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
+            if SOFTCAP:
+                scores = hk.tanh(hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * cap_in) * cap_out
+            else:
+                scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
             if edge:
                 keep = hk.bounds_mask(scores, 0, j * BN, BM, n_kv)           # key columns past the end
                 if MASKED:
@@ -86,9 +119,17 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
         carry = blocks(first, full_lo, True, carry)
     carry = blocks(full_lo, full_hi, False, carry)
     acc, row_m, row_l = blocks(full_hi, last, True, carry)
-    if MASKED:                                       # a row that saw no key: o = 0, lse = -inf
-        row_l = hk.where(row_l == 0.0, 1.0, row_l)     # acc is 0 there; row_m stays -inf
-    hk.store(o, normalised(acc, row_l).to(o.dtype), (b, h, m, 0))
+    if SINKS:                                        # the sink joins the denominator (and the max) of every row
+        sink = hk.load(RV[f32, BM], sinks, (h, 0)) * LOG2E
+        sink_m = hk.maximum(row_m, sink)             # finite: a row that saw no key gets o = 0, lse = sink
+        alpha = hk.exp2(row_m - sink_m)
+        row_l = row_l * alpha + hk.exp2(sink - sink_m)
+        row_m = sink_m
+        hk.store(o, (acc * (alpha * (1.0 / row_l))[:, None]).to(o.dtype), (b, h, m, 0))
+    else:
+        if MASKED:                                   # a row that saw no key: o = 0, lse = -inf
+            row_l = hk.where(row_l == 0.0, 1.0, row_l)     # acc is 0 there; row_m stays -inf
+        hk.store(o, normalised(acc, row_l).to(o.dtype), (b, h, m, 0))
     hk.store(lse, (row_m + hk.log2(row_l)) * LN2, (b, h, m))
 
 
@@ -221,13 +262,56 @@ def scale_value(scale, d: int, fn: str = "attention_fwd") -> float:
     return value
 
 
+def softcap_value(softcap, fn: str = "attention_fwd") -> float | None:
+    """The softcap c: None (none), else a finite real number > 0."""
+    if softcap is None:
+        return None
+    try:
+        value = float(softcap)
+    except (TypeError, ValueError, RuntimeError):
+        value = math.nan
+    if isinstance(softcap, bool) or not math.isfinite(value) or value <= 0.0:
+        raise ArgumentError(f"{fn}: 'softcap' must be a finite number > 0 (the cap c of c * tanh(s / c)), or None "
+                            f"for no softcap, got {softcap!r}")
+    return value
+
+
+def check_sinks(sinks, q, fn: str = "attention_fwd") -> None:
+    """sinks: a float32 tensor [Hq] (one logit per query head) on q's device."""
+    hq = q.shape[1]
+    if not isinstance(sinks, torch.Tensor):
+        raise ArgumentError(f"{fn}: 'sinks' must be a float32 tensor [Hq={hq}] or None, got {type(sinks).__name__}")
+    if tuple(sinks.shape) != (hq,):
+        raise ArgumentError(f"{fn}: 'sinks' must have shape [Hq={hq}] (one logit per query head), got "
+                            f"{tuple(sinks.shape)}")
+    if sinks.dtype != torch.float32:
+        raise ArgumentError(f"{fn}: 'sinks' must be float32, got {sinks.dtype}")
+    if sinks.device != q.device:
+        raise ArgumentError(f"{fn}: 'sinks' is on {sinks.device}, 'q' on {q.device}: one device")
+
+
+SINK_ROW = 256      # the widest query block of any candidate: the kernel reads a block's sinks as one [BM] vector
+
+
+def sink_rows(sinks):
+    """sinks [Hq] as the [Hq, SINK_ROW] f32 table attention_fwd_ext_kernel reads (each head's logit along a row)."""
+    return sinks.detach().reshape(-1, 1).expand(-1, SINK_ROW).contiguous()
+
+
 def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | None = None,
-                  scale: float | None = None, out=None, lse=None, backend=None, **config):
+                  scale: float | None = None, softcap: float | None = None, sinks=None, out=None, lse=None,
+                  backend=None, **config):
     """o = softmax(q kᵀ · scale [+ mask]) v per (batch, head), with GQA; returns (o, lse).
 
     causal: key j <= query i (+ the alignment's shift); window=(left, right): keys within left before and
     right after the (shifted) diagonal; align: "top_left" | "bottom_right", needed when N != Nkv and a mask
-    is asked for. Rows that see no key: o = 0, lse = -inf."""
+    is asked for. Rows that see no key: o = 0, lse = -inf.
+    softcap=c (> 0): each scaled logit s = scale * q.k becomes c * tanh(s / c) before the mask (FlashAttention,
+    Gemma 2). sinks: f32 [Hq], a logit per query head joining each row's softmax denominator (GPT-OSS):
+    o = sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink - m)), m = max(max_j s_j, sink); lse includes
+    the sink (a row that sees no key: o = 0, lse = sink)."""
+    if softcap is not None or sinks is not None:
+        return _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, out, lse, backend, config)
     fresh = out is None and lse is None and not config and all(isinstance(t, torch.Tensor) for t in (q, k, v))
     key = _PLANS.key(_kind(q), _kind(k), _kind(v), causal, None if window is None else tuple(window), align,
                      backend) if fresh else None
@@ -277,25 +361,74 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
 _PLANS = hk.CallPlans()     # attention_fwd's checked mask, configuration and grid per call signature
 
 
+def _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, out, lse, backend, config):
+    """attention_fwd with softcap and/or sinks: attention_fwd_ext_kernel (no call plan yet: checks on every call)."""
+    _check(q, k, v)
+    cap = softcap_value(softcap)
+    if sinks is not None:
+        check_sinks(sinks, q)
+    mask = band(q.shape[2], k.shape[2], causal, window, align)
+    B, Hq, N, D = q.shape
+    scale = scale_value(scale, D)
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype:
+        raise ArgumentError(f"attention_fwd: 'out' must be {tuple(q.shape)} {q.dtype}, got "
+                            f"{tuple(out.shape)} {out.dtype}")
+    if lse is None:
+        lse = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
+    elif tuple(lse.shape) != (B, Hq, N) or lse.dtype != torch.float32:
+        raise ArgumentError(f"attention_fwd: 'lse' must be {(B, Hq, N)} float32, got {tuple(lse.shape)} {lse.dtype}")
+    check_no_overlap("attention_fwd", {"out": out, "lse": lse},
+                     {"q": q, "k": k, "v": v, **({} if sinks is None else {"sinks": sinks})})
+    shift, left, right = mask or (0, 0, 0)
+    # without sinks the kernel reads none (SINKS False): lse[0] stands in for the [Hq, *] table it never loads
+    table = lse[0] if sinks is None else sink_rows(sinks)
+    args = (q, k, v, out, lse, scale, shift, left, right, 1.0 if cap is None else cap, table)
+    def launch(cfg):
+        attention_fwd_ext_kernel(*args, grid=(hk.cdiv(N, cfg["BM"]), Hq, B), backend=backend, **cfg)
+
+    bounded = mask is not None and left < N + k.shape[2]            # band(): an unbounded side is N + Nkv
+    consts = {"D": D, "MASKED": mask is not None, "LEFT_BOUND": bounded, "SOFTCAP": cap is not None,
+              "SINKS": sinks is not None}
+    if config:
+        cfg = {**config_for(D), **config, **{c: consts[c] for c in ("MASKED", "LEFT_BOUND", "SOFTCAP", "SINKS")}}
+    else:
+        cfg = attention_fwd_ext_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
+                                                     launch=launch,
+                                                     bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
+                                                     key=(*consts.items(), N))
+    if cfg["BM"] > SINK_ROW:
+        raise ArgumentError(f"attention_fwd: sinks take query blocks of at most {SINK_ROW} rows, got BM={cfg['BM']}")
+    launch(cfg)
+    return out, lse
+
+
 def _kind(t):
     """What attention_fwd's checks and choice read of a tensor argument (not its data)."""
     return type(t), t.shape, t.stride(), t.dtype, t.device
 
 
-def reference(q, k, v, causal=False, scale=None, window=None, align=None):
-    """float64 math: (o, lse); rows that see no key give o = 0, lse = -inf."""
+def reference(q, k, v, causal=False, scale=None, window=None, align=None, softcap=None, sinks=None):
+    """float64 math: (o, lse); rows that see no key give o = 0, lse = -inf (with sinks: o = 0, lse = sink)."""
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     g = q.shape[1] // k.shape[1]
     kd = k.double().repeat_interleave(g, dim=1)
     vd = v.double().repeat_interleave(g, dim=1)
     s = (q.double() @ kd.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     mask = band(q.shape[2], k.shape[2], causal, window, align)
     if mask is not None:
         shift, left, right = mask
         i = torch.arange(q.shape[2], device=q.device).view(-1, 1) + shift
         j = torch.arange(k.shape[2], device=q.device).view(1, -1)
         s = s.masked_fill((j > i + right) | (j < i - left), float("-inf"))
+    if sinks is not None:                             # the sink as one more logit per row, its probability dropped
+        sink = sinks.double().view(1, -1, 1, 1).expand(*s.shape[:3], 1)
+        full = torch.cat([s, sink], -1)
+        return torch.softmax(full, -1)[..., :-1] @ vd, torch.logsumexp(full, -1)
     lse = torch.logsumexp(s, -1)
     p = torch.softmax(s, -1).nan_to_num(0.0)          # an all -inf row: softmax NaN -> 0
     return p @ vd, lse

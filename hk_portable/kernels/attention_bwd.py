@@ -24,7 +24,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import LOG2E, _check as _check_fwd, band as _band_fwd, scale_value
+from .attention import LOG2E, _check as _check_fwd, band as _band_fwd, scale_value, softcap_value
 
 INF = float("inf")
 
@@ -74,6 +74,24 @@ def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3
                               dv: GL[4], dq_acc: GL[4], scale: float, shift: int, left: int, right: int, *,
                               D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
                               ATOMIC_DQ: hk.const = True, STAGES: hk.const = 2, DQ_T: hk.const = False):
+    dkdv_body(q, k, v, do, lse, delta, dk, dv, dq_acc, scale, shift, left, right, None, D=D, BM=BM, BN=BN,
+              MASKED=MASKED, ATOMIC_DQ=ATOMIC_DQ, STAGES=STAGES, DQ_T=DQ_T, SOFTCAP=False)
+
+
+@hk.kernel(num_warps=4)
+def attention_bwd_dkdv_softcap_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4],
+                                      dv: GL[4], dq_acc: GL[4], scale: float, shift: int, left: int, right: int,
+                                      softcap: float, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
+                                      MASKED: hk.const = False, ATOMIC_DQ: hk.const = True, STAGES: hk.const = 2,
+                                      DQ_T: hk.const = False):
+    """attention_bwd_dkdv_kernel of a forward with softcap c (`softcap`): the same body (a kernel of its own so
+    that the plain kernel's signature and generated code stay as they were)."""
+    dkdv_body(q, k, v, do, lse, delta, dk, dv, dq_acc, scale, shift, left, right, softcap, D=D, BM=BM, BN=BN,
+              MASKED=MASKED, ATOMIC_DQ=ATOMIC_DQ, STAGES=STAGES, DQ_T=DQ_T, SOFTCAP=True)
+
+
+def dkdv_body(q, k, v, do, lse, delta, dk, dv, dq_acc, scale, shift, left, right, softcap, *, D, BM, BN, MASKED,
+              ATOMIC_DQ, STAGES, DQ_T, SOFTCAP):
     """dK, dV of one key block (and dQ's atomic adds) in FlashAttention-3's orientation: the key block is the
     rows of every product (Sᵀ = k qᵀ, dPᵀ = v dOᵀ, dV += Pᵀ dO, dK += dSᵀ q), so no product reads a transposed
     register tile and each can run as a warpgroup mma with register A. dQ reads dSᵀ from shared memory:
@@ -92,6 +110,8 @@ def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3
     hk.load(k_s, k, (b, h_kv, j, 0))       # keys past Nkv read 0: their dQ terms are 0, their dK/dV rows dropped
     hk.load(v_s, v, (b, h_kv, j, 0))
     scale_log2 = scale * LOG2E
+    if SOFTCAP:                            # the forward's c * tanh(scale * s / c) (kernels/attention.py), base 2
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
 
     first, n_blocks = 0, hk.cdiv(n_q, BM)
     if MASKED:                             # only the query blocks some key of this block is seen by
@@ -112,13 +132,20 @@ def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3
         h, i = head_and_block(t)
         # each vector loaded ahead of the product it waits behind (lse: Sᵀ, delta: dPᵀ), in flight during it
         lse_col = hk.load(RV[f32, BM], lse, (b, h, i), fill=INF)
-        scores_t = hk.mma_ABt(k_s, q_s[s], hk.zeros(RT[f32, BN, BM])) * scale_log2
+        if SOFTCAP:
+            tanh_t = hk.tanh(hk.mma_ABt(k_s, q_s[s], hk.zeros(RT[f32, BN, BM])) * cap_in)
+            scores_t = tanh_t * cap_out
+        else:
+            scores_t = hk.mma_ABt(k_s, q_s[s], hk.zeros(RT[f32, BN, BM])) * scale_log2
         keep_t = _band_keep_t(scores_t, j * BN, i * BM, shift, left, right) if MASKED else None
         p_t = _probabilities_t(scores_t, lse_col, keep_t)
         dv_acc = hk.mma(p_t.to(do.dtype), do_s[s], dv_acc)
         delta_col = hk.load(RV[f32, BM], delta, (b, h, i))
         dp_t = hk.mma_ABt(v_s, do_s[s], hk.zeros(RT[f32, BN, BM]))
-        ds_t = (p_t * (dp_t - delta_col[None, :])).to(q.dtype)
+        ds_t = p_t * (dp_t - delta_col[None, :])
+        if SOFTCAP:                        # d(c tanh(x / c)) / dx = 1 - tanh²
+            ds_t = ds_t * (1.0 - tanh_t * tanh_t)
+        ds_t = ds_t.to(q.dtype)
         dk_acc = hk.mma(ds_t, q_s[s], dk_acc)
         if ATOMIC_DQ:
             hk.store(ds_s, ds_t)
@@ -140,6 +167,22 @@ def attention_bwd_dq_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3],
                             BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
                             STAGES: hk.const = 2):
     """dQ without atomics: one block per query block loops over the key blocks it sees (the forward's loop)."""
+    dq_body(q, k, v, do, lse, delta, dq, scale, shift, left, right, None, D=D, BM=BM, BN=BN, MASKED=MASKED,
+            STAGES=STAGES, SOFTCAP=False)
+
+
+@hk.kernel(num_warps=4)
+def attention_bwd_dq_softcap_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dq: GL[4],
+                                    scale: float, shift: int, left: int, right: int, softcap: float, *,
+                                    D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
+                                    MASKED: hk.const = False, STAGES: hk.const = 2):
+    """attention_bwd_dq_kernel of a forward with softcap c (`softcap`): the same body."""
+    dq_body(q, k, v, do, lse, delta, dq, scale, shift, left, right, softcap, D=D, BM=BM, BN=BN, MASKED=MASKED,
+            STAGES=STAGES, SOFTCAP=True)
+
+
+def dq_body(q, k, v, do, lse, delta, dq, scale, shift, left, right, softcap, *, D, BM, BN, MASKED, STAGES, SOFTCAP):
+    """The deterministic dQ kernel, written once; SOFTCAP gates the softcap's recomputation and derivative."""
     m, h, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     n_kv = k.shape[2]
     h_kv = h // (q.shape[1] // k.shape[1])
@@ -152,6 +195,8 @@ def attention_bwd_dq_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3],
     lse_row = hk.load(RV[f32, BM], lse, (b, h, m), fill=INF)
     delta_row = hk.load(RV[f32, BM], delta, (b, h, m))
     scale_log2 = scale * LOG2E
+    if SOFTCAP:
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
 
     first, n_blocks = 0, hk.cdiv(n_kv, BN)
     if MASKED:
@@ -163,12 +208,18 @@ def attention_bwd_dq_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3],
         hk.load(v_s[s], v, (b, h_kv, first + i, 0))
 
     def compute(i, s, dq_acc):
-        scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
+        if SOFTCAP:
+            tanh_s = hk.tanh(hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * cap_in)
+            scores = tanh_s * cap_out
+        else:
+            scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
         keep = _band_keep(scores, m * BM, (first + i) * BN, shift, left, right) if MASKED else None
         p = _probabilities(scores, lse_row, keep)
         dp = hk.mma_ABt(do_s, v_s[s], hk.zeros(RT[f32, BM, BN]))
-        ds = (p * (dp - delta_row[:, None])).to(q.dtype)
-        return hk.mma(ds, k_s[s], dq_acc)
+        ds = p * (dp - delta_row[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - tanh_s * tanh_s)
+        return hk.mma(ds.to(q.dtype), k_s[s], dq_acc)
 
     dq_acc = hk.pipeline(n_blocks, load, compute, carry=hk.zeros(RT[f32, BM, D]), stages=STAGES)
     hk.store(dq, (dq_acc * scale).to(dq.dtype), (b, h, m, 0))
@@ -211,12 +262,13 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     return [{**base, **c} for c in wide] + [base]
 
 
-def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None) -> dict:
+def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None, kernel=None) -> dict:
     """The dK/dV kernel's configuration for a call with these arguments: the backend's choice among candidates(),
-    or where the selected target rejects its build, the next it accepts, then fallbacks_for(D) (Kernel.choose_config)."""
+    or where the selected target rejects its build, the next it accepts, then fallbacks_for(D) (Kernel.choose_config).
+    kernel: attention_bwd_dkdv_kernel, or its softcap form."""
     D = args[0].shape[-1]
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
-    return attention_bwd_dkdv_kernel.choose_config(
+    return (kernel or attention_bwd_dkdv_kernel).choose_config(
         lambda: candidates(dict(D=D, **flags)), *args, backend=backend, key=(D, masked, deterministic),
         fallbacks=[{**c, **flags} for c in fallbacks_for(D)])
 
@@ -234,10 +286,10 @@ def dq_candidates(consts: dict) -> list[dict]:
     return [{**base, **dict(BM=128, BN=64, STAGES=2, num_warps=8)}, base]
 
 
-def dq_config(args: tuple, masked: bool, backend=None) -> dict:
+def dq_config(args: tuple, masked: bool, backend=None, kernel=None) -> dict:
     """The deterministic dQ kernel's configuration for a call (Kernel.choose_config over dq_candidates)."""
     D = args[0].shape[-1]
-    return attention_bwd_dq_kernel.choose_config(lambda: dq_candidates(dict(D=D, MASKED=masked)), *args,
+    return (kernel or attention_bwd_dq_kernel).choose_config(lambda: dq_candidates(dict(D=D, MASKED=masked)), *args,
                                                  backend=backend, key=(D, masked))
 
 
@@ -268,7 +320,8 @@ def _outputs(q, k, v, dq, dk, dv):
 
 def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, align: str | None = None,
                   scale: float | None = None, deterministic: bool = False, dq=None, dk=None, dv=None,
-                  dlse=None, backend=None, config: dict | None = None, dq_tiles: dict | None = None):
+                  dlse=None, softcap: float | None = None, backend=None, config: dict | None = None,
+                  dq_tiles: dict | None = None):
     """Gradients (dq, dk, dv) of o = attention_fwd(q, k, v, ...) given dO = `do`, in the input dtype.
 
     o and lse are the forward's outputs (lse: f32 [B, Hq, N], natural log); the mask arguments and scale
@@ -276,8 +329,12 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0.
     dlse: an upstream gradient of lse (f32 [B, Hq, N]), if the caller used it: d lse / d s = P, so it
     enters as delta - dlse. config / dq_tiles: the dK/dV kernel's configuration (one of candidates()) and the
-    deterministic dQ kernel's (one of dq_candidates()) instead of the backend's choice (tests, benchmarks)."""
+    deterministic dQ kernel's (one of dq_candidates()) instead of the backend's choice (tests, benchmarks).
+    softcap: the forward's (c * tanh(scale * s / c)): dS is multiplied by 1 - tanh² before dQ and dK. With sinks,
+    lse is the forward's (the sink included) and nothing else changes here (the sinks' own gradient is the
+    caller's: torch_ops)."""
     _named(_check_fwd, q, k, v)
+    cap = softcap_value(softcap, "attention_bwd")
     B, Hq, N, D = q.shape
     _check_like("o", o, q.shape, q.dtype)
     _check_like("do", do, q.shape, q.dtype)
@@ -299,16 +356,19 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     if dlse is not None:
         _check_like("dlse", dlse, (B, Hq, N), torch.float32)
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))    # [B, Hq, N]: rows with no key stay inert
-    args = (q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right)
+    capped = () if cap is None else (cap,)  # the softcap kernels' one more argument
+    dkdv_kernel = attention_bwd_dkdv_kernel if cap is None else attention_bwd_dkdv_softcap_kernel
+    dq_kernel = attention_bwd_dq_kernel if cap is None else attention_bwd_dq_softcap_kernel
+    args = (q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right, *capped)
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
-    cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend)
+    cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend, dkdv_kernel)
     if cfg.get("DQ_T"):                     # the kernel adds dQᵀ tiles: the accumulator viewed [B, Hq, D, N]
         args = args[:8] + (dq_acc.transpose(-1, -2),) + args[9:]
-    attention_bwd_dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
+    dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
     if deterministic:
-        dq_args = (q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right)
-        dq_cfg = {**dq_tiles, "MASKED": masked} if dq_tiles else dq_config(dq_args, masked, backend)
-        attention_bwd_dq_kernel(*dq_args, grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B), backend=backend, **dq_cfg)
+        dq_args = (q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, *capped)
+        dq_cfg = {**dq_tiles, "MASKED": masked} if dq_tiles else dq_config(dq_args, masked, backend, dq_kernel)
+        dq_kernel(*dq_args, grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B), backend=backend, **dq_cfg)
     else:
         attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=rows)
     return outs["dq"], outs["dk"], outs["dv"]

@@ -28,13 +28,20 @@ _GEMM = torch.ops.hk.gemm.default       # the overload itself: the packet's look
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, window=None,
-              align: str | None = None, scale: float | None = None, return_lse: bool = False):
+              align: str | None = None, scale: float | None = None, softcap: float | None = None,
+              sinks: torch.Tensor | None = None, return_lse: bool = False):
     """softmax(q kᵀ · scale [+ mask]) v, q [B, Hq, N, D] and k/v [B, Hkv, Nkv, D] as in
     torch.nn.functional.scaled_dot_product_attention (causal = its is_causal, top-left aligned); GQA when
     Hkv divides Hq. window=(left, right) keys around the diagonal (None or -1: unbounded); align
-    "top_left" | "bottom_right" when N != Nkv with a mask. Returns o, or (o, lse) with return_lse."""
+    "top_left" | "bottom_right" when N != Nkv with a mask. softcap=c > 0: each scaled logit s becomes
+    c * tanh(s / c) before the mask (FlashAttention, Gemma 2). sinks: f32 [Hq], a logit per query head joining
+    each row's softmax denominator (GPT-OSS); lse includes it, and autograd gives sinks a gradient. Returns o, or
+    (o, lse) with return_lse."""
     win = None if window is None else [-1 if w is None else int(w) for w in window]
-    o, lse = torch.ops.hk.attention(q, k, v, causal, win, align, scale)
+    if softcap is None and sinks is None:
+        o, lse = torch.ops.hk.attention(q, k, v, causal, win, align, scale)
+    else:
+        o, lse = torch.ops.hk.attention(q, k, v, causal, win, align, scale, softcap=softcap, sinks=sinks)
     return (o, lse) if return_lse else o
 
 

@@ -88,9 +88,13 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
     if dropout:
         raise NotImplementedError(f"hk attention has no attention dropout (got dropout={dropout})")
     if kwargs.get("softcap") is not None:
-        raise NotImplementedError("hk attention has no logit softcap")
+        raise NotImplementedError("hk's transformers integration does not pass a logit softcap yet (the dense "
+                                  "hk::attention takes softcap=, forward and backward; the varlen and KV-cache paths "
+                                  "do not: issue 40)")
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        raise NotImplementedError("hk attention has no attention sinks")
+        raise NotImplementedError("hk's transformers integration does not pass attention sinks yet (the dense "
+                                  "hk::attention takes sinks=, forward and backward; the varlen and KV-cache paths "
+                                  "do not: issue 40)")
     sliding = kwargs.get("sliding_window")
     if attention_mask is None:
         # no mask function ran (a model or cache that builds none): the module's own rule, no padding
