@@ -21,6 +21,9 @@ step() {    # step NAME LIMIT CMD...: run with a time limit into log.txt; status
 }
 
 source benchmarks/device_install.sh
+if ! python3 -c 'import stevedore' 2>/dev/null; then     # the backend registry: nothing runs without it
+    note "no stevedore on the device: run benchmarks/device_wheels.sh here first and carry .whl"; exit 1
+fi
 cat "$OUT/env.txt" >> "$LOG" && rm -f "$OUT/env.txt"     # 8 files come back at most
 
 if want env; then
