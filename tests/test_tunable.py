@@ -14,6 +14,7 @@ import torch
 
 import hk_portable as hk
 from hk_portable.interface import GL, RT, ST, ArgumentError, f32
+from hk_portable.kernels import KERNELS
 from hk_portable.kernels import gemm as gemm_mod
 from hk_portable.runtime import tuning
 
@@ -293,7 +294,7 @@ def _configs_of(name: str):
     return kern, configs
 
 
-@pytest.mark.parametrize("name", sorted(__import__("hk_portable.kernels", fromlist=["KERNELS"]).KERNELS))
+@pytest.mark.parametrize("name", sorted(KERNELS))
 def test_every_library_kernel_declares_its_tiles_and_offers_only_legal_configurations(name):
     """One mechanism (issue 42 item 2): every kernel of the library's registry declares its tile consts tunable, and
     every configuration its module offers (example, candidates(), fallbacks, per-shape configs) and its defaults
