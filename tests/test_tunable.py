@@ -14,6 +14,7 @@ import torch
 
 import hk_portable as hk
 from hk_portable.interface import GL, RT, ST, ArgumentError, f32
+from hk_portable.kernels import KERNELS
 from hk_portable.kernels import gemm as gemm_mod
 from hk_portable.runtime import tuning
 
@@ -264,3 +265,103 @@ def test_the_library_kernels_that_declare_tunables():
     be = hk.get_backend("cuda")
     base = {"BM": 64, "BN": 64}
     assert attention.attention_fwd_kernel._with_proposals((base,), be, be.target("sm_90a")) == (base,)
+
+
+def _configs_of(name: str):
+    """(kernel, configurations) of a KERNELS entry: its example's and its module's candidates() for it, and the
+    other configurations its module offers that kernel (fallbacks, per-shape configs) over shapes it takes."""
+    from hk_portable import kernels
+    from hk_portable.kernels import attention_bwd, attention_kvcache, layernorm, layernorm_bwd, rotary
+    module, kern = kernels.load(name)
+    args, consts = module.example_args()
+    configs = [consts]
+    if callable(getattr(module, "candidates", None)):
+        configs += module.candidates(consts, args)
+    if module is attention_bwd:
+        for d in (64, 128):
+            for atomic in (True, False):
+                configs += attention_bwd.candidates(dict(D=d, MASKED=True, ATOMIC_DQ=atomic))
+            configs += [attention_bwd.config_for(d), *attention_bwd.fallbacks_for(d)]
+    elif module is attention_kvcache:
+        configs += [attention_kvcache.kvcache_config(d, r, page, paged) for d in (64, 128) for r in (1, 16, 17, 256)
+                    for page in (16, 32, 256) for paged in (True, False)]
+    elif module in (layernorm, layernorm_bwd):
+        configs += [{**module.DEFAULT_CONFIG, **c} for d in (1, 100, 1000, 4096, 8192, 16384, 70000)
+                    for c in layernorm.one_pass_shapes(d, module.ONE_PASS_MAX_PER_LANE)]
+    elif module is rotary:
+        configs += [{**rotary.DEFAULT_CONFIG, **c} for h in (1, 3, 8, 16, 32, 64, 128) for half in (32, 64, 128)
+                    for size in (2, 4) for c in rotary.heads_shapes(h, half, size)]
+    return kern, configs
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_every_library_kernel_declares_its_tiles_and_offers_only_legal_configurations(name):
+    """One mechanism (issue 42 item 2): every kernel of the library's registry declares its tile consts tunable, and
+    every configuration its module offers (example, candidates(), fallbacks, per-shape configs) and its defaults
+    are legal. Roles only where a backend's generic tile proposal fits (the GEMMs): the others get no proposal, so
+    each target's choice among their candidates is what it was before they declared."""
+    kern, configs = _configs_of(name)
+    assert kern.tunables is not None, f"{name}: declares no tunable consts"
+    kern.tunables.check(kern.defaults())
+    for cfg in configs:
+        kern.tunables.check(cfg)            # the ArgumentError naming the const where one is not legal
+    if name in ("gemm", "gemm_fp8"):
+        assert kern.tunables.roles() == ("m", "n", "k", "stages", "warps")
+        return
+    assert kern.tunables.roles() == ()
+    cands = tuple(configs[1:]) or (configs[0],)
+    for spec, arch in (("cuda", "sm_80"), ("cuda", "sm_90a"), ("hip", "gfx942"), ("hip", "gfx950")):
+        be = hk.get_backend(spec)
+        assert kern._with_proposals(cands, be, be.target(arch)) == cands
+
+
+def test_the_other_tile_kernels_of_the_library_declare_too():
+    """The kernels a library wrapper chooses tiles for beside the registry's: attention_bwd's deterministic dQ kernel
+    (dq_candidates) and the varlen backward's two."""
+    from hk_portable.kernels import attention_bwd as ab, attention_varlen as av
+    for d in (64, 128):
+        for cfg in ab.dq_candidates(dict(D=d, MASKED=True)):
+            ab.attention_bwd_dq_kernel.tunables.check(cfg)
+    for kern in (ab.attention_bwd_dq_kernel, av.attention_varlen_bwd_dkdv_kernel, av.attention_varlen_bwd_dq_kernel):
+        assert kern.tunables is not None and kern.tunables.roles() == ()
+        assert set(kern.tunables.names) == {"BM", "BN", "STAGES", "num_warps"}
+
+
+def _bwd_inputs(N=32, D=64):
+    g = torch.Generator().manual_seed(N + D)
+    q, k, v, do = (torch.randn(1, 2, N, D, generator=g).bfloat16() for _ in range(4))
+    o = torch.randn(1, 2, N, D, generator=g).bfloat16()
+    lse = torch.randn(1, 2, N, generator=g)
+    return q, k, v, o, lse, do
+
+
+def test_an_illegal_tile_passed_to_a_library_kernel_names_the_const_and_its_legal_values():
+    """attention_bwd's config= and dq_tiles=, and the other kernels' consts, outside their declared values: the
+    ArgumentError names the kernel, the const and its legal set (before, the trace or a target's check met them)."""
+    from hk_portable.kernels import attention_bwd as ab, attention_kvcache, layernorm, rotary
+    from hk_portable.kernels.attention_bwd import attention_bwd
+    q, k, v, o, lse, do = _bwd_inputs()
+    legal16 = re.escape("range(16, 513, 16): 16..512 step 16")
+    with pytest.raises(ArgumentError, match=rf"attention_bwd_dkdv_kernel: tunable const 'BM' must be one of its legal "
+                                            rf"values {legal16}, got 40"):
+        attention_bwd(q, k, v, o, lse, do, causal=True, backend="reference",
+                      config=dict(ab.config_for(64), BM=40))
+    with pytest.raises(ArgumentError, match=r"attention_bwd_dq_kernel: tunable const 'STAGES' must be one of its "
+                                            r"legal values range\(1, 9\): 1..8, got 0"):
+        attention_bwd(q, k, v, o, lse, do, causal=True, deterministic=True, backend="reference",
+                      dq_tiles=dict(ab.dq_config_for(64), STAGES=0))
+    with pytest.raises(ArgumentError, match=r"attention_bwd_dkdv_kernel: tunable const 'num_warps' must be one of its "
+                                            r"legal values \{1, 2, 4, 8, 12, 16\}, got 3"):
+        ab.attention_bwd_dkdv_kernel.trace(*ab.example_args(device="meta")[0], num_warps=3)
+    args, consts = attention_kvcache.example_args()
+    with pytest.raises(ArgumentError, match=rf"attention_kvcache_kernel: tunable const 'BN' must be one of its legal "
+                                            rf"values {legal16}, got 24"):
+        attention_kvcache.attention_kvcache_kernel.trace(*args, **{**consts, "BN": 24})
+    args, consts = layernorm.example_args()
+    with pytest.raises(ArgumentError, match=r"tunable const 'BC' must be one of its legal values "
+                                            r"range\(8, 16385, 8\): 8..16384 step 8, got 100"):
+        layernorm.dropout_residual_layernorm_kernel.trace(*args, **{**consts, "BC": 100})
+    args, consts = rotary.example_args()
+    with pytest.raises(ArgumentError, match=r"rotary_kernel: tunable const 'BH' must be one of its legal values "
+                                            r"range\(1, 257\): 1..256, got 0"):
+        rotary.rotary_kernel.trace(*args, **{**consts, "BH": 0})

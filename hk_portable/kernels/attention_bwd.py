@@ -28,6 +28,13 @@ from .attention import LOG2E, _check as _check_fwd, band as _band_fwd, scale_val
 
 INF = float("inf")
 
+# Legal values of the dK/dV and deterministic dQ kernels' tiles, as the forward's (kernels/attention.py): query and
+# key blocks of whole 16-row mma blocks, a ring of 1-8 stages, block sizes the layouts deal over. What fits is each
+# target's check, what runs the candidates'/fallbacks' and the backend's choice. No roles: these are not a GEMM's
+# M/N/K tiles, so no backend proposes shapes for them.
+TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 16)), STAGES=hk.tunable(range(1, 9)),
+               num_warps=hk.tunable(1, 2, 4, 8, 12, 16))
+
 
 @hk.kernel(num_warps=4)
 def attention_bwd_preprocess_kernel(o: GL[4], do: GL[4], delta: GL[3], dq_acc: GL[4], *, D: hk.const = 64,
@@ -69,7 +76,7 @@ def _band_keep_t(like, key0, query0, shift, left, right):
     return keep & hk.causal_mask(like, key0 - shift + left, query0)          # i <= j - shift + left
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4],
                               dv: GL[4], dq_acc: GL[4], scale: float, shift: int, left: int, right: int, *,
                               D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
@@ -161,7 +168,7 @@ def dkdv_body(q, k, v, do, lse, delta, dk, dv, dq_acc, scale, shift, left, right
     hk.store(dv, dv_acc.to(dv.dtype), (b, h_kv, j, 0))
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_bwd_dq_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dq: GL[4],
                             scale: float, shift: int, left: int, right: int, *, D: hk.const = 64,
                             BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,

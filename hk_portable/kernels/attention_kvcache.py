@@ -35,7 +35,14 @@ def _describe(t) -> str:
     return f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
-@hk.kernel(num_warps=1)
+# Legal values of the tiles: query-row and key blocks of whole 16-row mma blocks (a key tile also divides the page,
+# which is the call's, checked by the wrapper), a key ring of 1-8 stages, block sizes the layouts deal over (1: a
+# decode block of one warp). No roles: not a GEMM's M/N/K tiles, so no backend proposes shapes for them.
+TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 16)), STAGES=hk.tunable(range(1, 9)),
+               num_warps=hk.tunable(1, 2, 4, 8, 12, 16))
+
+
+@hk.kernel(num_warps=1, tunable=TUNABLE)
 def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_part: GL[2], block_table: GL[2],
                              cache_seqlens: GL[1], row_pos: GL[1], iota: GL[1], scale: float, n_q: int,
                              row_tiles: int, *, D: hk.const = 128, BM: hk.const = 16, BN: hk.const = 32,

@@ -31,6 +31,12 @@ from .attention import ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, norma
 
 BIG = 2**31 - 1
 
+# Legal values of the forward's and backward's tiles, as the dense kernels' (kernels/attention.py): query and key
+# blocks of whole 16-row mma blocks, a key ring of 1-8 stages, block sizes the layouts deal over. A call's **config
+# outside them is the named ArgumentError. No roles: not a GEMM's M/N/K tiles, so no backend proposes shapes.
+TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 16)), STAGES=hk.tunable(range(1, 9)),
+               num_warps=hk.tunable(1, 2, 4, 8, 12, 16))
+
 
 def _upper_bound(cu, x, steps):
     """The number of entries of the nondecreasing int32 vector cu that are <= x (a binary search of `steps`
@@ -44,7 +50,7 @@ def _upper_bound(cu, x, steps):
     return lo
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], cu_q: GL[1], cu_k: GL[1],
                             scale: float, bottom_right: int, left: int, right: int, steps: int, *,
                             D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
@@ -270,7 +276,7 @@ def _p(scores, lse_row, keep):
     return hk.exp2(hk.where(keep, scores, float("-inf")) - (lse_row * LOG2E)[:, None])
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2],
                                      dk: GL[3], dv: GL[3], cu_q: GL[1], cu_k: GL[1], scale: float,
                                      bottom_right: int, left: int, right: int, steps: int, *, D: hk.const = 64,
@@ -332,7 +338,7 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
     hk.store(dv, dv_acc.to(dv.dtype), (h_kv, j, 0))
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_varlen_bwd_dq_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2], dq: GL[3],
                                    cu_q: GL[1], cu_k: GL[1], scale: float, bottom_right: int, left: int, right: int,
                                    steps: int, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,

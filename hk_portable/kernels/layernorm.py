@@ -25,7 +25,14 @@ from hk_portable.interface.kernel import check_no_overlap
 MASK32 = 0xFFFFFFFF
 
 
-@hk.kernel(num_warps=4)
+# Legal values of the tiles: BR rows by BC columns, BC whole 8-element chunks (16 bytes of a bf16 row: how the layouts
+# deal a row to lanes), at most 16384 (the widest one-pass row, 16 warps of 64 lanes holding 16 each); block sizes
+# the layouts deal over. ONE_PASS, a flag the candidates set where BC >= d, is the call's. No roles: not a GEMM's
+# M/N/K tiles, so no backend proposes shapes for them.
+TUNABLE = dict(BR=hk.tunable(range(1, 257)), BC=hk.tunable(range(8, 16385, 8)), num_warps=hk.tunable(1, 2, 4, 8, 16))
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def dropout_residual_layernorm_kernel(x: GL[2], residual: GL[2], weight: GL[1], bias: GL[1], y: GL[2],
                                       h_out: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                                       offset_lo: int, offset_hi: int, *, BR: hk.const = 64,

@@ -25,7 +25,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .layernorm import _words, one_pass_shapes
+from .layernorm import TUNABLE, _words, one_pass_shapes
 
 ONE_PASS_MAX_PER_LANE = 8   # f32 elements of one row tile per thread: h, dy, g, x̂ and dh stay in registers
 # One-pass grids: two blocks per compute unit, one wave of these 4-16-warp blocks, and the fewest rows of f32
@@ -33,7 +33,7 @@ ONE_PASS_MAX_PER_LANE = 8   # f32 elements of one row tile per thread: h, dy, g,
 BLOCKS_PER_UNIT = 2
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)      # the forward's legal tiles (layernorm.py), no roles
 def layernorm_bwd_kernel(h: GL[2], dy: GL[2], dh_in: GL[2], weight: GL[1], dx: GL[2], dres: GL[2],
                          dw_part: GL[2], db_part: GL[2], p: float, eps: float, seed_lo: int, seed_hi: int,
                          offset_lo: int, offset_hi: int, *, BR: hk.const = 64, BC: hk.const = 64,

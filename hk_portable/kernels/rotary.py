@@ -20,7 +20,13 @@ LAYOUTS = ("neox", "gptj")
 DEFAULT_CONFIG = dict(BN=32, BH=1, HEADS=False)
 
 
-@hk.kernel(num_warps=4)
+# Legal values of the tiles: BN positions (rows of a HEADS=False tile; unrolled tiles of a HEADS=True block) by BH
+# heads, 1 to 256 each; block sizes the layouts deal over. HEADS, the view a candidate launches on, is the call's.
+# No roles: not a GEMM's M/N/K tiles, so no backend proposes shapes for them.
+TUNABLE = dict(BN=hk.tunable(range(1, 257)), BH=hk.tunable(range(1, 257)), num_warps=hk.tunable(1, 2, 4, 8, 16))
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def rotary_kernel(x1: GL[4], x2: GL[4], cos: GL[2], sin: GL[2], y1: GL[4], y2: GL[4], *,
                   HALF: hk.const = 32, BN: hk.const = 32, BH: hk.const = 1, HEADS: hk.const = False,
                   INVERSE: hk.const = False):
