@@ -39,7 +39,7 @@ def attention_fwd_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], sca
                  STAGES=STAGES, LEFT_BOUND=LEFT_BOUND, SOFTCAP=False, SINKS=False)
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_fwd_ext_kernel(q: GL[4], k: GL[4], v: GL[4], o: GL[4], lse: GL[3], scale: float, shift: int,
                              left: int, right: int, softcap: float, sinks: GL[2], *, D: hk.const = 64,
                              BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False, STAGES: hk.const = 2,

@@ -24,16 +24,10 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import LOG2E, _check as _check_fwd, band as _band_fwd, scale_value, softcap_value
+from .attention import TUNABLE, LOG2E, _check as _check_fwd, band as _band_fwd, scale_value, softcap_value
 
 INF = float("inf")
 
-# Legal values of the dK/dV and deterministic dQ kernels' tiles, as the forward's (kernels/attention.py): query and
-# key blocks of whole 16-row mma blocks, a ring of 1-8 stages, block sizes the layouts deal over. What fits is each
-# target's check, what runs the candidates'/fallbacks' and the backend's choice. No roles: these are not a GEMM's
-# M/N/K tiles, so no backend proposes shapes for them.
-TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 16)), STAGES=hk.tunable(range(1, 9)),
-               num_warps=hk.tunable(1, 2, 4, 8, 12, 16))
 
 
 @hk.kernel(num_warps=4)
@@ -85,7 +79,7 @@ def attention_bwd_dkdv_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3
               MASKED=MASKED, ATOMIC_DQ=ATOMIC_DQ, STAGES=STAGES, DQ_T=DQ_T, SOFTCAP=False)
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_bwd_dkdv_softcap_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4],
                                       dv: GL[4], dq_acc: GL[4], scale: float, shift: int, left: int, right: int,
                                       softcap: float, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
@@ -178,7 +172,7 @@ def attention_bwd_dq_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3],
             STAGES=STAGES, SOFTCAP=False)
 
 
-@hk.kernel(num_warps=4)
+@hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_bwd_dq_softcap_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dq: GL[4],
                                     scale: float, shift: int, left: int, right: int, softcap: float, *,
                                     D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,

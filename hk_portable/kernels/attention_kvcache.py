@@ -23,7 +23,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import LN2, LOG2E, check_qkv, normalised, scale_value, softmax_step
+from .attention import TUNABLE, LN2, LOG2E, check_qkv, normalised, scale_value, softmax_step
 from .attention_combine import attention_combine_kernel
 
 
@@ -35,11 +35,6 @@ def _describe(t) -> str:
     return f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
-# Legal values of the tiles: query-row and key blocks of whole 16-row mma blocks (a key tile also divides the page,
-# which is the call's, checked by the wrapper), a key ring of 1-8 stages, block sizes the layouts deal over (1: a
-# decode block of one warp). No roles: not a GEMM's M/N/K tiles, so no backend proposes shapes for them.
-TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 16)), STAGES=hk.tunable(range(1, 9)),
-               num_warps=hk.tunable(1, 2, 4, 8, 12, 16))
 
 
 @hk.kernel(num_warps=1, tunable=TUNABLE)
@@ -250,7 +245,7 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
     g = Hq // Hkv
     R = Nq * g
     cfg = {**kvcache_config(D, R, page_size, paged), **config, "CAUSAL": causal}
-    BM, BN = cfg["BM"], cfg["BN"]
+    BN = cfg["BN"]
     if paged and page_size % BN:
         raise _fn_error(fn, f"page_size {page_size} must be a multiple of the key tile {BN}")
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):

@@ -27,15 +27,11 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, normalised, scale_value, softmax_step
+from .attention import (
+    TUNABLE, ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, normalised, scale_value, softmax_step)
 
 BIG = 2**31 - 1
 
-# Legal values of the forward's and backward's tiles, as the dense kernels' (kernels/attention.py): query and key
-# blocks of whole 16-row mma blocks, a key ring of 1-8 stages, block sizes the layouts deal over. A call's **config
-# outside them is the named ArgumentError. No roles: not a GEMM's M/N/K tiles, so no backend proposes shapes.
-TUNABLE = dict(BM=hk.tunable(range(16, 513, 16)), BN=hk.tunable(range(16, 513, 16)), STAGES=hk.tunable(range(1, 9)),
-               num_warps=hk.tunable(1, 2, 4, 8, 12, 16))
 
 
 def _upper_bound(cu, x, steps):
@@ -186,7 +182,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     fn = "attention_varlen"
     _check_packed(fn, q, k, v)
     total_q, Hq, D = q.shape
-    total_k, Hkv = k.shape[0], k.shape[1]
+    total_k = k.shape[0]
     n_seq = _check_cu(fn, "cu_seqlens_q", cu_seqlens_q, total_q, q.device)
     if _check_cu(fn, "cu_seqlens_k", cu_seqlens_k, total_k, q.device) != n_seq:
         raise _fn_error(fn, f"cu_seqlens_q and cu_seqlens_k must have one length (B + 1), got {cu_seqlens_q.numel()} "
