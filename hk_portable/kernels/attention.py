@@ -328,15 +328,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     mask = band(q.shape[2], k.shape[2], causal, window, align)
     B, Hq, N, D = q.shape
     scale = scale_value(scale, D)
-    if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype:
-        raise ArgumentError(f"attention_fwd: 'out' must be {tuple(q.shape)} {q.dtype}, got "
-                            f"{tuple(out.shape)} {out.dtype}")
-    if lse is None:
-        lse = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
-    elif tuple(lse.shape) != (B, Hq, N) or lse.dtype != torch.float32:
-        raise ArgumentError(f"attention_fwd: 'lse' must be {(B, Hq, N)} float32, got {tuple(lse.shape)} {lse.dtype}")
+    out, lse = _outputs(q, out, lse)
     if not fresh:           # fresh outputs overlap nothing: no check (host time)
         check_no_overlap("attention_fwd", {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
     shift, left, right = mask or (0, 0, 0)
@@ -361,15 +353,9 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
 _PLANS = hk.CallPlans()     # attention_fwd's checked mask, configuration and grid per call signature
 
 
-def _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, out, lse, backend, config):
-    """attention_fwd with softcap and/or sinks: attention_fwd_ext_kernel (no call plan yet: checks on every call)."""
-    _check(q, k, v)
-    cap = softcap_value(softcap)
-    if sinks is not None:
-        check_sinks(sinks, q)
-    mask = band(q.shape[2], k.shape[2], causal, window, align)
-    B, Hq, N, D = q.shape
-    scale = scale_value(scale, D)
+def _outputs(q: torch.Tensor, out, lse) -> tuple[torch.Tensor, torch.Tensor]:
+    """attention_fwd's out (q's shape and dtype) and lse ([B, Hq, N] float32): the caller's, checked, or new."""
+    B, Hq, N, _ = q.shape
     if out is None:
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype:
@@ -379,6 +365,19 @@ def _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, ou
         lse = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
     elif tuple(lse.shape) != (B, Hq, N) or lse.dtype != torch.float32:
         raise ArgumentError(f"attention_fwd: 'lse' must be {(B, Hq, N)} float32, got {tuple(lse.shape)} {lse.dtype}")
+    return out, lse
+
+
+def _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, out, lse, backend, config):
+    """attention_fwd with softcap and/or sinks: attention_fwd_ext_kernel (no call plan yet: checks on every call)."""
+    _check(q, k, v)
+    cap = softcap_value(softcap)
+    if sinks is not None:
+        check_sinks(sinks, q)
+    mask = band(q.shape[2], k.shape[2], causal, window, align)
+    B, Hq, N, D = q.shape
+    scale = scale_value(scale, D)
+    out, lse = _outputs(q, out, lse)
     check_no_overlap("attention_fwd", {"out": out, "lse": lse},
                      {"q": q, "k": k, "v": v, **({} if sinks is None else {"sinks": sinks})})
     shift, left, right = mask or (0, 0, 0)
