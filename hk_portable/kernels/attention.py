@@ -442,6 +442,13 @@ def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype
     return (q, k, v, o, lse, 1.0 / math.sqrt(D), 0, N, 0), {**config_for(D), "MASKED": causal}
 
 
+def example_args_attention_fwd_ext_kernel(device="cpu", D=64, causal=True, softcap=30.0, **kw):
+    """example_args with softcap and a [Hq, SINK_ROW] sinks table (the softcap/sinks kernel's own arguments)."""
+    args, cfg = example_args(device, D=D, causal=causal, **kw)
+    sinks = torch.randn(args[0].shape[1], 1, device=device).expand(-1, SINK_ROW).contiguous()
+    return (*args, softcap, sinks), {**cfg, "SOFTCAP": True, "SINKS": True}
+
+
 SERVING = {"attention_varlen": "attention_varlen", "varlen_reference": "attention_varlen",
            "attention_kvcache": "attention_kvcache", "kvcache_reference": "attention_kvcache"}
 
