@@ -50,11 +50,7 @@ def programs(pattern: str | None) -> dict:
     for name in sorted(kernels.KERNELS):
         if pattern and pattern not in name:
             continue
-        module, kern = kernels.load(name)
-        args, consts = module.example_args()
-        configs = [consts]
-        if callable(getattr(module, "candidates", None)):
-            configs += module.candidates(consts, args)
+        _, kern, args, configs = kernels.offered_configs(name)
         for cfg in configs:
             prog = kern.trace(*args, **cfg)
             out.setdefault(f"{name}-{prog.hash[:8]}", prog)

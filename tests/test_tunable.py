@@ -272,11 +272,7 @@ def _configs_of(name: str):
     other configurations its module offers that kernel (fallbacks, per-shape configs) over shapes it takes."""
     from hk_portable import kernels
     from hk_portable.kernels import attention_bwd, attention_kvcache, layernorm, layernorm_bwd, rotary
-    module, kern = kernels.load(name)
-    args, consts = module.example_args()
-    configs = [consts]
-    if callable(getattr(module, "candidates", None)):
-        configs += module.candidates(consts, args)
+    module, kern, _, configs = kernels.offered_configs(name)
     if module is attention_bwd:
         for d in (64, 128):
             for atomic in (True, False):

@@ -32,3 +32,14 @@ def load(name: str):
             raise
         raise LookupError(f"kernel {name!r}: its module {module_name} is not present in this installation") from None
     return module, getattr(module, attr)
+
+
+def offered_configs(name: str):
+    """(module, kernel, example args, configurations) of a KERNELS name: its example's consts, then what its
+    module's `candidates(consts, args)` offers for that example (the configurations a call may run)."""
+    module, kern = load(name)
+    args, consts = module.example_args()
+    configs = [consts]
+    if callable(getattr(module, "candidates", None)):
+        configs += module.candidates(consts, args)
+    return module, kern, args, configs
