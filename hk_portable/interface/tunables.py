@@ -53,6 +53,16 @@ def tunable(*values, role: str | None = None) -> Tunable:
     return Tunable(legal, role)
 
 
+def tile_proposals(table: dict, row, roles: tuple[str, ...]) -> list[dict]:
+    """A backend's proposals from its tile table (capability name -> shapes, None -> the shapes of an arch with none
+    of them): the shapes of the first capability `row` (the target's arch row) has, each cut to `roles`; none for a
+    kernel that declares no mma tile ("m" or "n"), since nothing in such a table is about it."""
+    if "m" not in roles and "n" not in roles:
+        return []
+    shapes = next((v for cap, v in table.items() if cap is not None and getattr(row, cap, False)), table[None])
+    return [{r: v for r, v in shape.items() if r in roles} for shape in shapes]
+
+
 class Tunables:
     """A kernel's tunable consts: name -> Tunable, checked against the kernel's signature once, at decoration."""
 

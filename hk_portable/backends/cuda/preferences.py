@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ...interface.backend import ranked, table_ranking
+from ...interface.tunables import tile_proposals
 from . import archs
 
 # attention_fwd at D=64 (H200, benchmarks/attention_configs.py, warp-specialised blocks, masks on edge blocks only):
@@ -55,11 +56,7 @@ TILES = {
 
 def propose(roles: tuple[str, ...], target) -> list[dict]:
     """TILES' row for the target's arch (its first capability that has one), each cut to the roles given."""
-    row = archs.of(target)
-    shapes = next((v for cap, v in TILES.items() if cap is not None and getattr(row, cap, False)), TILES[None])
-    if "m" not in roles and "n" not in roles:       # no mma tile declared: nothing here is about this kernel
-        return []
-    return [{r: v for r, v in shape.items() if r in roles} for shape in shapes]
+    return tile_proposals(TILES, archs.of(target), roles)
 
 
 def first_ranked(configs: list[dict], prefs: list[dict] | None) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...interface.backend import table_ranking
+from ...interface.tunables import tile_proposals
 from .archs import ARCHS
 
 # gemm where the 16-bit MFMA of K=32 runs at full rate (Arch.mfma_16bit_k32, CDNA4): HipKittens' 256x256 block of
@@ -44,11 +45,7 @@ TILES = {
 
 def propose(roles: tuple[str, ...], target) -> list[dict]:
     """TILES' row for the target's arch (its first capability that has one), each cut to the roles given."""
-    row = ARCHS.get(target.arch)
-    shapes = next((v for cap, v in TILES.items() if cap is not None and getattr(row, cap, False)), TILES[None])
-    if "m" not in roles and "n" not in roles:       # no mma tile declared: nothing here is about this kernel
-        return []
-    return [{r: v for r, v in shape.items() if r in roles} for shape in shapes]
+    return tile_proposals(TILES, ARCHS.get(target.arch), roles)
 
 
 # (the arch capability the rule rests on, kernel name) -> rule(consts, args) -> ranked partial configs
