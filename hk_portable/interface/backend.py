@@ -24,6 +24,8 @@ class Target:
     capabilities: tuple[str, ...] = ()     # "atomics", "dropout", "run" (can execute here), ...
     compile_only: bool = False             # True when this machine cannot execute the target
     emulated: bool = False                 # True when executed by an emulator
+    row_alignment: int = 1                 # bytes a tensor's base and row strides want for the target's bulk
+                                           # loads (TMA, 16-byte cp.async, dwordx4): a wrapper restages to it
 
     def __str__(self) -> str:
         return self.arch

@@ -8,12 +8,15 @@ Linear forward), `g @ W` (its input gradient) and `x.t() @ g` (its weight gradie
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 import hk_portable as hk
 from hk_portable.interface import GL, RT, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
+
+from .restage import restaged
 
 
 # What is legal, not what is fast (that is each backend's, Backend.propose and its tuning table): tiles of whole
@@ -29,19 +32,55 @@ def gemm_kernel(a: GL[2], b: GL[2], c: GL[2], *, BM: hk.const = 64, BN: hk.const
                 STAGES: hk.const = 2, A_KM: hk.const = False, B_NK: hk.const = False):
     """c = A @ B; A_KM: `a` holds A as [K, M] (A's transpose, contiguous); B_NK: `b` holds B as [N, K]."""
     m, n = hk.block_idx(0), hk.block_idx(1)
+    acc = _product(a, b, m, n, BM, BN, BK, STAGES, A_KM, B_NK)
+    hk.store(c, acc.to(c.dtype), (m, n))
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
+def gemm_split_kernel(a: GL[2], b: GL[2], part: GL[3], *, BM: hk.const = 64, BN: hk.const = 64, BK: hk.const = 32,
+                      STAGES: hk.const = 2, A_KM: hk.const = False, B_NK: hk.const = False):
+    """Split-K: part[z] = A[:, Kz] @ B[Kz, :] in f32, Kz the z-th of part.shape[0] equal runs of K steps (the last
+    may run past K: it reads zeros). For a grid of few output tiles over a long K; gemm_reduce_kernel sums them."""
+    m, n, z = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
+    acc = _product(a, b, m, n, BM, BN, BK, STAGES, A_KM, B_NK, split=(z, part.shape[0]))
+    hk.store(part, acc, (z, m, n))
+
+
+def _product(a, b, m, n, BM, BN, BK, STAGES, A_KM, B_NK, split=None):
+    """The f32 [BM, BN] tile (m, n) of A @ B: over all of K, or with split = (z, splits) over the z-th of `splits`
+    equal runs of its BK steps."""
     a_s = hk.shared(ST[a.dtype, BK, BM] if A_KM else ST[a.dtype, BM, BK], stages=STAGES)
     b_s = hk.shared(ST[b.dtype, BN, BK] if B_NK else ST[b.dtype, BK, BN], stages=STAGES)
+    k_steps, k0 = hk.cdiv(a.shape[0] if A_KM else a.shape[1], BK), None
+    if split is not None:
+        k_steps = hk.cdiv(k_steps, split[1])
+        k0 = split[0] * k_steps
 
     def load(k, s):
+        k = k if k0 is None else k0 + k
         hk.load(a_s[s], a, (k, m) if A_KM else (m, k))      # rows/cols past the edge of A or B read 0
         hk.load(b_s[s], b, (n, k) if B_NK else (k, n))
 
     def compute(k, s, acc):
         return hk.mma(a_s[s], b_s[s], acc, trans_a=A_KM, trans_b=B_NK)
 
-    k_extent = a.shape[0] if A_KM else a.shape[1]
-    acc = hk.pipeline(hk.cdiv(k_extent, BK), load, compute, carry=hk.zeros(RT[f32, BM, BN]), stages=STAGES)
-    hk.store(c, acc.to(c.dtype), (m, n))
+    return hk.pipeline(k_steps, load, compute, carry=hk.zeros(RT[f32, BM, BN]), stages=STAGES)
+
+
+REDUCE_TUNABLE = dict(BM=hk.tunable(range(16, 257, 16)), BN=hk.tunable(range(16, 257, 16)),
+                      num_warps=hk.tunable(1, 2, 4, 8))
+REDUCE_CONFIG = dict(BM=64, BN=64)
+
+
+@hk.kernel(num_warps=4, tunable=REDUCE_TUNABLE)
+def gemm_reduce_kernel(part: GL[3], c: GL[2], *, BM: hk.const = 64, BN: hk.const = 64):
+    """c = the sum over z of part[z] (split-K's partial products, f32), in c's dtype; the order of the sum is fixed:
+    the same bits on every run."""
+    m, n = hk.block_idx(0), hk.block_idx(1)
+
+    def add(z, acc):
+        return acc + hk.load(RT[f32, BM, BN], part, (z, m, n))
+    hk.store(c, hk.fori_loop(0, part.shape[0], add, hk.zeros(RT[f32, BM, BN])).to(c.dtype), (m, n))
 
 
 DEFAULT_CONFIG = dict(BM=64, BN=64, BK=32, STAGES=2)
@@ -83,6 +122,18 @@ def example_args(device="cpu", M=256, N=256, K=256, dtype=torch.bfloat16, layout
     b = torch.randn(*((N, K) if b_nk else (K, N)), device=device, dtype=dtype)
     consts = DEFAULT_CONFIG if layout == "nn" else {**DEFAULT_CONFIG, "A_KM": a_km, "B_NK": b_nk}
     return (a, b, torch.empty(M, N, device=device, dtype=torch.float32)), consts
+
+
+def example_args_gemm_split_kernel(device="cpu", M=200, N=136, K=1000, splits=3, dtype=torch.bfloat16):
+    """(a, b, part) for split-K: a [M, K], b [K, N], part f32 [splits, M, N]."""
+    (a, b, _), consts = example_args(device, M, N, K, dtype)
+    return (a, b, torch.empty(splits, M, N, device=device)), consts
+
+
+def example_args_gemm_reduce_kernel(device="cpu", M=200, N=136, splits=3, dtype=torch.bfloat16):
+    """(part, c): part f32 [splits, M, N] summed into c [M, N]."""
+    return (torch.randn(splits, M, N, device=device), torch.empty(M, N, device=device, dtype=dtype)), \
+        dict(REDUCE_CONFIG)
 
 
 def is_transposed_view(t: torch.Tensor) -> bool:
@@ -152,15 +203,56 @@ def gemm_into(a, b, out, backend=None, **config):
     return out
 
 
-def _launch(a, b, out, plan, backend) -> None:
-    """The kernel on a, b as given, in the layout a plan chose (a transposed operand read as the tensor it views)."""
-    a_km, b_nk, grid, cfg = plan
-    gemm_kernel(a.t() if a_km else a, b.t() if b_nk else b, out, grid=grid, backend=backend, **cfg)
+@dataclass(frozen=True)
+class GemmPlan:
+    """How a call signature runs: the layout (A_KM, B_NK), the kernel's configuration and grid, the alignment its
+    operands are restaged to where their rows are not (1: never), and split-K's run count (1: one kernel)."""
+    a_km: bool
+    b_nk: bool
+    config: dict
+    grid: tuple
+    row_alignment: int = 1
+    splits: int = 1
+    reduce: dict | None = None          # gemm_reduce_kernel's configuration where splits > 1
 
 
-def _plan(a, b, out, backend) -> tuple:
-    """(A_KM, B_NK, grid, config) for checked, non-empty operands: the layout and the configuration choice (tuned
-    per shape bucket where HK_AUTOTUNE is on, else the backend's), decided once per call signature."""
+def _launch(a, b, out, plan: GemmPlan, backend) -> None:
+    """The kernels of a plan on a, b as given: a transposed operand read as the tensor it views, restaged where its
+    rows are not at the target's alignment; split-K's partial products into a fresh f32 [splits, M, N], summed."""
+    a_in, b_in = a.t() if plan.a_km else a, b.t() if plan.b_nk else b
+    if plan.row_alignment > 1:
+        a_in, b_in = restaged(a_in, plan.row_alignment, backend), restaged(b_in, plan.row_alignment, backend)
+    if plan.splits == 1:
+        gemm_kernel(a_in, b_in, out, grid=plan.grid, backend=backend, **plan.config)
+        return
+    part = out.new_empty((plan.splits, *out.shape), dtype=torch.float32)
+    gemm_split_kernel(a_in, b_in, part, grid=(*plan.grid, plan.splits), backend=backend, **plan.config)
+    rm, rn = plan.reduce["BM"], plan.reduce["BN"]
+    gemm_reduce_kernel(part, out, grid=(hk.cdiv(out.shape[0], rm), hk.cdiv(out.shape[1], rn)), backend=backend,
+                       **plan.reduce)
+
+
+# Split-K: where the output tiles fill under half the device's units and K is long, K is cut into runs of at least
+# MIN_SPLIT_STEPS steps, as many as fill the units once (a 171 x 245 x 6788 product is 4 tiles of 128 x 128 for 132
+# SMs). Its own candidates, 128 x 128 first: more tiles for the same units, fewer splits to sum.
+MIN_SPLIT_STEPS = 4
+MAX_SPLITS = 64
+SPLIT_CONFIGS = (dict(BM=128, BN=128, BK=64, STAGES=4, num_warps=8), dict(BM=64, BN=64, BK=64, STAGES=4, num_warps=4),
+                 {})
+
+
+def split_count(tiles: int, k_steps: int, units: int) -> int:
+    """How many runs of K steps a grid of `tiles` output tiles is split into on `units` compute units (1: none)."""
+    if tiles * 2 > units:
+        return 1
+    splits = min(units // tiles, k_steps // MIN_SPLIT_STEPS, MAX_SPLITS)
+    return splits if splits >= 2 else 1
+
+
+def _plan(a, b, out, backend) -> GemmPlan:
+    """The plan of checked, non-empty operands: the layout and the configuration (tuned per shape bucket where
+    HK_AUTOTUNE is on, else the backend's), the target's row alignment and the split, decided once per call
+    signature."""
     key = _PLANS.key(a.shape, a.stride(), b.shape, b.stride(), a.dtype, out.dtype, a.device, backend)
     plan = _PLANS.get(key)
     if plan is not None:
@@ -168,6 +260,8 @@ def _plan(a, b, out, backend) -> tuple:
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
     a_in, b_in, a_km, b_nk = layout_of(a, b)
     flags = dict(A_KM=a_km, B_NK=b_nk)
+    align = gemm_kernel.target_of(a_in, b_in, out, backend=backend).row_alignment
+    a_in, b_in = restaged(a_in, align, backend), restaged(b_in, align, backend)   # what the kernels will read
 
     def launch(cfg):
         gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
@@ -176,7 +270,30 @@ def _plan(a, b, out, backend) -> tuple:
                                        backend=backend, launch=launch, key=(a_km, b_nk, M <= SKINNY_ROWS),
                                        bucket=hk.shape_bucket(M, N, K))
     cfg = {**DEFAULT_CONFIG, **chosen, **flags}
-    return _PLANS.put(key, (a_km, b_nk, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), cfg))
+    tiles = hk.cdiv(M, cfg["BM"]) * hk.cdiv(N, cfg["BN"])
+    if split_count(tiles, hk.cdiv(K, cfg["BK"]), hk.compute_units(out.device)) > 1:
+        split = _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, align)
+        if split is not None:
+            return _PLANS.put(key, split)
+    return _PLANS.put(key, GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), align))
+
+
+def _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, align) -> GemmPlan | None:
+    """Split-K's plan with its own configuration, None where its tiles leave no split worth taking."""
+    M, N = out.shape
+    K = a_in.shape[0] if a_km else a_in.shape[1]
+    units = hk.compute_units(out.device)
+    probe = out.new_empty((2, M, N), dtype=torch.float32)      # a part's kind (f32, rank 3) for the choice
+    cfg = {**DEFAULT_CONFIG, **gemm_split_kernel.choose_config(
+        [{**DEFAULT_CONFIG, **c, **flags} for c in SPLIT_CONFIGS], a_in, b_in, probe, backend=backend,
+        key=("split", a_km, b_nk)), **flags}
+    tiles = hk.cdiv(M, cfg["BM"]) * hk.cdiv(N, cfg["BN"])
+    splits = split_count(tiles, hk.cdiv(K, cfg["BK"]), units)
+    if splits == 1:
+        return None
+    reduce = {**REDUCE_CONFIG, **gemm_reduce_kernel.choose_config([REDUCE_CONFIG], probe, out, backend=backend,
+                                                                  key="reduce")}
+    return GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), align, splits, reduce)
 
 
 def rows_of(a: torch.Tensor) -> torch.Tensor:

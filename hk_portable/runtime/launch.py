@@ -127,6 +127,12 @@ class Kernel(KernelDef):
             return None
         return key
 
+    def target_of(self, *tensors, backend=None, target: str | Target | None = None) -> Target:
+        """The target a call with these tensor arguments would run on, selected as a call selects: what a wrapper
+        sizes a plan by (its `row_alignment`) before it launches anything."""
+        selected = selection.select(backend, [t for t in tensors if isinstance(t, torch.Tensor)])
+        return selected.backend.target(selection.target_for(selected, target))
+
     def compile(self, *args, backend=None, target: str | Target | None = None, **kwargs):
         """The Artifact this call would launch, compiled and not run: its `source`, `asm` and `resources`
         (registers, shared memory/LDS, spills), and `backend.emit(artifact, kind)` for the other forms.

@@ -59,13 +59,18 @@ def async_path(target) -> bool:
     return of(target).async_tensor_core and not getattr(target, "emulated", False)
 
 
+# TMA's rule for a tensor's base and strides, and the width of a cp.async copy: rows at other alignments load element
+# by element (hk_cuda/global_shared.cuh)
+ROW_ALIGNMENT = 16
+
+
 def make_target(arch: str, *, runs: bool, compile_only: bool = False, emulated: bool = False,
                 max_shared: int | None = None) -> Target:
     entry = of(arch)
     return Target(backend="cuda", arch=arch, vendor="nvidia", lanes=32,
                   max_shared_bytes=max_shared or entry.max_shared_bytes, mma_shapes=entry.mma_shapes,
                   dtypes=DTYPES, capabilities=CAPABILITIES + (("run",) if runs else ()),
-                  compile_only=compile_only, emulated=emulated)
+                  compile_only=compile_only, emulated=emulated, row_alignment=ROW_ALIGNMENT)
 
 
 def device_target(arch: str, smem_optin: int) -> Target:

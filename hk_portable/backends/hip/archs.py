@@ -96,9 +96,13 @@ DTYPES = ("bf16", "f16", "f32", "fp8e4m3", "fp8e5m2", "i32")
 CAPABILITIES = ("atomics", "dropout", "fp8")
 
 
+# a dwordx4 global load's width: rows at other alignments load element by element
+ROW_ALIGNMENT = 16
+
+
 def make_target(arch: str, *, runs: bool, compile_only: bool = False, emulated: bool = False) -> Target:
     entry = ARCHS[arch]
     return Target(backend="hip", arch=arch, vendor="amd", lanes=entry.wave_size, max_shared_bytes=entry.lds_bytes,
                   mma_shapes=entry.mma_shapes, dtypes=DTYPES,
                   capabilities=CAPABILITIES + (("run",) if runs else ()), compile_only=compile_only,
-                  emulated=emulated)
+                  emulated=emulated, row_alignment=ROW_ALIGNMENT)
