@@ -16,7 +16,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .restage import restaged
+from .restage import Restage, restage_plan
 
 
 # What is legal, not what is fast (that is each backend's, Backend.propose and its tuning table): tiles of whole
@@ -205,13 +205,15 @@ def gemm_into(a, b, out, backend=None, **config):
 
 @dataclass(frozen=True)
 class GemmPlan:
-    """How a call signature runs: the layout (A_KM, B_NK), the kernel's configuration and grid, the alignment its
-    operands are restaged to where their rows are not (1: never), and split-K's run count (1: one kernel)."""
+    """How a call signature runs: the layout (A_KM, B_NK), the kernel's configuration and grid, how each operand
+    is restaged where its rows miss the target's alignment (None: read as it is), and split-K's run count (1: one
+    kernel)."""
     a_km: bool
     b_nk: bool
     config: dict
     grid: tuple
-    row_alignment: int = 1
+    restage_a: Restage | None = None
+    restage_b: Restage | None = None
     splits: int = 1
     reduce: dict | None = None          # gemm_reduce_kernel's configuration where splits > 1
 
@@ -220,12 +222,14 @@ def _launch(a, b, out, plan: GemmPlan, backend) -> None:
     """The kernels of a plan on a, b as given: a transposed operand read as the tensor it views, restaged where its
     rows are not at the target's alignment; split-K's partial products into a fresh f32 [splits, M, N], summed."""
     a_in, b_in = a.t() if plan.a_km else a, b.t() if plan.b_nk else b
-    if plan.row_alignment > 1:
-        a_in, b_in = restaged(a_in, plan.row_alignment, backend), restaged(b_in, plan.row_alignment, backend)
+    if plan.restage_a is not None:
+        a_in = plan.restage_a(a_in, backend)
+    if plan.restage_b is not None:
+        b_in = plan.restage_b(b_in, backend)
     if plan.splits == 1:
         gemm_kernel(a_in, b_in, out, grid=plan.grid, backend=backend, **plan.config)
         return
-    part = out.new_empty((plan.splits, *out.shape), dtype=torch.float32)
+    part = torch.empty((plan.splits, *out.shape), dtype=torch.float32, device=out.device)
     gemm_split_kernel(a_in, b_in, part, grid=(*plan.grid, plan.splits), backend=backend, **plan.config)
     rm, rn = plan.reduce["BM"], plan.reduce["BN"]
     gemm_reduce_kernel(part, out, grid=(hk.cdiv(out.shape[0], rm), hk.cdiv(out.shape[1], rn)), backend=backend,
@@ -261,7 +265,8 @@ def _plan(a, b, out, backend) -> GemmPlan:
     a_in, b_in, a_km, b_nk = layout_of(a, b)
     flags = dict(A_KM=a_km, B_NK=b_nk)
     align = gemm_kernel.target_of(a_in, b_in, out, backend=backend).row_alignment
-    a_in, b_in = restaged(a_in, align, backend), restaged(b_in, align, backend)   # what the kernels will read
+    restage = restage_plan(a_in, align, backend), restage_plan(b_in, align, backend)
+    a_in, b_in = (t if how is None else how(t, backend) for t, how in zip((a_in, b_in), restage))  # what runs
 
     def launch(cfg):
         gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
@@ -272,13 +277,13 @@ def _plan(a, b, out, backend) -> GemmPlan:
     cfg = {**DEFAULT_CONFIG, **chosen, **flags}
     tiles = hk.cdiv(M, cfg["BM"]) * hk.cdiv(N, cfg["BN"])
     if split_count(tiles, hk.cdiv(K, cfg["BK"]), hk.compute_units(out.device)) > 1:
-        split = _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, align)
+        split = _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, restage)
         if split is not None:
             return _PLANS.put(key, split)
-    return _PLANS.put(key, GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), align))
+    return _PLANS.put(key, GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), *restage))
 
 
-def _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, align) -> GemmPlan | None:
+def _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, restage) -> GemmPlan | None:
     """Split-K's plan with its own configuration, None where its tiles leave no split worth taking."""
     M, N = out.shape
     K = a_in.shape[0] if a_km else a_in.shape[1]
@@ -293,7 +298,7 @@ def _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, align) -> GemmPlan 
         return None
     reduce = {**REDUCE_CONFIG, **gemm_reduce_kernel.choose_config([REDUCE_CONFIG], probe, out, backend=backend,
                                                                   key="reduce")}
-    return GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), align, splits, reduce)
+    return GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), *restage, splits, reduce)
 
 
 def rows_of(a: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,8 @@ rows: no bulk tensor copies, no 16-byte copies anywhere, so every tile loads ele
 vendor's GEMM, docs/perf-notes.md 2026-12-07); one pass over the operand buys the fast pipeline back."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 import hk_portable as hk
@@ -38,16 +40,39 @@ def rows_aligned(t: torch.Tensor, alignment: int) -> bool:
 
 def aligned_empty(rows: int, cols: int, dtype, alignment: int, device) -> torch.Tensor:
     """An uninitialised [rows, cols] view whose row stride is `cols` rounded up to `alignment` bytes."""
-    per = max(1, alignment // torch.empty((), dtype=dtype).element_size())
-    return torch.empty(rows, -(-cols // per) * per, dtype=dtype, device=device)[:, :cols]
+    return torch.empty(rows, padded(cols, dtype, alignment), dtype=dtype, device=device)[:, :cols]
+
+
+def padded(cols: int, dtype, alignment: int) -> int:
+    per = max(1, alignment // dtype.itemsize)
+    return -(-cols // per) * per
+
+
+@dataclass(frozen=True)
+class Restage:
+    """How a wrapper restages one operand, decided once per call signature: the row length it pads to, and the
+    copy's configuration and grid."""
+    cols: int
+    config: dict
+    grid: tuple
+
+    def __call__(self, t: torch.Tensor, backend=None) -> torch.Tensor:
+        dst = torch.empty(t.shape[0], self.cols, dtype=t.dtype, device=t.device)[:, :t.shape[1]]
+        restage_kernel(t, dst, grid=self.grid, backend=backend, **self.config)
+        return dst
+
+
+def restage_plan(t: torch.Tensor, alignment: int, backend=None) -> Restage | None:
+    """None where t's rows are at `alignment` bytes (rows_aligned), else how to copy it into rows that are."""
+    if rows_aligned(t, alignment):
+        return None
+    dst = aligned_empty(t.shape[0], t.shape[1], t.dtype, alignment, t.device)
+    cfg = {**DEFAULT_CONFIG, **restage_kernel.choose_config([DEFAULT_CONFIG], t, dst, backend=backend, key="restage")}
+    return Restage(padded(t.shape[1], t.dtype, alignment), cfg,
+                   (hk.cdiv(t.shape[0], cfg["BR"]), hk.cdiv(t.shape[1], cfg["BC"])))
 
 
 def restaged(t: torch.Tensor, alignment: int, backend=None) -> torch.Tensor:
-    """t itself where its rows are at `alignment` bytes (rows_aligned), else a copy whose rows are."""
-    if rows_aligned(t, alignment):
-        return t
-    dst = aligned_empty(t.shape[0], t.shape[1], t.dtype, alignment, t.device)
-    cfg = {**DEFAULT_CONFIG, **restage_kernel.choose_config([DEFAULT_CONFIG], t, dst, backend=backend, key="restage")}
-    restage_kernel(t, dst, grid=(hk.cdiv(t.shape[0], cfg["BR"]), hk.cdiv(t.shape[1], cfg["BC"])),
-                   backend=backend, **cfg)
-    return dst
+    """t itself where its rows are at `alignment` bytes, else a copy whose rows are."""
+    how = restage_plan(t, alignment, backend)
+    return t if how is None else how(t, backend)
