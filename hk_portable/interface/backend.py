@@ -135,21 +135,25 @@ class Backend(abc.ABC):
         picks among them (cuda on sm_90a: the first whose pipelines all run on TMA and wgmma)."""
         return candidates[-1][0]
 
+    # the backend's tuning table, where it has one: a module with preferred() and propose() of the signatures
+    # below (backends/<vendor>/preferences.py), which the two methods defer to
+    tuning_table = None
+
     def preferred(self, kernel: str, consts: dict, args: tuple, target: Target) -> list[dict] | None:
         """This backend's ranking of a kernel's candidates on `target` for these arguments, from its tuning table
         (per-target preferences and thresholds live with the backend; kernels offer legal candidates only): partial
         configurations in the order to try them; a candidate none matches is not offered to choose_config, except
         the kernel's baseline, which stays last. `consts`: the kernel's (its baseline's); `args`: the call's. None:
         the kernel's own order. The autotuner, where it runs, times every candidate regardless."""
-        return None
+        return None if self.tuning_table is None else self.tuning_table.preferred(kernel, consts, args, target)
 
     def propose(self, roles: tuple[str, ...], target: Target) -> list[dict]:
         """Configurations this backend favours on `target` for a kernel that declares tunable consts with these
         roles (interface/tunables.ROLES: "m", "n", "k", "stages", "warps"), fastest-first, each a dict role ->
         value from the arch table (the tile shapes its matrix instructions and schedules favour). The kernel maps
         them onto its consts and drops any outside its legal values; the target's `check` then filters them as any
-        candidate. The default proposes nothing: a kernel keeps its own candidates and defaults."""
-        return []
+        candidate. Without a tuning table nothing is proposed: a kernel keeps its own candidates and defaults."""
+        return [] if self.tuning_table is None else self.tuning_table.propose(roles, target)
 
     def rejects(self, artifact: Artifact, target: Target) -> str | None:
         """Why a built Artifact should not run where a smaller configuration exists (cuda: it spills to

@@ -36,6 +36,7 @@ def launch_params(params, program) -> tuple:
 
 class CudaBackend(Backend):
     name = "cuda"
+    tuning_table = preferences        # preferred() and propose(): its arch-keyed tables
 
     def __init__(self):
         self._probe = None
@@ -116,14 +117,6 @@ class CudaBackend(Backend):
             if layouts.all_strips(footprint.layouts(program, footprint.num_warps(program, target))):
                 return cfg
         return super().choose_config(candidates, target)
-
-    def preferred(self, kernel: str, consts: dict, args: tuple, target: Target) -> list[dict] | None:
-        """The tuning table's ranking (preferences.py), where it has a rule for this kernel on this arch."""
-        return preferences.preferred(kernel, consts, args, target)
-
-    def propose(self, roles: tuple[str, ...], target: Target) -> list[dict]:
-        """The arch table's tile shapes for a kernel's tunable consts (preferences.TILES)."""
-        return preferences.propose(roles, target)
 
     def rejects(self, artifact: Artifact, target: Target) -> str | None:
         """A build that keeps values in local memory after every fallback of _build (the compiler at hand

@@ -29,6 +29,7 @@ NUMERICS = {"fp_contract": "off", "std": "c++17", "opt": "-O3", "denormals": "ie
 
 class HipBackend(Backend):
     name = "hip"
+    tuning_table = preferences        # preferred() and propose(): its arch-keyed tables
 
     # ------------------------------------------------------------------------------------ discovery
     def status(self) -> BackendStatus:
@@ -83,14 +84,6 @@ class HipBackend(Backend):
             if all_strips(lay) or all_grids(program, lay) or all_wide_accumulators(program, lay, waves):
                 return cfg
         return super().choose_config(candidates, target)
-
-    def preferred(self, kernel: str, consts: dict, args: tuple, target: Target) -> list[dict] | None:
-        """The tuning table's ranking (preferences.py), where it has a rule for this kernel on this arch."""
-        return preferences.preferred(kernel, consts, args, target)
-
-    def propose(self, roles: tuple[str, ...], target: Target) -> list[dict]:
-        """The arch table's tile shapes for a kernel's tunable consts (preferences.TILES)."""
-        return preferences.propose(roles, target)
 
     def lowered(self, program: Program, target: Target, after: str | None = None) -> str:
         return lowering.describe(lowering.lower(program, target, PASSES, after), PASSES)
