@@ -164,3 +164,90 @@ def test_what_hk_cannot_express_is_refused():
         qwen(ids, attention_mask=mask, past_key_values=cache)
         with pytest.raises(NotImplementedError, match="sliding window over a padded batch"):
             qwen(ids[:, :3], attention_mask=torch.cat([mask, mask.new_ones(4, 3)], 1), past_key_values=cache)
+
+
+# ------------------------------------------------- Gemma 2's logit softcap and GPT-OSS's sinks (dense path)
+def _gemma2(impl, softcap):
+    """A random 2-layer Gemma 2 (a sliding and a full layer) in f16 whose query weights are scaled up so that the
+    softcap changes the logits (random init keeps them far below the cap)."""
+    config = transformers.Gemma2Config(vocab_size=96, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                                       num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                       max_position_embeddings=64, sliding_window=8, attn_logit_softcapping=softcap,
+                                       final_logit_softcapping=None, query_pre_attn_scalar=64)
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(config).to(torch.float16)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8)
+    model.config._attn_implementation = impl
+    return model.eval()
+
+
+def _gpt_oss(impl):
+    """A random 2-layer GPT-OSS (sliding then full attention, 2 experts) in f16, sinks drawn large enough to
+    matter."""
+    config = transformers.GptOssConfig(vocab_size=96, hidden_size=128, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                       max_position_embeddings=64, sliding_window=8, num_local_experts=2,
+                                       num_experts_per_tok=1, layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(config).to(torch.float16)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0, 2)
+    model.config._attn_implementation = impl
+    return model.eval()
+
+
+def _logits_error(a, b, ids) -> float:
+    with torch.no_grad():
+        la, lb = a(ids).logits.float(), b(ids).logits.float()
+    return ((la - lb).abs().max() / lb.abs().max()).item()
+
+
+def _same_weights(make, *args):
+    from hk_portable.nn.huggingface import register
+    register()
+    ours, theirs = make("hk", *args), make("eager", *args)
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+IDS20 = torch.randint(3, 96, (2, 20), generator=torch.Generator().manual_seed(1))
+
+
+def test_gemma2_softcap_matches_eager_in_logits_and_greedy_tokens(monkeypatch):
+    ours, theirs = _same_weights(_gemma2, 0.5)
+    uncapped = _gemma2("eager", None)
+    uncapped.load_state_dict(theirs.state_dict())
+    assert _logits_error(uncapped, theirs, IDS20) > 0.05          # the cap changes the logits: the test can fail
+    assert _logits_error(ours, theirs, IDS20) < 4e-3
+    shapes = spy_hk_attention(monkeypatch)
+    with torch.no_grad():
+        assert torch.equal(ours.generate(IDS20, max_new_tokens=6, do_sample=False),
+                           theirs.generate(IDS20, max_new_tokens=6, do_sample=False))
+    # the dense kernel throughout, decode steps included (the split-KV kernel takes no softcap yet)
+    assert (20, 20) in shapes and (1, 25) in shapes and not any("decode" in s or "varlen" in s for s in shapes)
+
+
+def test_gpt_oss_sinks_match_eager_with_their_gradient():
+    ours, theirs = _same_weights(_gpt_oss)
+    assert _logits_error(ours, theirs, IDS20) < 4e-3
+    with torch.no_grad():
+        assert torch.equal(ours.generate(IDS20, max_new_tokens=6, do_sample=False),
+                           theirs.generate(IDS20, max_new_tokens=6, do_sample=False))
+    grads = []
+    for model in (ours, theirs):
+        model.train()
+        model.zero_grad()
+        model(IDS20, labels=IDS20).loss.backward()
+        grads.append(torch.stack([layer.self_attn.sinks.grad.float() for layer in model.model.layers]))
+    assert grads[0].abs().max() > 0
+    assert torch.allclose(grads[0], grads[1], rtol=0.05, atol=0.02 * grads[1].abs().max().item())
+
+
+def test_softcap_or_sinks_over_a_padded_batch_is_refused():
+    ours, _ = _same_weights(_gpt_oss)
+    ids, mask = padded_batch((12, 9, 5, 11))
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="softcap or attention sinks over a padded"):
+        ours(ids, attention_mask=mask)

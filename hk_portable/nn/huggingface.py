@@ -29,7 +29,9 @@ on a GPU, none per layer. The attention function then runs:
 
 Refused with NotImplementedError naming the reason, never run with a different mask: any other mask rule
 (chunked attention, block or custom and/or overlays, bidirectional windows, packed sequences with padding or a
-cache), a dense mask passed in (a 4-D mask), attention dropout, softcap, sinks. transformers' continuous
+cache), a dense mask passed in (a 4-D mask), attention dropout, a logit softcap or sinks over a padded or packed
+batch. Gemma 2's softcap and GPT-OSS's sinks (`s_aux`) on unpadded batches run the dense hk::attention, decode
+steps included (the dense kernel; the split-KV one takes neither yet). transformers' continuous
 batching (its paged cache, `generate_batch`) is not served: transformers accepts only "paged|eager", "sdpa" and
 flash implementations there and refuses "hk" itself; serving it needs hk registered as a flash-style
 implementation (the cu_seq_lens keyword arguments to hk::attention_varlen, the block table to
@@ -87,14 +89,11 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
     """transformers' attention-function contract: q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] -> ([B, N, Hq, D], None)."""
     if dropout:
         raise NotImplementedError(f"hk attention has no attention dropout (got dropout={dropout})")
-    if kwargs.get("softcap") is not None:
-        raise NotImplementedError("hk's transformers integration does not pass a logit softcap yet (the dense "
-                                  "hk::attention takes softcap=, forward and backward; the varlen and KV-cache paths "
-                                  "do not: issue 40)")
-    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        raise NotImplementedError("hk's transformers integration does not pass attention sinks yet (the dense "
-                                  "hk::attention takes sinks=, forward and backward; the varlen and KV-cache paths "
-                                  "do not: issue 40)")
+    # Gemma 2's logit softcap and GPT-OSS's sinks (s_aux, a logit per query head): the dense hk::attention takes
+    # both, forward and backward; a padded batch (varlen) does not yet, and is refused below
+    softcap = kwargs.get("softcap")
+    sinks = kwargs.get("s_aux", kwargs.get("sinks"))
+    extras = {"softcap": softcap, "sinks": None if sinks is None else sinks.float()}
     sliding = kwargs.get("sliding_window")
     if attention_mask is None:
         # no mask function ran (a model or cache that builds none): the module's own rule, no padding
@@ -124,6 +123,9 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
                                   f"mask's batch {mask.batch}, query length {mask.q_length} and key length "
                                   f"{mask.kv_length}")
     if mask.padded is not None:
+        if softcap is not None or sinks is not None:
+            raise NotImplementedError("hk attention: a logit softcap or attention sinks over a padded batch (the "
+                                      "varlen kernel takes neither yet, issue 40); unpadded batches take both")
         return _varlen(query, key, value, mask, scaling), None
     # no padding: keys 0 .. mask.keys - 1, the queries the last n of them when causal
     k, v = key, value
@@ -132,14 +134,15 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
     window = None if mask.window is None else (mask.window - 1, 0)
     # one query row (decode) sees every key up to its own: causal only to count a window back from the last key
     causal = mask.causal and (n > 1 or window is not None)
-    if n == 1 and D in DECODE_HEAD_DIMS and mask.causal and not (
+    if n == 1 and D in DECODE_HEAD_DIMS and mask.causal and softcap is None and sinks is None and not (
             torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)):
         if mask.window is not None and k.shape[2] > mask.window:
             k, v = k[:, :, k.shape[2] - mask.window:], v[:, :, v.shape[2] - mask.window:]
         return decode(query, k, v, scaling), None
     masked = causal or (window is not None)
     align = "bottom_right" if masked and n != k.shape[2] else None
-    o = F.attention(query, k, v, causal=causal, window=window if mask.causal else None, align=align, scale=scaling)
+    o = F.attention(query, k, v, causal=causal, window=window if mask.causal else None, align=align, scale=scaling,
+                    **extras)
     return o.transpose(1, 2).contiguous(), None
 
 
