@@ -7,4 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
 python3 -m pip download -q --no-deps -d .whl stevedore pbr rich markdown-it-py mdurl pygments
+# house_check.sh runs the GPU tests in parallel workers: pytest-xdist and execnet (the image has pytest)
+python3 -m pip download -q --no-deps --only-binary=:all: -d .whl pytest-xdist execnet
 ls .whl

@@ -5,8 +5,8 @@
 # tests/test_gpu_torch.py), in parallel pytest workers (each test compiles its own variants). Logs and conformance
 # JSON under $OUT. (It replaces torch_gpu_check.sh, a subset.)
 #   run (device tool): carry [".whl"], command: bash benchmarks/house_check.sh
-#   (.whl: the stevedore wheel the device image lacks, and pytest-xdist + execnet: pip download --no-deps
-#   --only-binary=:all: -d .whl pytest-xdist execnet)
+#   (.whl: benchmarks/device_wheels.sh, here first: stevedore, which the device image lacks, and pytest-xdist +
+#   execnet. A cold H100 ran it in about 530 s, 2026-12-07: conformance 221 s, the tests then cut at 300 s; 420 now)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
@@ -20,6 +20,6 @@ timeout 200 python3 -m hk_portable.conformance.offline_compile --arch sm_90a --w
 timeout 240 $HK conformance --backend cuda -k "kernel/" --json "$OUT/conformance_kernels.json" 2>&1 | tail -4
 echo "conformance: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
-timeout 300 python3 -m pytest -q -rs -p no:cacheprovider -n "${WORKERS:-12}" ${TESTS:-tests/cuda tests/test_gpu_torch.py} \
+timeout 420 python3 -m pytest -q -rfE -p no:cacheprovider -p no:benchmark -n "${WORKERS:-12}" ${TESTS:-tests/cuda tests/test_gpu_torch.py} \
     2>&1 | tee "$OUT/pytest.log" | tail -30
 echo "pytest: $(( $(date +%s) - t0 )) s"
