@@ -529,7 +529,8 @@ def test_attention_gfx942_interleaves_exp_with_the_mfmas(causal):
     assert il["longest_mfma_run"] < 16, il
     assert trip["clocks"]["valu_to_mfma"] <= 1.0
     assert art.resources["vgpr_spill"] == art.resources["sgpr_spill"] == art.resources["scratch_bytes"] == 0
-    assert "hk::mma<false, false, true>" in art.source and "hk::cast_select" in art.source
+    assert "hk::mma<false, false, true>" in art.source and "hk::cast_finite" in art.source     # nan_row_casts
+    assert "hk::nan_rows(" in art.source
     assert "hk::rescale_lazy" in art.source
     _, old = _attention("gfx942", causal, interleave="off")
     assert old["interleave"]["trans_under_mfma"] == 0 and old["interleave"]["valu_hidden"] < 0.1

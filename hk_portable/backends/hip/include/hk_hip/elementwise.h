@@ -172,7 +172,32 @@ template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst,
   if constexpr (same<T, bf16>::value) cast_bf16<true>(dst, x);
   else cast(dst, x);                          // f16: v_cvt_f16_f32, no branch
 }
+// f32 -> bf16 RNE without the NaN arm (codegen.py nan_row_casts): u + 0x7FFF + lsb, then one v_perm_b32 a pair
+// -- 2.5 VALU an element where cast_bf16 takes 5.5. Bit for bit the core's conversion for every value but a NaN;
+// a NaN's bits become an infinity, a zero or a NaN. Only for P of an mma whose rows with a NaN the caller makes
+// NaN afterwards (hk::nan_rows), which is what a NaN in row i of A makes of row i of the product.
+template<int R, int C> HK_DEV void cast_finite(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  using D = rt<bf16, R, C, tfrag>;
+#pragma unroll
+  for (int e = 0; e < D::NE; e += 2) {
+    unsigned r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned u = __builtin_bit_cast(unsigned, x.data[e + h]);
+      r[h] = u + 0x7FFFu + ((u >> 16) & 1u);
+    }
+    const unsigned both = __builtin_amdgcn_perm(r[1], r[0], 0x07060302u);   // r0 >> 16 | (r1 & 0xFFFF0000)
+    dst.data[e].bits = (unsigned short)both;
+    dst.data[e + 1].bits = (unsigned short)(both >> 16);
+  }
+}
+template<int R, int C> HK_DEV void cast_finite(rt<f16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  cast(dst, x);                               // v_cvt_f16_f32: exact, NaN included
+}
 #else
+template<class T, int R, int C> HK_DEV void cast_finite(rt<T, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  cast(dst, x);                               // v_cvt_pk_bf16_f32 / v_cvt_f16_f32: exact, NaN included
+}
 template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
   cast(dst, x);                               // v_cvt_pk_bf16_f32 / v_cvt_f16_f32, no branch
 }
