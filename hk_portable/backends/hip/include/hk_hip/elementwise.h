@@ -109,11 +109,13 @@ HK_DEV void fms_rows(rt<float, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& 
   }
 }
 // dst = exp2(x) of a tfrag row vector whose entries are mostly 0 (attention's alpha = exp2(m_old - m_new) in a
-// step where no row's max moved; codegen.py HipEmitter.op_unary): exp2(+-0) is 1 exactly, so on gfx950 a wave
-// whose entries are all 0 skips v_exp_f32 (a wave-uniform ballot), and the rescale it feeds is then skipped too
+// step where no row's max moved; codegen.py HipEmitter.op_unary): exp2(+-0) is 1 exactly, so a wave whose
+// entries are all 0 skips v_exp_f32 (a wave-uniform ballot), and the rescale it feeds is then skipped too. (On
+// gfx942 the branch cost a spilled VGPR until P's conversion lost its NaN arm, 2026-12-07: elementwise.h
+// cast_finite.)
 template<int N> HK_DEV void exp2_lazy(rv<float, N, ROW, tfrag>& dst, const rv<float, N, ROW, tfrag>& x) {
   using V = rv<float, N, ROW, tfrag>;
-#if HK_GFX950
+  {
   bool zeros = true;
 #pragma unroll
   for (int s = 0; s < V::NE; ++s) zeros = zeros && x.data[s] == 0.0f;
@@ -123,8 +125,8 @@ template<int N> HK_DEV void exp2_lazy(rv<float, N, ROW, tfrag>& dst, const rv<fl
     return;
   }
   asm volatile("");                // a real branch: LLVM would run v_exp_f32 on both paths and select
-#endif
-  unary<op_exp2>(dst, x);          // gfx942: always (its branch costs a VGPR it does not have: a spill)
+  }
+  unary<op_exp2>(dst, x);
 }
 template<class D, class M> HK_DEV void where(D& dst, const M& mask, const D& a, const D& b) {
 #pragma unroll
