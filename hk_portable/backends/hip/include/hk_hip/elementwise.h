@@ -68,6 +68,14 @@ template<class F, class D, class X> HK_DEV void binary(D& dst, const X& a, const
   for (int e = 0; e < D::NE; ++e)
     dst.data[e] = detail::put(uncalc<typename D::dtype>(F::apply(calc(a.data[e]), calc(b.data[e]))));
 }
+// A mask of a tfrag row vector (a few words a lane: attention's new_m == -inf): plain 0/1 words, which LLVM folds
+// into the compare at each use (a v_cmp and a v_cndmask where the opaque word of a mask tile, register_tiles.h put,
+// costs three more)
+template<class F, int N, class X>
+HK_DEV void binary(rv<bool, N, ROW, tfrag>& dst, const X& a, const X& b) {
+#pragma unroll
+  for (int e = 0; e < X::NE; ++e) dst.data[e] = F::apply(calc(a.data[e]), calc(b.data[e])) ? 1 : 0;
+}
 // f32 add, sub and mul of tfrag tiles two elements at a time: v_pk_add_f32 / v_pk_mul_f32 (CDNA3 and CDNA4: one
 // full-rate instruction for two IEEE operations, rounded as the scalar ones -- the same bits)
 namespace detail {
