@@ -18,10 +18,11 @@ from hk_portable.interface import GL, RT, ST, f32
 needs_clang = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
 
 # bound_vs_peak each MFMA loop's one_trip reaches (2026-12-07, clang 22.1.8; docs/perf-notes.md). Issue 37 asks 0.8.
-# D=128 meets it in every loop on both archs. D=64 does not: gfx950's 32 v_exp a trip (quarter rate) take as long
-# as its 32 16x16x32 MFMAs, so VALU alone bounds it below 0.5 in this model; gfx942's is the software bf16 rounding
-# of P (about 5 VALU an element). The floors below are what the lowering reaches, so a regression fails.
-FLOOR = {("gfx942", 128): 0.8, ("gfx950", 128): 0.8, ("gfx942", 64): 0.6, ("gfx950", 64): 0.38}
+# D=128 meets it in every loop on both archs, and so does gfx942 at D=64 (0.81-0.82 since P's bf16 rounding lost its
+# NaN arm: patterns.nan_row_casts). gfx950 at D=64 does not: its 32 v_exp a trip (quarter rate) take as long as its
+# 32 16x16x32 MFMAs, so VALU alone bounds it below 0.5 in this model. The floors below are what the lowering reaches,
+# so a regression fails.
+FLOOR = {("gfx942", 128): 0.8, ("gfx950", 128): 0.8, ("gfx942", 64): 0.8, ("gfx950", 64): 0.46}
 
 
 def _analysis(arch: str, d: int, causal: bool, capsys) -> dict:
