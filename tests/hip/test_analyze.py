@@ -280,14 +280,26 @@ def _compiled(kernel: str, arch: str, **example):
 
 
 def _llvm_loop_blocks(asm: str, header: str) -> set[str]:
-    """The blocks LLVM's comments put in the depth-1 loop of `header` (".LBB0_22": "Header=BB0_22")."""
-    out = set()
+    """The blocks LLVM's comments put in the depth-1 loop of `header` (".LBB0_22": "Header=BB0_22") that hold an
+    instruction (a block of only an inline-asm marker, a real branch's empty arm, is no block to the analyser: the
+    next label names it)."""
+    out, name, note, empty = set(), None, "", True
+
+    def close():
+        if name is not None and not empty and (f"Header={header[2:]} Depth=1" in note
+                                               or (name == header and "Loop Header: Depth=1" in note)):
+            out.add(name)
     for line in asm.splitlines():
         m = re.match(r"^(\.LBB\d+_\d+|; %bb\.\d+):\s*;(.*)", line)
         if m:
-            name, note = m.group(1).removeprefix("; "), m.group(2)
-            if f"Header={header[2:]} Depth=1" in note or (name == header and "Loop Header: Depth=1" in note):
-                out.add(name)
+            close()
+            name, note, empty = m.group(1).removeprefix("; "), m.group(2), True
+        elif re.match(r"^\s+[a-z]", line) and not line.lstrip().startswith("."):
+            empty = False
+        elif re.match(r"^[.\w$]+:", line):       # another label: the block ends
+            close()
+            name = None
+    close()
     return out
 
 
@@ -455,8 +467,9 @@ def test_attention_main_loop_meets_the_issue_bounds(arch, causal, capsys):
     assert clocks["lds_to_mfma"] <= 0.7 and clocks["valu_to_mfma"] <= ATTENTION_VALU_BOUND[arch], clocks
     # both products of 32 rows x 64 keys x D=128 per wave: 64 MFMA-16 each (gfx950: 16x16x32, half as many)
     assert trip["mfma"] == {MFMA[arch]: 128 if arch == "gfx942" else 64}
-    # 32 exp2 of P (32 rows x 64 keys / 64 lanes) + 2 alphas; gfx950 skips the alphas' when no row's max moved
-    assert counts["trans"] == (34 if arch == "gfx942" else 32)
+    # 32 exp2 of P (32 rows x 64 keys / 64 lanes) + 2 alphas, which both archs skip when no row's max moved
+    # (gfx942 since 2026-12-07: elementwise.h exp2_lazy)
+    assert counts["trans"] == 32
     # P is never gathered: the only cross-lane traffic is the two row reductions' exchange (gfx942:
     # ds_bpermute, 2 slots x 2 steps x max and sum; gfx950: v_permlane*_swap, no LDS)
     assert counts["lds_other"] == (8 if arch == "gfx942" else 0)
@@ -525,11 +538,12 @@ def test_attention_gfx942_interleaves_exp_with_the_mfmas(causal):
     steady = [s for s in art.launch["plan"]["schedules"] if s.get("interleave")]
     assert [s["interleave"] for s in steady] == ["mfma_exp"] and "iglp_opt(2)" in steady[0]["interleave_why"]
     il = trip["interleave"]
-    assert il["trans"] == 34 and il["trans_under_mfma"] >= 10 and il["valu_hidden"] >= 0.3, il
+    assert il["trans"] == 32 and il["trans_under_mfma"] >= 10 and il["valu_hidden"] >= 0.3, il
     assert il["longest_mfma_run"] < 16, il
     assert trip["clocks"]["valu_to_mfma"] <= 1.0
     assert art.resources["vgpr_spill"] == art.resources["sgpr_spill"] == art.resources["scratch_bytes"] == 0
-    assert "hk::mma<false, false, true>" in art.source and "hk::cast_select" in art.source
+    assert "hk::mma<false, false, true>" in art.source and "hk::cast_finite" in art.source     # nan_row_casts
+    assert "hk::nan_rows(" in art.source
     assert "hk::rescale_lazy" in art.source
     _, old = _attention("gfx942", causal, interleave="off")
     assert old["interleave"]["trans_under_mfma"] == 0 and old["interleave"]["valu_hidden"] < 0.1

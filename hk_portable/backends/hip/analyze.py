@@ -137,6 +137,7 @@ _ENDS_BLOCK = ("s_branch", "s_cbranch_", "s_endpgm", "s_setpc", "s_trap")
 def parse(lines: list[str]) -> list[Block]:
     """The kernel's basic blocks in layout order, with their successors."""
     blocks: list[Block] = [Block("entry", 0)]
+    aliases: dict[str, int] = {}                      # labels of empty blocks: branches to them land on the next
     for i, ln in enumerate(lines):
         label = _LABEL.match(ln)
         bb = re.match(r"^\s*; (%bb\.\d+):", ln)
@@ -145,6 +146,7 @@ def parse(lines: list[str]) -> list[Block]:
             if blocks[-1].instrs or blocks[-1].sched_barriers:
                 blocks.append(Block(name, i))
             else:                                     # an empty block: the label names it
+                aliases[blocks[-1].name] = len(blocks) - 1
                 blocks[-1].name, blocks[-1].start = name, i
         elif _SCHED.search(ln):
             blocks[-1].sched_barriers += 1
@@ -152,7 +154,7 @@ def parse(lines: list[str]) -> list[Block]:
             if blocks[-1].instrs and blocks[-1].instrs[-1].op.startswith(_ENDS_BLOCK):
                 blocks.append(Block(f"line{i}", i))
             blocks[-1].instrs.append(Instr(i, m.group(1), m.group(2).strip()))
-    index = {b.name: n for n, b in enumerate(blocks)}
+    index = {**aliases, **{b.name: n for n, b in enumerate(blocks)}}
     for n, b in enumerate(blocks):
         last = b.instrs[-1] if b.instrs else None
         op = last.op if last else ""

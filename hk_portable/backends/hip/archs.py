@@ -66,6 +66,9 @@ class Arch:
     # mfma_cycles above). The device library takes it for a 16-bit mma whose K is a multiple of 32 (mma.h kv_for);
     # the tuning table (preferences.py) ranks first the configurations whose k-step feeds it
     mfma_16bit_k32: bool = False
+    # v_cvt_pk_bf16_f32: f32 -> bf16 in one instruction (CDNA4). Without it the device library rounds in software
+    # (elementwise.h), where attention's P takes the form without the NaN arm (patterns.nan_row_casts)
+    bf16_convert: bool = False
     # lanes per wave: what a block's waves are counted in, layouts divide rows over, the ISA analyser scales by
     wave_size: int = 64
     # accelerator dies (XCDs), each with its own L2, that blocks are dealt round-robin over: hk::block_idx numbers
@@ -81,7 +84,7 @@ ARCHS = {a.name: a for a in (
     Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32", "16x16x32 fp8"),   # CDNA4: MI350X / MI355X
          "native OCP e4m3/e5m2 (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})", emulator_id=950,
          mfma_cycles=CDNA4_MFMA_CYCLES, mfma_peak=CDNA4_MFMA_PEAK, lds_bytes_per_clock=256,
-         lds_transpose_read=True, lds_dma_wide=True, mfma_16bit_k32=True),
+         lds_transpose_read=True, lds_dma_wide=True, mfma_16bit_k32=True, bf16_convert=True),
 )}
 NAMES = tuple(ARCHS)
 

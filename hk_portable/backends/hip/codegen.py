@@ -154,6 +154,9 @@ class HipEmitter(CStyleEmitter):
         self.emit_ops(order if order is not None else reg.ops, in_pipeline_load)
 
     def op_cast(self, op: Op) -> None:
+        if op in self.low.nan_rows:              # nan_row_casts: no NaN arm, the mma's NaN rows set after it
+            self._result(op, f"hk::cast_finite({{dst}}, {self.name(op.operands[0])});")
+            return
         if op.result in self._select_casts:      # interleaved_pv: P's conversion in the MFMAs' basic block
             self._result(op, f"hk::cast_select({{dst}}, {self.name(op.operands[0])});")
             return
@@ -182,6 +185,12 @@ class HipEmitter(CStyleEmitter):
                          f"({{dst}}, {self.name(x)}, {self.name(gl)}, {fill}, {self.args(idx)});")
 
     def op_mma(self, op: Op) -> None:
+        self._op_mma(op)
+        sums = self.low.nan_row_mmas.get(op)
+        if sums is not None:                     # nan_row_casts: A was converted without the NaN arm
+            self.line(f"hk::nan_rows({self.name(op.result)}, {self.name(sums)});")
+
+    def _op_mma(self, op: Op) -> None:
         a, bb, c = op.operands
         buf = self.low.preloaded_a.get(op)
         a_name = f"hk_pre{buf.id}" if buf is not None else self.name(a)

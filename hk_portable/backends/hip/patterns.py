@@ -58,6 +58,44 @@ def folded_scales(program: Program, lay: dict) -> dict[Op, tuple]:
     return {**common.folded_scales(program, tfrag), **common.masked_scales(program, tfrag)}
 
 
+def nan_row_casts(program: Program, lay: dict) -> dict[Op, tuple[Op, Value]]:
+    """{cast op: (mma op, row sums)} for the f32 -> bf16 conversions of a transposed-fragment tile P = exp2(x)
+    whose one use is the A operand of an mma into a transposed fragment, when the same region sums P along its
+    rows before that mma (attention's P, its row sum l and P @ V). hk::cast_finite converts without the NaN arm
+    of round-to-nearest-even and hk::nan_rows sets the mma's rows whose sum is NaN to NaN afterwards: exp2 is
+    never below 0, so a row's sum is NaN exactly when the row holds a NaN, and a NaN in row i of A makes row i of
+    the product NaN, whatever else the row holds. The product is then what the exact conversion gives, NaN for
+    NaN, with 3 VALU an element fewer on an arch that converts in software (the caller asks only there)."""
+    uses, producers = common.uses_and_producers(program)
+    tfrag = lambda v: isinstance(lay.get(v), TFragment)     # noqa: E731
+    out: dict[Op, tuple[Op, Value]] = {}
+    for reg in [program.body, *(r for o in program.body.walk() for r in o.regions)]:
+        ops = list(reg.ops)
+        at = {o: k for k, o in enumerate(ops)}
+        for op in ops:
+            if op.opcode != "cast" or op.result.type.dtype.name != "bf16":
+                continue
+            x = op.operands[0]
+            p = producers.get(x)
+            if (x.type.space != "rt" or x.type.dtype.name != "f32" or not tfrag(x) or not tfrag(op.result)
+                    or p is None or p.opcode != "unary" or p.attrs["op"] != "exp2"):
+                continue
+            users = uses.get(op.result, [])
+            if len(users) != 1 or users[0] not in at:
+                continue
+            m = users[0]
+            if (m.opcode != "mma" or m.attrs["trans_a"] or m.operands[0] is not op.result
+                    or any(v is op.result for v in m.operands[1:]) or not tfrag(m.result)
+                    or m.result.type.dtype.name != "f32"):
+                continue
+            sums = [r for r in uses.get(x, []) if r in at and at[r] < at[m] and r.opcode == "reduce"
+                    and r.attrs["op"] == "sum" and r.attrs["axis"] == "row" and r.operands[0] is x
+                    and r.result.type.dtype.name == "f32" and tfrag(r.result)]
+            if sums:
+                out[op] = (m, sums[0].result)
+    return out
+
+
 # ------------------------------------------------------------------------------------ interleaved mma
 def interleaved_pv(program: Program, lay: dict, lazy: dict[Op, tuple]) -> dict[Op, dict]:
     """The mmas of pipeline compute steps whose MFMAs hk_hip interleaves with the VALU work in front of them

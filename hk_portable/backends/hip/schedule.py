@@ -44,7 +44,8 @@ from ...interface.ir import Op, Program, Region, SharedBufType, TileType, Value
 from . import archs
 from .archs import ARCHS
 from .options import MAX_WAVES, PIPELINE_FORMS, HipOptions
-from .patterns import cursor_loads, folded_scales, fused_grid_loads, fused_masks, interleaved_pv, lazy_rescales
+from .patterns import (cursor_loads, folded_scales, fused_grid_loads, fused_masks, interleaved_pv, lazy_rescales,
+                       nan_row_casts)
 
 SCRATCH_ALIGN = 16          # hk_hip.h's granule for its scratch area (and an mma's A part)
 
@@ -301,6 +302,7 @@ class Lowering:
     lazy: dict[Op, tuple[Value, Value]]     # lazy rescale (mul op) -> (tile, row vector), done inside its mma
     scaled: dict[Op, tuple]                 # patterns.folded_scales
     interleavable: dict[Op, dict]           # patterns.interleaved_pv, whether or not the plan interleaves each
+    nan_rows: dict[Op, tuple[Op, Value]]    # patterns.nan_row_casts (software bf16 archs): cast -> (mma, row sums)
 
     @cached_property
     def quartered_mmas(self) -> frozenset[Op]:
@@ -309,6 +311,11 @@ class Lowering:
     @cached_property
     def folded_loads(self) -> frozenset[Op]:
         return frozenset(ld for ld, _ in self.fused_loads.values())
+
+    @cached_property
+    def nan_row_mmas(self) -> dict[Op, Value]:
+        """The mmas whose rows with a NaN in A are restored after them (hk::nan_rows), with their row sums."""
+        return {m: sums for m, sums in self.nan_rows.values()}
 
     @cached_property
     def lazy_rows(self) -> frozenset[Value]:
@@ -426,7 +433,8 @@ def _lowering(program: Program, arch: str, lay: dict, storage: dict, pre: dict[V
         pipelines={p: k for k, p in enumerate(pipes)}, cursors={p: cursor_loads(p) for p in pipes},
         fnuz=fnuz_storage(program, arch), quartered=quartered,
         fused_loads=fused_grid_loads(program, lay), lazy=lazy, scaled=folded_scales(program, lay),
-        interleavable=interleaved_pv(program, lay, lazy))
+        interleavable=interleaved_pv(program, lay, lazy),
+        nan_rows={} if archs.has(arch, "bf16_convert") else nan_row_casts(program, lay))
 
 
 def _schedule(pipe: Op, waves: int, options: HipOptions, low: Lowering) -> PipelineSchedule:
@@ -492,6 +500,10 @@ def _fused_record(program: Program, low: Lowering) -> list[dict]:
                "why": "scale folded: row max of the unscaled tile times the scale, exp2's argument one fma"
                       + ("" if f[0].operands[0] is op.result else "; the -inf select takes the unscaled tile")}
               for op, f in low.scaled.items() if op.opcode == "binary" and op.attrs["op"] == "mul"]
+    fused += [{"op": op.result.id, "opcode": "cast", "in": m.result.id,
+               "why": f"bf16 rounding without the NaN arm: the rows of the product whose sum {sums.id} is NaN "
+                      "made NaN after it"}
+              for op, (m, sums) in low.nan_rows.items()]
     return fused
 
 

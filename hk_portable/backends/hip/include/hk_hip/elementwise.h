@@ -81,6 +81,14 @@ template<class F, class D, class X> HK_DEV void binary(D& dst, const X& a, const
   for (int e = 0; e < D::NE; ++e)
     dst.data[e] = detail::put(uncalc<typename D::dtype>(F::apply(calc(a.data[e]), calc(b.data[e]))));
 }
+// A mask of a tfrag row vector (a few words a lane: attention's new_m == -inf): plain 0/1 words, which LLVM folds
+// into the compare at each use (a v_cmp and a v_cndmask where the opaque word of a mask tile, register_tiles.h put,
+// costs three more)
+template<class F, int N, class X>
+HK_DEV void binary(rv<bool, N, ROW, tfrag>& dst, const X& a, const X& b) {
+#pragma unroll
+  for (int e = 0; e < X::NE; ++e) dst.data[e] = F::apply(calc(a.data[e]), calc(b.data[e])) ? 1 : 0;
+}
 // f32 add, sub and mul of tfrag tiles two elements at a time: v_pk_add_f32 / v_pk_mul_f32 (CDNA3 and CDNA4: one
 // full-rate instruction for two IEEE operations, rounded as the scalar ones -- the same bits)
 namespace detail {
@@ -122,11 +130,13 @@ HK_DEV void fms_rows(rt<float, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& 
   }
 }
 // dst = exp2(x) of a tfrag row vector whose entries are mostly 0 (attention's alpha = exp2(m_old - m_new) in a
-// step where no row's max moved; codegen.py HipEmitter.op_unary): exp2(+-0) is 1 exactly, so on gfx950 a wave
-// whose entries are all 0 skips v_exp_f32 (a wave-uniform ballot), and the rescale it feeds is then skipped too
+// step where no row's max moved; codegen.py HipEmitter.op_unary): exp2(+-0) is 1 exactly, so a wave whose
+// entries are all 0 skips v_exp_f32 (a wave-uniform ballot), and the rescale it feeds is then skipped too. (On
+// gfx942 the branch cost a spilled VGPR until P's conversion lost its NaN arm, 2026-12-07: elementwise.h
+// cast_finite.)
 template<int N> HK_DEV void exp2_lazy(rv<float, N, ROW, tfrag>& dst, const rv<float, N, ROW, tfrag>& x) {
   using V = rv<float, N, ROW, tfrag>;
-#if HK_GFX950
+  {
   bool zeros = true;
 #pragma unroll
   for (int s = 0; s < V::NE; ++s) zeros = zeros && x.data[s] == 0.0f;
@@ -136,8 +146,8 @@ template<int N> HK_DEV void exp2_lazy(rv<float, N, ROW, tfrag>& dst, const rv<fl
     return;
   }
   asm volatile("");                // a real branch: LLVM would run v_exp_f32 on both paths and select
-#endif
-  unary<op_exp2>(dst, x);          // gfx942: always (its branch costs a VGPR it does not have: a spill)
+  }
+  unary<op_exp2>(dst, x);
 }
 template<class D, class M> HK_DEV void where(D& dst, const M& mask, const D& a, const D& b) {
 #pragma unroll
@@ -185,7 +195,32 @@ template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst,
   if constexpr (same<T, bf16>::value) cast_bf16<true>(dst, x);
   else cast(dst, x);                          // f16: v_cvt_f16_f32, no branch
 }
+// f32 -> bf16 RNE without the NaN arm (codegen.py nan_row_casts): u + 0x7FFF + lsb, then one v_perm_b32 a pair
+// -- 2.5 VALU an element where cast_bf16 takes 5.5. Bit for bit the core's conversion for every value but a NaN;
+// a NaN's bits become an infinity, a zero or a NaN. Only for P of an mma whose rows with a NaN the caller makes
+// NaN afterwards (hk::nan_rows), which is what a NaN in row i of A makes of row i of the product.
+template<int R, int C> HK_DEV void cast_finite(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  using D = rt<bf16, R, C, tfrag>;
+#pragma unroll
+  for (int e = 0; e < D::NE; e += 2) {
+    unsigned r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned u = __builtin_bit_cast(unsigned, x.data[e + h]);
+      r[h] = u + 0x7FFFu + ((u >> 16) & 1u);
+    }
+    const unsigned both = __builtin_amdgcn_perm(r[1], r[0], 0x07060302u);   // r0 >> 16 | (r1 & 0xFFFF0000)
+    dst.data[e].bits = (unsigned short)both;
+    dst.data[e + 1].bits = (unsigned short)(both >> 16);
+  }
+}
+template<int R, int C> HK_DEV void cast_finite(rt<f16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  cast(dst, x);                               // v_cvt_f16_f32: exact, NaN included
+}
 #else
+template<class T, int R, int C> HK_DEV void cast_finite(rt<T, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+  cast(dst, x);                               // v_cvt_pk_bf16_f32 / v_cvt_f16_f32: exact, NaN included
+}
 template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
   cast(dst, x);                               // v_cvt_pk_bf16_f32 / v_cvt_f16_f32, no branch
 }

@@ -96,7 +96,12 @@ namespace detail {
 constexpr long long BAND_OPEN = 1 << 24;
 HK_DEV int imax(int a, int b) { return a > b ? a : b; }
 HK_DEV int imin(int a, int b) { return a < b ? a : b; }
-HK_DEV int band_clamp(int x) { return x < -(int)BAND_OPEN ? -(int)BAND_OPEN : x > (int)BAND_OPEN ? (int)BAND_OPEN : x; }
+// clamp(x) to [-2^24, 2^24], written as a test of x's top bits rather than a min and a max: LLVM makes those a
+// v_med3_i32 even of a wave-uniform x, and a v_readfirstlane to bring it back (8 VALU an edge trip)
+HK_DEV int band_clamp(int x) {
+  const int top = x >> 24;                 // 0 or -1: x in [-2^24, 2^24), kept as it is
+  return top == 0 || top == -1 ? x : x < 0 ? -(int)BAND_OPEN : (int)BAND_OPEN;
+}
 // clamp(a - b) in 32-bit scalar arithmetic (no 64-bit compare: gfx9 has none in SALU, LLVM moves it to the VALU)
 HK_DEV int band_sub(int a, int b) {
   const int d = (int)((unsigned)a - (unsigned)b);
@@ -125,33 +130,44 @@ HK_DEV band_pred operator&(const band_pred& x, const band_pred& y) {
 // dst = band(r, c) ? a : b on a tfrag tile. A lane holds one row per row block and four adjacent columns per 16x16
 // block: its kept columns are [lo, hi] (relative to its first column), so an element costs two compares and a
 // select. A row block every lane keeps whole (most of a diagonal band's), or else a 16x16 block, is a wave-uniform
-// branch to a plain copy: two compares instead of twelve instructions per block.
+// branch to a plain copy. Whether every lane keeps a block is decided in scalar registers from the band alone: the
+// 64 lanes hold every pair of a row q in 0..15 and a first column f in {0, 4, 8, 12}, so all keep columns
+// [c0, c1] of rows r0 .. r0+15 exactly when the extreme pairs do (q = 15 for the left ends, q - f = -12 for the
+// right ends, f = 0 / 12 for l0 / h0) -- the lanes' own lo and hi are computed only for blocks that are cut.
 template<class T, int R, int C>
 HK_DEV void where_band(rt<T, R, C, tfrag>& dst, const band_pred& m, const rt<T, R, C, tfrag>& a,
                        const rt<T, R, C, tfrag>& b) {
   using D = rt<T, R, C, tfrag>;
-  const int ln = detail::lane(), first = detail::tcol_in_blk(0, ln);
-  const int q = detail::trow_in_blk(ln) - first, l0 = m.l0 - first, h0 = m.h0 - first;
   const bool rows_all = m.rlo <= 0 && m.rhi >= R;        // every row of the tile in bounds (known at compile time)
+  const int w = detail::wave();
 #pragma unroll
   for (int s = 0; s < D::RBW; ++s) {
-    const int r0 = 16 * detail::blk<D::RB>(s);
+    const int r0 = 16 * ((w + s * NW) % D::RB);           // detail::blk, the wave read once
+    // every lane keeps columns [c0, c1] (relative to its first) of this row block: scalar compares
+    const bool rows_in = rows_all || (r0 >= m.rlo && r0 + 15 < m.rhi);
+    const auto kept = [&](int c0, int c1) {
+      return rows_in && r0 + m.dl + 15 <= c0 && m.l0 <= c0 && r0 + m.dh - 12 >= c1 && m.h0 - 12 >= c1;
+    };
+    if (kept(0, 16 * (D::CB - 1) + 3)) {
+#pragma unroll
+      for (int e = s * D::CB * 4; e < (s + 1) * D::CB * 4; ++e) dst.data[e] = a.data[e];
+      continue;
+    }
+    asm volatile("");              // real branches: LLVM would evaluate the compares on both paths and select
+    // the lane's interval, from an opaque lane id: a DPP move is not speculated, so neither is this arithmetic
+    // (LLVM hoisted it above the branch, 5 VALU on the path that copies)
+    const int ln = detail::opaque_lane(), first = detail::tcol_in_blk(0, ln);
+    const int q = detail::trow_in_blk(ln) - first, l0 = m.l0 - first, h0 = m.h0 - first;
     const int lo = detail::imax(q + (r0 + m.dl), l0);
     int hi = detail::imin(q + (r0 + m.dh), h0);
     if (!rows_all) {
       const int r = r0 + detail::trow_in_blk(ln);
       hi = r >= m.rlo && r < m.rhi ? hi : lo - 1;
     }
-    if (__builtin_amdgcn_ballot_w64(!(lo <= 0 && hi >= 16 * (D::CB - 1) + 3)) == 0) {
-#pragma unroll
-      for (int e = s * D::CB * 4; e < (s + 1) * D::CB * 4; ++e) dst.data[e] = a.data[e];
-      continue;
-    }
-    asm volatile("");              // real branches: LLVM would evaluate the compares on both paths and select
 #pragma unroll
     for (int cb = 0; cb < D::CB; ++cb) {
       const int e0 = (s * D::CB + cb) * 4;
-      if (__builtin_amdgcn_ballot_w64(!(lo <= 16 * cb && hi >= 16 * cb + 3)) == 0) {
+      if (kept(16 * cb, 16 * cb + 3)) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) dst.data[e0 + k] = a.data[e0 + k];
         continue;

@@ -427,6 +427,26 @@ HK_DEV void rescale_lazy(rt<float, M, N, tfrag>& dst, const rt<float, M, N, tfra
   }
 }
 
+// The rows of an mma's result whose A row held a NaN made NaN (codegen.py nan_row_casts): `sums` are the row sums
+// of the f32 tile A was converted from by cast_finite, values that are never below 0 (exp2's), so a row's sum is
+// NaN exactly when the row holds a NaN (no inf - inf). A NaN in row i of A makes row i of the product NaN (NaN
+// times anything is NaN); cast_finite did not keep it one, so the row is set here. One wave-uniform branch
+// (a ballot of the lanes' sums) skips it when no row of the wave has a NaN.
+template<int M, int N>
+HK_DEV void nan_rows(rt<float, M, N, tfrag>& dst, const rv<float, M, ROW, tfrag>& sums) {
+  using D = rt<float, M, N, tfrag>;
+  bool nan = false;
+#pragma unroll
+  for (int s = 0; s < D::RBW; ++s) nan = nan || sums.data[s] != sums.data[s];
+  if (__builtin_amdgcn_ballot_w64(nan) != 0) {
+#pragma unroll
+    for (int e = 0; e < D::NE; ++e) {
+      const float r = sums.data[e / (D::CB * 4)];
+      dst.data[e] = r != r ? r : dst.data[e];
+    }
+  }
+}
+
 // dst = acc * rows[:, None] + op(a) @ op(b) (codegen.py lazy_rescales), the rescale lazy (above). The emitter
 // calls rescale_lazy and the mma apart when it interleaves the mma (codegen.py interleaved_pv): the rescale's
 // branch then comes before the work the MFMAs are interleaved with, which must share their basic block.
