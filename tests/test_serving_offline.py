@@ -27,7 +27,7 @@ def _programs():
 
 
 # ~30 Programs x 2 targets, a few minutes on a 2-core runner: the default run compiles hk_test_sampling.split's part
-# (every kernel, half its Programs), the `slow` part the rest (HK_EXHAUSTIVE=1 or `pytest -m slow`)
+# (every kernel, a third of its Programs), the `slow` part the rest (HK_EXHAUSTIVE=1 or `pytest -m slow`)
 @pytest.mark.parametrize("part", ["sample", pytest.param("rest", marks=pytest.mark.slow)])
 def test_serving_programs_compile_for_sm80_and_sm90a(part):
     progs = _programs()

@@ -85,9 +85,9 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
         assert ptx["vector_io"], f"layernorm [{arch}]: no 128-bit global loads/stores in the one-pass strip"
 
 
-# ~790 Programs per target, over 10 minutes on a 2-core runner for hk_test_sampling's sample alone: the default run
-# compiles hk_test_sampling.split's part of it (every library kernel and mma form, half their Programs), the `slow`
-# part the rest (HK_EXHAUSTIVE=1 or `pytest -m slow`: both parts, every Program)
+# ~790 Programs per target, over 10 minutes on a 2-core runner for hk_test_sampling's old sample (304) alone: the
+# default run compiles hk_test_sampling.split's part (129: every library kernel and mma form, a third of their
+# Programs), the `slow` part the rest (HK_EXHAUSTIVE=1 or `pytest -m slow`: both parts, every Program)
 @pytest.mark.parametrize("part", ["sample", pytest.param("rest", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_conformance_program_compiles_for_sm80_and_sm90a(arch, part):
