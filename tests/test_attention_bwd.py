@@ -149,8 +149,9 @@ def _emulator_ok():
     return emulator.available()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("config", [(1, 4, 2, 40, 40, 64, True, False), (1, 2, 2, 33, 50, 64, False, True)],
+# one configuration in the default run, the other `slow` (HK_EXHAUSTIVE=1 or `pytest -m slow`)
+@pytest.mark.parametrize("config", [(1, 4, 2, 40, 40, 64, True, False),
+                                    pytest.param((1, 2, 2, 33, 50, 64, False, True), marks=pytest.mark.slow)],
                          ids=["causal_gqa_atomic_dq", "full_ragged_deterministic"])
 def test_on_emulated_gfx942(config):
     ok, why = _emulator_ok()
@@ -172,8 +173,9 @@ WIDE = [(1, 4, 2, 150, 150, 128, True, dict(D=128, BM=64, BN=128, STAGES=2, num_
         (1, 2, 1, 90, 150, 64, False, dict(D=64, BM=64, BN=128, STAGES=2, num_warps=8, DQ_T=True))]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("config", WIDE, ids=["D128_gqa_causal_dqT", "D64_causal_128x128", "D64_full_ragged_dqT"])
+# the default run takes D128 (DQ_T, then the deterministic form with 128-row dQ blocks); the D64 ones are `slow`
+@pytest.mark.parametrize("config", [WIDE[0], *(pytest.param(c, marks=pytest.mark.slow) for c in WIDE[1:])],
+                         ids=["D128_gqa_causal_dqT", "D64_causal_128x128", "D64_full_ragged_dqT"])
 def test_sm90a_wide_configurations_on_emulated_sm80(config):
     B, Hq, Hkv, N, Nkv, D, causal, cfg = config
     q, k, v, do = _inputs(B, Hq, Hkv, N, Nkv, D, seed=N + D)

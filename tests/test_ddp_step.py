@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow            # ~30 s on a busy 2-core runner: two processes import torch and run the reference
+# ~30 s on a busy 2-core runner (two processes import torch and run the reference); the only test of the DDP script,
+# so not `slow` (which the default run leaves out)
 def test_ddp_step_script_passes_on_two_cpu_ranks(tmp_path):
     out = tmp_path / "ddp.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

@@ -36,7 +36,7 @@ def test_compiled_block_gives_eager_outputs_and_gradients():
         assert torch.equal(grad, want[name]), name
 
 
-@pytest.mark.slow
+# ~90 s, but the only inductor test a CPU-only run has: not `slow` (which the default run leaves out)
 def test_inductor_compiled_block_matches_eager():
     """Inductor (C++ codegen on the CPU, ~90 s here) fuses the torch ops between the hk ops in f32, so results
     agree with eager to bf16 rounding rather than bit for bit."""

@@ -45,13 +45,26 @@ def _sample() -> list[str]:
     return ids + [k for k in KERNEL_CASES if k in _cases()]
 
 
+def _params() -> list:
+    """The sample on both archs. The default run takes every kernel case on both, and each op family's first case
+    on gfx942 and its last on gfx950 (so every family runs on both archs, on different dtypes and shapes); the
+    family's first case on gfx950 and last on gfx942 are `slow` (HK_EXHAUSTIVE=1 or `pytest -m slow` runs them)."""
+    families = collections.defaultdict(list)
+    for c in _cases().values():
+        if c.kind == "op":
+            families["/".join(c.id.split("/")[:3])].append(c.id)
+    default = {(ids[0], "gfx942") for ids in families.values()} | {(ids[-1], "gfx950") for ids in families.values()}
+    return [pytest.param(arch, case_id, id=f"{case_id}-{arch}",
+                         marks=() if case_id.startswith("kernel/") or (case_id, arch) in default else pytest.mark.slow)
+            for case_id in _sample() for arch in ("gfx942", "gfx950")]
+
+
 @functools.cache
 def _session(arch: str) -> Session:
     return Session("hip", arch, emulate=True, seed=11)
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
-@pytest.mark.parametrize("case_id", _sample())
+@pytest.mark.parametrize("arch,case_id", _params())
 def test_case_on_emulated_target(arch, case_id):
     r = _session(arch).run_case(_cases()[case_id])
     if r.status == SKIPPED:
