@@ -167,7 +167,10 @@ template<class D, class X> HK_DEV void cast(D& dst, const X& x) {
 // diamond per element that splits the basic block. cast_select is what an interleaved mma's A takes (mma.h
 // mma_tfrag_regs<IL = true>: its VALU must share the MFMAs' block); elsewhere the branch form is kept (the
 // select form's compares cost gfx942's causal attention a spilled SGPR).
-template<bool SELECT, int R, int C> HK_DEV void cast_bf16(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
+// NAN_ARM: NAN_BRANCH writes the NaN test as a branch, NAN_SELECT computes both results then selects, NAN_NONE
+// rounds alone (cast_finite, below)
+enum { NAN_BRANCH, NAN_SELECT, NAN_NONE };
+template<int NAN_ARM, int R, int C> HK_DEV void cast_bf16(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
   using D = rt<bf16, R, C, tfrag>;
 #pragma unroll
   for (int e = 0; e < D::NE; e += 2) {
@@ -176,11 +179,13 @@ template<bool SELECT, int R, int C> HK_DEV void cast_bf16(rt<bf16, R, C, tfrag>&
     for (int h = 0; h < 2; ++h) {
       const float f = x.data[e + h];
       const unsigned u = __builtin_bit_cast(unsigned, f);
-      if constexpr (SELECT) {
+      if constexpr (NAN_ARM == NAN_SELECT) {
         const unsigned quiet = u | 0x400000u, rounded = u + 0x7FFFu + ((u >> 16) & 1u);
         r[h] = f != f ? quiet : rounded;
-      } else {
+      } else if constexpr (NAN_ARM == NAN_BRANCH) {
         r[h] = f != f ? (u | 0x400000u) : u + 0x7FFFu + ((u >> 16) & 1u);
+      } else {
+        r[h] = u + 0x7FFFu + ((u >> 16) & 1u);
       }
     }
     const unsigned both = __builtin_amdgcn_perm(r[1], r[0], 0x07060302u);   // r0 >> 16 | (r1 & 0xFFFF0000)
@@ -189,10 +194,10 @@ template<bool SELECT, int R, int C> HK_DEV void cast_bf16(rt<bf16, R, C, tfrag>&
   }
 }
 template<int R, int C> HK_DEV void cast(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
-  cast_bf16<false>(dst, x);
+  cast_bf16<NAN_BRANCH>(dst, x);
 }
 template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
-  if constexpr (same<T, bf16>::value) cast_bf16<true>(dst, x);
+  if constexpr (same<T, bf16>::value) cast_bf16<NAN_SELECT>(dst, x);
   else cast(dst, x);                          // f16: v_cvt_f16_f32, no branch
 }
 // f32 -> bf16 RNE without the NaN arm (codegen.py nan_row_casts): u + 0x7FFF + lsb, then one v_perm_b32 a pair
@@ -200,19 +205,7 @@ template<class T, int R, int C> HK_DEV void cast_select(rt<T, R, C, tfrag>& dst,
 // a NaN's bits become an infinity, a zero or a NaN. Only for P of an mma whose rows with a NaN the caller makes
 // NaN afterwards (hk::nan_rows), which is what a NaN in row i of A makes of row i of the product.
 template<int R, int C> HK_DEV void cast_finite(rt<bf16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
-  using D = rt<bf16, R, C, tfrag>;
-#pragma unroll
-  for (int e = 0; e < D::NE; e += 2) {
-    unsigned r[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const unsigned u = __builtin_bit_cast(unsigned, x.data[e + h]);
-      r[h] = u + 0x7FFFu + ((u >> 16) & 1u);
-    }
-    const unsigned both = __builtin_amdgcn_perm(r[1], r[0], 0x07060302u);   // r0 >> 16 | (r1 & 0xFFFF0000)
-    dst.data[e].bits = (unsigned short)both;
-    dst.data[e + 1].bits = (unsigned short)(both >> 16);
-  }
+  cast_bf16<NAN_NONE>(dst, x);
 }
 template<int R, int C> HK_DEV void cast_finite(rt<f16, R, C, tfrag>& dst, const rt<float, R, C, tfrag>& x) {
   cast(dst, x);                               // v_cvt_f16_f32: exact, NaN included
