@@ -197,7 +197,7 @@ def gemm_into(a, b, out, backend=None, **config):
     if config:
         a_in, b_in, a_km, b_nk = layout_of(a, b)
         cfg = {**DEFAULT_CONFIG, **config, "A_KM": a_km, "B_NK": b_nk}
-        gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
+        gemm_kernel(a_in, b_in, out, grid=_grid(M, N, cfg), backend=backend, **cfg)
         return out
     _launch(a, b, out, _plan(a, b, out, backend), backend)
     return out
@@ -231,9 +231,7 @@ def _launch(a, b, out, plan: GemmPlan, backend) -> None:
         return
     part = torch.empty((plan.splits, *out.shape), dtype=torch.float32, device=out.device)
     gemm_split_kernel(a_in, b_in, part, grid=(*plan.grid, plan.splits), backend=backend, **plan.config)
-    rm, rn = plan.reduce["BM"], plan.reduce["BN"]
-    gemm_reduce_kernel(part, out, grid=(hk.cdiv(out.shape[0], rm), hk.cdiv(out.shape[1], rn)), backend=backend,
-                       **plan.reduce)
+    gemm_reduce_kernel(part, out, grid=_grid(*out.shape, plan.reduce), backend=backend, **plan.reduce)
 
 
 # Split-K: where the output tiles fill under half the device's units and K is long, K is cut into runs of at least
@@ -266,39 +264,43 @@ def _plan(a, b, out, backend) -> GemmPlan:
     flags = dict(A_KM=a_km, B_NK=b_nk)
     align = gemm_kernel.target_of(a_in, b_in, out, backend=backend).row_alignment
     restage = restage_plan(a_in, align, backend), restage_plan(b_in, align, backend)
-    a_in, b_in = (t if how is None else how(t, backend) for t, how in zip((a_in, b_in), restage))  # what runs
+    staged: list = []       # the operands as the kernels read them, copied only if the autotuner launches
 
     def launch(cfg):
-        gemm_kernel(a_in, b_in, out, grid=(hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), backend=backend, **cfg)
+        if not staged:
+            staged.extend(t if how is None else how(t, backend) for t, how in zip((a_in, b_in), restage))
+        gemm_kernel(*staged, out, grid=_grid(M, N, cfg), backend=backend, **cfg)
 
     chosen = gemm_kernel.choose_config(lambda: candidates(flags, (a_in, b_in, out)), a_in, b_in, out,
                                        backend=backend, launch=launch, key=(a_km, b_nk, M <= SKINNY_ROWS),
                                        bucket=hk.shape_bucket(M, N, K))
     cfg = {**DEFAULT_CONFIG, **chosen, **flags}
-    tiles = hk.cdiv(M, cfg["BM"]) * hk.cdiv(N, cfg["BN"])
-    if split_count(tiles, hk.cdiv(K, cfg["BK"]), hk.compute_units(out.device)) > 1:
+    if split_count(math.prod(_grid(M, N, cfg)), hk.cdiv(K, cfg["BK"]), hk.compute_units(out.device)) > 1:
         split = _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, restage)
         if split is not None:
             return _PLANS.put(key, split)
-    return _PLANS.put(key, GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), *restage))
+    return _PLANS.put(key, GemmPlan(a_km, b_nk, cfg, _grid(M, N, cfg), *restage))
+
+
+def _grid(M: int, N: int, cfg: dict) -> tuple[int, int]:
+    """The output tiles of an M x N product in cfg's BM x BN blocks."""
+    return hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])
 
 
 def _split_plan(a_in, b_in, out, flags, backend, a_km, b_nk, restage) -> GemmPlan | None:
     """Split-K's plan with its own configuration, None where its tiles leave no split worth taking."""
     M, N = out.shape
     K = a_in.shape[0] if a_km else a_in.shape[1]
-    units = hk.compute_units(out.device)
     probe = out.new_empty((2, M, N), dtype=torch.float32)      # a part's kind (f32, rank 3) for the choice
     cfg = {**DEFAULT_CONFIG, **gemm_split_kernel.choose_config(
         [{**DEFAULT_CONFIG, **c, **flags} for c in SPLIT_CONFIGS], a_in, b_in, probe, backend=backend,
         key=("split", a_km, b_nk)), **flags}
-    tiles = hk.cdiv(M, cfg["BM"]) * hk.cdiv(N, cfg["BN"])
-    splits = split_count(tiles, hk.cdiv(K, cfg["BK"]), units)
+    splits = split_count(math.prod(_grid(M, N, cfg)), hk.cdiv(K, cfg["BK"]), hk.compute_units(out.device))
     if splits == 1:
         return None
     reduce = {**REDUCE_CONFIG, **gemm_reduce_kernel.choose_config([REDUCE_CONFIG], probe, out, backend=backend,
                                                                   key="reduce")}
-    return GemmPlan(a_km, b_nk, cfg, (hk.cdiv(M, cfg["BM"]), hk.cdiv(N, cfg["BN"])), *restage, splits, reduce)
+    return GemmPlan(a_km, b_nk, cfg, _grid(M, N, cfg), *restage, splits, reduce)
 
 
 def rows_of(a: torch.Tensor) -> torch.Tensor:
