@@ -18,9 +18,24 @@ step bwd 200 $HK bench -k "${BWD_K:-attention_bwd}" --budget 0.5 --json "$OUT/be
 step fwd 60 $HK bench -k "attention_fwd B4 H16 N4096 D" --budget 0.5 --json "$OUT/bench_fwd.json"
 step gemm 60 $HK bench -k "gemm bf16 8192x8192x8192" --budget 0.5 --json "$OUT/bench_gemm.json"
 step block 120 $HK bench -k "llama block train" --json "$OUT/bench_block.json"
+# the backward kernel by kernel, and what dQ's adds cost (benchmarks/attention_bwd_parts.py; not in the default STEPS)
+step parts 200 python3 benchmarks/attention_bwd_parts.py --cases "${PARTS_CASES:-llama,d128}" --json "$OUT/parts.json"
+# hardware counters of the main kernel (second and third atomic launch, first deterministic one) at the Llama shape:
+# stall reasons per SASS instruction, grouped by execution count (benchmarks/ncu_regions.py)
+if want ncu && command -v ncu >/dev/null; then
+    step ncu 300 ncu --clock-control none -k "regex:attention_bwd_dkdv" --launch-skip 1 --launch-count 3 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section SourceCounters -f -o /tmp/dkdv \
+        python3 benchmarks/attention_bwd_parts.py --ncu --cases llama
+    ncu --import /tmp/dkdv.ncu-rep --page details --csv > "$OUT/ncu_details.csv" 2>> "$LOG"
+    ncu --import /tmp/dkdv.ncu-rep --page source --csv --print-source sass > /tmp/dkdv_src.csv 2>> "$LOG"
+    python3 benchmarks/ncu_regions.py /tmp/dkdv_src.csv --top 12 > "$OUT/ncu_regions.txt" 2>&1
+    gzip -c /tmp/dkdv_src.csv > "$OUT/ncu_src.csv.gz"
+fi
 
 # the tables (the reply carries the end of the output)
 grep -E "attention_bwd_static:|CONFORMS|FAILED|failed " "$LOG" | tail -20
+grep -E "^  [a-zA-Z]|dkdv \{" "$LOG" | tail -24
 for f in bench_bwd bench_fwd bench_gemm bench_block; do
     [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'
 import json, sys
