@@ -5,7 +5,8 @@ side by both methods of hk_portable.bench (CUDA events per call, batch wall time
 the whole hk backward (atomic and deterministic) in the same run:
 
   preprocess           delta = rowsum(dO o O), the dQ accumulator zeroed
-  dkdv atomic          the main kernel: dK, dV and dQ's f32 adds (what attention_bwd runs)
+  dkdv atomic          the main kernel: dK, dV and dQ's f32 adds (what attention_bwd runs: TMA reduce-add on sm_90a)
+  dkdv atomic REDs     the same compiled with tma_store=False: dQ by red.global per element, dK and dV plain stores
   dkdv dq-store        the same kernel with dQ's adds made plain stores (wrong results: the adds' cost by difference)
   dkdv no-dq           the deterministic form's dK/dV kernel (no dSᵀ store, no dQ product, no adds)
   dq deterministic     the deterministic form's dQ kernel
@@ -53,6 +54,29 @@ def dkdv_dq_store_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], de
         hk.atomic_add = atomic_add
 
 
+@hk.kernel(num_warps=4, tunable=TUNABLE)
+def dkdv_reds_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4], dv: GL[4],
+                     dq_acc: GL[4], scale: float, shift: int, left: int, right: int, *, D: hk.const = 64,
+                     BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False, ATOMIC_DQ: hk.const = True,
+                     STAGES: hk.const = 2, DQ_T: hk.const = False):
+    """attention_bwd_dkdv_kernel compiled with tma_store=False (plain_reds): dQ by one red.global per element and
+    thread, as before Plan.tma_reduces, and dK, dV stored from registers."""
+    ab.dkdv_body(q, k, v, do, lse, delta, dk, dv, dq_acc, scale, shift, left, right, None, D=D, BM=BM, BN=BN,
+                 MASKED=MASKED, ATOMIC_DQ=ATOMIC_DQ, STAGES=STAGES, DQ_T=DQ_T, SOFTCAP=False)
+
+
+def plain_reds() -> None:
+    """dkdv_reds_kernel's compiles with tma_store=False (the options enter the cache key)."""
+    from hk_portable.runtime import cache
+    inner = cache.compile_cached
+
+    def compile_cached(backend, program, target, options=None):
+        if backend.name == "cuda" and program.name.startswith("dkdv_reds"):
+            options = {**(options or {}), "tma_store": False}
+        return inner(backend, program, target, options)
+    cache.compile_cached = compile_cached
+
+
 def launches(B, Hq, Hkv, N, D, causal):
     """{part: fn(i)} over two input sets, and the FLOPs of the backward (2.5x the forward's)."""
     sets = []
@@ -92,6 +116,7 @@ def launches(B, Hq, Hkv, N, D, causal):
         "preprocess": lambda i: ab.attention_bwd_preprocess_kernel(sets[i][3], sets[i][5], delta, dq_acc, grid=q_grid,
                                                                     D=D, BM=rows, ZERO_DQ=True),
         "dkdv atomic": dkdv(ab.attention_bwd_dkdv_kernel, cfg, False),
+        "dkdv atomic REDs": dkdv(dkdv_reds_kernel, cfg, False),
         "dkdv dq-store": dkdv(dkdv_dq_store_kernel, cfg, False),
         "dkdv no-dq": dkdv(ab.attention_bwd_dkdv_kernel, cfg_det, True),
         "dq deterministic": lambda i: ab.attention_bwd_dq_kernel(*dq_args(i), grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B),
@@ -118,6 +143,7 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--ncu", action="store_true", help="launch each part three times for ncu, time nothing")
     args = ap.parse_args()
+    plain_reds()
     results = []
     for name in args.cases.split(","):
         parts, flops, cfgs = launches(*CASES[name])

@@ -18,7 +18,7 @@ from hk_portable.backends.cuda import driver, tma
 from hk_portable.codegen import abi
 from hk_portable.interface import GL, RT, ArgumentError, BackendError, f32
 from hk_portable.interface.backend import Artifact, Target
-from hk_portable.interface.dtypes import bf16, f16, i32
+from hk_portable.interface.dtypes import bf16, f16, f32, i32
 from hk_portable.interface.ir import GlobalType, ScalarType
 from hk_portable.runtime import clauncher
 from hk_portable.runtime.launch import _grid3
@@ -304,6 +304,44 @@ def test_the_launcher_encodes_the_tensor_maps_python_would(mod, tmp_path, monkey
             name, 0), name
     assert not python_tails                                              # every tail was C's
     assert maps.c_specs([{**d, "rank": 9} for d in desc]) is None      # a rank the parameter lacks: tail()'s path
+
+
+def test_the_launcher_encodes_reduce_maps_as_viewed_or_transposed(mod, tmp_path, monkeypatch):
+    """The two maps of a TMA reduce-add (schedule._tma_reduces) on one f32 parameter: as the parameter views the
+    tensor (flag bit 4) and of the tensor a transposed view views (bit 8, its last two dimensions swapped back). C
+    encodes what tail() does: a contiguous accumulator sets bit 4, its transposed view bit 8 (the map then describes
+    the contiguous tensor: same dims and strides as the first), a view neither describes clears both and keeps the
+    read maps (the kernel adds from shared memory)."""
+    cc = clauncher.compiler()
+    if cc is None:
+        pytest.skip("no host C compiler")
+    enc = fake_cuda.build_stub(cc, ENCODE_STUB, tmp_path).hk_stub_encode
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    enc.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                    ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    enc.restype = ctypes.c_int
+    monkeypatch.setattr(tma, "_encoder", lambda: enc)
+    from hk_portable.backends.cuda.dataflow import TmaLoad
+    params = [("q", GlobalType(bf16, 4)), ("acc", GlobalType(f32, 4))]
+    fmt, size, desc = abi.param_layout(params)
+    reduce = dict(param=1, rank=4, dtype="f32", box_rows=64, box_cols=32, store=True, reduce=True)
+    specs = [dict(param=0, rank=4, dtype="bf16", box_rows=64, box_cols=64),
+             TmaLoad(**reduce).to_json(), TmaLoad(**reduce, transpose=True).to_json()]
+    maps = tma.TensorMaps(specs, size)
+    L = mod.Launcher(1, 1, 128, 0, abi.launcher_params(desc), maps.size, -1, tail_fn=lambda args: maps.tail(args),
+                     tail_offset=maps.first, tmaps=maps.c_specs(desc), encode=tma.encoder_address())
+    q = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    acc = torch.zeros(2, 3, 40, 128)
+    cases = {"contiguous": (acc, 1 | 4), "transposed view": (acc.transpose(-1, -2), 1 | 8),
+             "neither": (acc[..., ::2], 1)}
+    for name, (a, want_flag) in cases.items():
+        args = (q, a)
+        want = maps.tail(args)
+        packed = L.pack(args)
+        assert packed[maps.first:maps.first + len(want)] == want, name
+        assert int.from_bytes(want[-4:], "little") == want_flag, name
+    t = maps.tail((q, acc.transpose(-1, -2)))
+    assert t[2 * 128:3 * 128] == maps.tail((q, acc))[128:2 * 128]          # the viewed tensor's map, as viewed
 
 
 def test_persistent_kernels_get_their_logical_grid(mod, stub):

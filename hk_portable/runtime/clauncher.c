@@ -46,7 +46,6 @@ typedef int (*hk_encode_fn)(void *tmap, int dtype, unsigned rank, void *addr, co
 #define TMAP_BYTES 128
 #define TMAP_MAX_RANK 5
 #define TMA_LOADS_OK 1
-#define TMA_STORES_OK 2
 
 enum { KIND_GL = 0, KIND_I32 = 1, KIND_F32 = 2 };
 
@@ -56,10 +55,11 @@ typedef struct {
 } Param;
 
 /* One TMA tensor map of the tail (backends/cuda/tma.py's spec): the gl parameter it describes, its element type
- * (CUtensorMapDataType) and bytes, the box, and whether the kernel writes through it. */
+ * (CUtensorMapDataType) and bytes, the box, the flag bit it sets where the kernel writes through it (0: read), and
+ * whether it describes the tensor the parameter is a transposed view of (its last two dimensions swapped back). */
 typedef struct {
     Py_ssize_t param;
-    int dtype, esize, store;
+    int dtype, esize, bit, transpose;
     unsigned box_cols, box_rows;
 } TMap;
 
@@ -267,6 +267,12 @@ static int encode_map(const Launcher *L, const TMap *m, const unsigned char *buf
     memcpy(&ptr, buf + p->off, 8);
     memcpy(shape, buf + p->shape_off, 4 * (size_t)rank);
     memcpy(stride, buf + p->stride_off, 8 * (size_t)rank);
+    if (m->transpose) {
+        int s = shape[rank - 1];
+        long long t = stride[rank - 1];
+        shape[rank - 1] = shape[rank - 2], stride[rank - 1] = stride[rank - 2];
+        shape[rank - 2] = s, stride[rank - 2] = t;
+    }
     if (stride[rank - 1] != 1 || ptr % 16) return -1;
     for (int k = 0; k < rank; k++) {
         if (shape[rank - 1 - k] <= 0) return -1;
@@ -286,21 +292,22 @@ static int encode_map(const Launcher *L, const TMap *m, const unsigned char *buf
 
 /* The tail tma.TensorMaps.tail gives, from the packed parameters alone, written to `t` (TMAP_BYTES * ntmaps + 4
  * bytes): every map, then the flag. A read map TMA cannot describe zeroes the whole tail (flag 0: the kernel's cp.async
- * path); a written one, its map and the flag's stores bit (plain stores). Touches no Python object (replay runs it
+ * path); a written one, its map and its own flag bit clear (plain stores or atomics). Touches no Python object (replay runs it
  * without the GIL). */
 static void encode_tail_into(const Launcher *L, const unsigned char *buf, unsigned char *t) {
     const size_t len = (size_t)(TMAP_BYTES * L->ntmaps + 4);
     memset(t, 0, len);
-    uint32_t flag = TMA_LOADS_OK | TMA_STORES_OK;
+    uint32_t flag = TMA_LOADS_OK;
+    for (Py_ssize_t i = 0; i < L->ntmaps; i++) flag |= (uint32_t)L->tmaps[i].bit;
     _Alignas(64) unsigned char map[TMAP_BYTES];
     for (Py_ssize_t i = 0; i < L->ntmaps; i++) {
         if (encode_map(L, &L->tmaps[i], buf, map) == 0) {
             memcpy(t + TMAP_BYTES * i, map, TMAP_BYTES);
-        } else if (!L->tmaps[i].store) {
+        } else if (!L->tmaps[i].bit) {
             memset(t, 0, len);
             return;
         } else {
-            flag &= ~(uint32_t)TMA_STORES_OK;
+            flag &= ~(uint32_t)L->tmaps[i].bit;
         }
     }
     memcpy(t + TMAP_BYTES * L->ntmaps, &flag, 4);
@@ -518,7 +525,7 @@ static void *as_ptr(PyObject *o) {
  *          tail_fn=None, tail_offset=0, on_status=None, grid_offset=-1, max_blocks=0, tmaps=(), encode=None)
  * params: per parameter (kind, offset, rank, shape_offset, stride_offset[, stored]), kind 0 gl, 1 i32, 2 f32;
  * stored 1: a gl the kernel stores to, refused (LAUNCH_REFUSED) when its elements share memory
- * tmaps: per tensor map of the tail (param index, CUtensorMapDataType, element bytes, box_cols, box_rows, store);
+ * tmaps: per tensor map of the tail (param index, CUtensorMapDataType, element bytes, box_cols, box_rows, bit, transpose);
  * with encode (cuTensorMapEncodeTiled's address) the tail is encoded here, tail_fn being the ctypes path's */
 static int Launcher_init(PyObject *self, PyObject *args, PyObject *kw) {
     Launcher *L = (Launcher *)self;
@@ -667,9 +674,9 @@ static int init_tmaps(Launcher *L, PyObject *tmaps, PyObject *encode) {
     L->ntmaps = n;
     for (Py_ssize_t i = 0; i < n; i++) {
         TMap *m = &L->tmaps[i];
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "niiIIp;Launcher: a tmap is (param, dtype, esize, "
-                              "box_cols, box_rows, store)", &m->param, &m->dtype, &m->esize, &m->box_cols,
-                              &m->box_rows, &m->store)) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "niiIIip;Launcher: a tmap is (param, dtype, esize, "
+                              "box_cols, box_rows, bit, transpose)", &m->param, &m->dtype, &m->esize, &m->box_cols,
+                              &m->box_rows, &m->bit, &m->transpose)) {
             Py_DECREF(seq);
             return -1;
         }

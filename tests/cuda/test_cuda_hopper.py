@@ -468,7 +468,8 @@ def test_epilogue_stores_whole_tiles_by_tma_where_shared_memory_holds_them():
     assert art.source.index(STORE_TMA) < art.source.index("hk::store_tma_drain();")
     maps = art.launch["tma"]
     assert [m["store"] for m in maps] == [False, False, False, True]                 # K, V, Q, then O
-    assert maps[-1] == {"param": 3, "rank": 4, "dtype": "bf16", "box_rows": 64, "box_cols": 64, "store": True}
+    assert maps[-1] == {"param": 3, "rank": 4, "dtype": "bf16", "box_rows": 64, "box_cols": 64, "store": True,
+                        "reduce": False, "transpose": False, "bit": tma.STORES_OK}
     assert art.launch["shared_bytes"] <= target.max_shared_bytes and "hk_round % 2" in art.source
     plain = be.compile(program, target, {"variant": "fa3", "tma_store": False})
     assert STORE_TMA not in plain.source and all(not m["store"] for m in plain.launch["tma"])
@@ -485,6 +486,40 @@ def test_epilogue_stores_whole_tiles_by_tma_where_shared_memory_holds_them():
     big = attention.attention_fwd_kernel.trace(*_attention_args(128), **{**cfg, "BN": 176})
     assert STORE_TMA not in be.compile(big, target, {"variant": "fa3"}).source        # a 176-key ring leaves no room
     assert STORE_TMA not in gemm_source(3, torch.float32)
+
+
+def test_attention_bwd_adds_dq_by_tma_reduce_without_spills():
+    """Plan.tma_reduces: the backward's dQ atomic adds (an f32 wgmma accumulator tile, one 16-row block per warp,
+    into a parameter the kernel never reads) go through the chunk buffers the epilogue's TMA stores use and one TMA
+    reduce-add per 32-column chunk: two maps on the accumulator, as viewed (flag bit 4) and of the tensor its
+    transposed view views (bit 8: the D128 kernel adds dQᵀ), the same chunks added from shared memory where the
+    launch encoded neither. The library's sm_90a configurations keep 0 spills and their shared memory."""
+    import math
+    from hk_portable.kernels import attention_bwd as ab
+    be = hk.get_backend("cuda")
+    target = be.target("sm_90a")
+    for D, masked in ((128, True), (128, False), (64, True)):
+        B, Hq, Hkv, N = 2, 16, 4, 1024
+        q, k = _meta(B, Hq, N, D), _meta(B, Hkv, N, D)
+        lse = _meta(B, Hq, N, dtype=torch.float32)
+        acc = _meta(B, Hq, N, D, dtype=torch.float32)
+        cfg = ab.candidates(dict(D=D, MASKED=masked, ATOMIC_DQ=True))[0]
+        args = (q, k, k, q, lse, lse, k, k, acc.transpose(-1, -2) if cfg.get("DQ_T") else acc, 1 / math.sqrt(D),
+                0, N, 0)
+        art = be.compile(ab.attention_bwd_dkdv_kernel.trace(*args, **cfg), target, {})
+        maps = art.launch["tma"]
+        reduces = [m for m in maps if m["reduce"]]
+        # both forms: the tile is 64 columns wide (dQᵀ's 64 queries at D128, dQ's 64 head dims at D64)
+        assert [(m["param"], m["transpose"], m["bit"]) for m in reduces] == [(8, False, tma.REDUCE_OK),
+                                                                           (8, True, tma.REDUCE_T_OK)]
+        assert all((m["dtype"], m["box_rows"], m["box_cols"]) == ("f32", 64, 32) for m in reduces)
+        assert "hk::reduce_tma<2, false>(" in art.source and "hk::atomic_add_staged<2>(" in art.source
+        assert "hk::reduce_tma<2, true>(" in art.source
+        assert "hk::atomic_add(" not in art.source
+        assert art.resources["spill_stores"] == 0 and art.resources["stack_bytes"] == 0, (D, masked, art.resources)
+        assert art.launch["shared_bytes"] <= target.max_shared_bytes
+        ptx = art.asm or ""
+        assert ptx.count("cp.reduce.async.bulk.tensor.4d") == 4, (D, masked)      # two 32-column chunks a form
 
 
 def test_tensor_map_flag_keeps_loads_on_tma_when_only_a_store_map_fails(monkeypatch):

@@ -13,7 +13,7 @@ from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
 from ...interface.backend import Target
 from ...interface.ir import Program, TileType
-from . import archs, dataflow, footprint, wgmma
+from . import archs, dataflow, footprint, tma, wgmma
 from .footprint import BUFFER_ALIGN, base_slack, num_warps, scratch_bytes
 from .plan import Plan
 
@@ -388,8 +388,9 @@ class CudaEmitter(CStyleEmitter):
                 self.line("if (hk_tma_ok == 0) hk::sync();  // the consumers loaded this tile's buffers themselves")
             elif self.plan.persistent:
                 self.line("hk::sync();                      // every consumer is done with this tile's buffers")
-        if self.plan.tma_stores:
-            self.line("if (hk_tma_ok & 2) hk::store_tma_drain();   // the TMA stores have read shared memory")
+        if self.plan.tma_stores or self.plan.tma_reduces:
+            self.line(f"if (hk_tma_ok & {tma.STORES_OK | tma.REDUCE_OK | tma.REDUCE_T_OK}) hk::store_tma_drain();"
+                      "   // the TMA stores and adds have read shared memory")
         if self.plan.free_turns:
             self._turns("end", "warpgroup 0 takes the last hand-over back: every turn barrier balances")
 
@@ -408,13 +409,29 @@ class CudaEmitter(CStyleEmitter):
         if id(op) not in self.plan.tma_stores:
             return super().op_register_to_global(op)
         gl, src, *idx = op.operands
-        bufs = footprint.tma_store_buffers(self.p, self.plan.tma_stores)
-        self.line(f"if (hk_tma_ok & 2) hk::store_tma<{bufs}>(hk_smem + {self._store_stage}, hk_tm{self.plan.tma_stores[id(op)]}, "
+        bufs = footprint.tma_store_buffers(self.p, self.plan)
+        self.line(f"if (hk_tma_ok & {tma.STORES_OK}) hk::store_tma<{bufs}>(hk_smem + {self._store_stage}, hk_tm{self.plan.tma_stores[id(op)]}, "
                   f"{self.name(src)}, {self.args(idx)});")
         self.line("else")
         self.indent += 1
         super().op_register_to_global(op)
         self.indent -= 1
+
+    def op_atomic_add(self, op):
+        """An add the schedule put on TMA reduce-add (Plan.tma_reduces): the form whose tensor map the launch encoded
+        (as viewed, or of the tensor a transposed view views), else the same chunks added from shared memory."""
+        if id(op) not in self.plan.tma_reduces:
+            return super().op_atomic_add(op)
+        gl, src, *idx = op.operands
+        bufs = footprint.tma_store_buffers(self.p, self.plan)
+        stage, args = f"hk_smem + {self._store_stage}", f"{self.name(src)}, {self.args(idx)}"
+        for transposed, m in zip((False, True), self.plan.tma_reduces[id(op)]):
+            if m >= 0:
+                bit = tma.REDUCE_T_OK if transposed else tma.REDUCE_OK
+                self.line(f"if (hk_tma_ok & {bit}) hk::reduce_tma<{bufs}, {str(transposed).lower()}>({stage}, "
+                          f"hk_tm{m}, {args});")
+                self.line("else")
+        self.line(f"    hk::atomic_add_staged<{bufs}>({stage}, {self.name(gl)}, {args});")
 
     def op_alloc_shared(self, op):
         """A prologue buffer with copies: this tile's copy (hk_round counts the block's tiles)."""

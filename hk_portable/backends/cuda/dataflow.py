@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ...interface import opcodes
 from ...interface.ir import GlobalType, Op, TileType, Value
+from .tma import REDUCE_OK, REDUCE_T_OK, STORES_OK
 
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2     # how an mma inside a pipeline is issued (schedule.py)
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
@@ -174,17 +175,30 @@ def wgmma_eligible(op: Op, num_warps: int) -> bool:
 @dataclass(frozen=True)
 class TmaLoad:
     """One tensor map: kernel parameter `param` (index in Program order) read in boxes of
-    box_rows x box_cols elements (box_cols * itemsize == 128 bytes); `store`: written (Plan.tma_stores)."""
+    box_rows x box_cols elements (box_cols * itemsize == 128 bytes); `store`: written (Plan.tma_stores), `reduce`:
+    added into (Plan.tma_reduces); `transpose`: of the tensor the parameter is a transposed view of (its last two
+    dimensions swapped back, so the inner one has unit stride)."""
     param: int
     rank: int
     dtype: str
     box_rows: int
     box_cols: int
     store: bool = False
+    reduce: bool = False
+    transpose: bool = False
+
+    @property
+    def flag_bit(self) -> int:
+        """The bit of the kernel's hk_tma_ok this map sets when the launch encoded it (tma.py): 0 for a read map
+        (any read map missing clears the whole flag), 2 for the stores, 4 / 8 for a reduce as viewed / transposed."""
+        if not self.store:
+            return 0
+        return (REDUCE_T_OK if self.transpose else REDUCE_OK) if self.reduce else STORES_OK
 
     def to_json(self) -> dict:
         return {"param": self.param, "rank": self.rank, "dtype": self.dtype, "box_rows": self.box_rows,
-                "box_cols": self.box_cols, "store": self.store}
+                "box_cols": self.box_cols, "store": self.store, "reduce": self.reduce, "transpose": self.transpose,
+                "bit": self.flag_bit}
 
 
 TMA_MAX_BOX = 256                # cuTensorMapEncodeTiled: at most 256 elements per box dimension

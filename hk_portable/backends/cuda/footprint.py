@@ -53,16 +53,19 @@ def scratch_bytes(program: Program, warps: int, lay: dict | None = None) -> int:
     return resources.scratch_bytes(program.body.walk(), lambda op: _op_scratch(op, warps, lay), SMEM_ALIGN)
 
 
-def tma_store_buffers(program: Program, tma_stores: dict) -> int:
-    """Chunk buffers each consumer warpgroup stages its TMA stores through (hk::store_tma's BUFS): two, so one is
-    written while the other's copy reads it, or one where every stored tile is a single chunk wide."""
-    chunks = max((o.operands[1].type.cols * 2 // 128 for o in program.body.ops if id(o) in tma_stores), default=0)
-    return min(chunks, 2)
+def tma_store_buffers(program: Program, plan) -> int:
+    """Chunk buffers each consumer warpgroup stages its TMA stores and reduce-adds through (hk::store_tma's and
+    hk::reduce_tma's BUFS): two, so one is written while the other's copy reads it, or one where every stored tile
+    is a single chunk wide (a reduce-add always takes two: f32 chunks are 32 columns)."""
+    stores, reduces = plan.tma_stores, getattr(plan, "tma_reduces", None) or {}
+    chunks = max((o.operands[1].type.cols * 2 // 128 for o in program.body.ops if id(o) in stores), default=0)
+    return 2 if reduces else min(chunks, 2)
 
 
-def tma_store_bytes(program: Program, tma_stores: dict) -> int:
-    """Shared bytes the TMA stores stage through: each consumer warpgroup's chunk buffers (the stores share them)."""
-    return program.num_warps // 4 * tma_store_buffers(program, tma_stores) * TMA_STORE_CHUNK_BYTES
+def tma_store_bytes(program: Program, plan) -> int:
+    """Shared bytes the TMA stores and reduce-adds stage through: each consumer warpgroup's chunk buffers (they
+    share them)."""
+    return program.num_warps // 4 * tma_store_buffers(program, plan) * TMA_STORE_CHUNK_BYTES
 
 
 def prologue_stride(buf) -> int:
@@ -72,12 +75,12 @@ def prologue_stride(buf) -> int:
 
 def slots(program: Program, plan, buffers) -> list:
     """What the arena holds: each buffer (a prologue buffer's Plan.prologue_stages copies, one after another),
-    then the area the TMA stores stage through (Plan.tma_stores)."""
+    then the area the TMA stores and reduce-adds stage through (Plan.tma_stores, Plan.tma_reduces)."""
     producers = {r: o for o in program.body.walk() for r in o.results}
     extra = plan.prologue_stages - 1
     out = [SimpleNamespace(nbytes=b.type.nbytes + extra * prologue_stride(b))
            if extra and id(producers[b]) in plan.prologue_buffers else b.type for b in buffers]
-    staged = tma_store_bytes(program, plan.tma_stores)
+    staged = tma_store_bytes(program, plan)
     return out + [SimpleNamespace(nbytes=staged)] if staged else out
 
 

@@ -74,6 +74,9 @@ class Plan:
     pingpong: bool = False              # split and overlapped only: consumer warpgroups take turns issuing wgmma
     tma_stores: Mapping[int, int] = field(default_factory=lambda: EMPTY)   # specialised only: register_to_global
                                         # op id -> tensor map; each warpgroup stores its rows through shared memory
+    tma_reduces: Mapping[int, tuple[int, int]] = field(default_factory=lambda: EMPTY)   # specialised only:
+                                        # atomic_add op id -> (tensor map as viewed, of the tensor a transposed view
+                                        # views): each warpgroup adds its rows through shared memory by TMA reduce-add
     tma_fed: bool = False               # specialised only: with tensor maps every shared buffer is filled by TMA
     free_turns: bool = False            # pingpong only: turns run on across pipelines and tiles (no meeting), where
                                         # the consumers write no shared memory of their own (tma_fed)
@@ -132,8 +135,10 @@ def describe(program: Program, p: Plan, target: Target) -> str:
         lines.append("; ".join(f"{n} = {_shown(shown.get(n, getattr(p, n)), names)}" for n, _ in taken) + f": {why}")
     for i, tm in enumerate(p.tensor_maps):
         lines.append(f"tensor map {i}: param {tm.param} (rank {tm.rank}, {tm.dtype}), box {tm.box_rows}x{tm.box_cols}, "
-                     + ("SWIZZLE_128B, written (out of bounds dropped)" if tm.store
-                        else "SWIZZLE_128B, zero fill out of bounds"))
+                     + ("SWIZZLE_128B, zero fill out of bounds" if not tm.store
+                        else "SWIZZLE_128B, written (out of bounds dropped)" if not tm.reduce
+                        else "SWIZZLE_128B, added into" + (" the tensor of a transposed view" if tm.transpose else "")
+                        + " (out of bounds dropped)"))
     return "\n".join(lines)
 
 

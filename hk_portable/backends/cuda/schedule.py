@@ -166,10 +166,13 @@ def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft
         d.take("FA3's part: the base variant runs without it", persistent=False, work_axis=None, ring_groups=1,
                prologue=EMPTY, prologue_buffers=frozenset(), prologue_tx=0, prologue_stages=1, pingpong=False)
     d.take(PIPELINES_WHY, pipelines=MappingProxyType(pipelines))
-    stores = _tma_stores(program, producers, params, frozenset(val.id for val, lay in layouts.items()
-                                                                 if isinstance(lay, Strip)), maps) if v.tma_store else {}
+    strips = frozenset(val.id for val, lay in layouts.items() if isinstance(lay, Strip))
+    stores = _tma_stores(program, producers, params, strips, maps) if v.tma_store else {}
     d.take(TMA_STORES_WHY if stores else "the variant's tma_store is off" if not v.tma_store
            else "no store after the pipelines TMA can take", tma_stores=MappingProxyType(stores))
+    reduces = _tma_reduces(program, params, strips, maps) if v.tma_store else {}
+    d.take(TMA_REDUCES_WHY if reduces else "the variant's tma_store is off" if not v.tma_store
+           else "no atomic add of a whole f32 register tile TMA can take", tma_reduces=MappingProxyType(reduces))
     d.take(MAPS_WHY, tensor_maps=tuple(maps))
     fed, why = _tma_fed(program, target, layouts, pipelines, d.prologue)
     d.take(why, tma_fed=fed)
@@ -185,6 +188,9 @@ GROUPED_WHY = ("a 2-D grid of output tiles whose pipelined mma reads operands al
 UNGROUPED_WHY = "not a GEMM's 2-D grid: the hardware order (x fastest), in which consecutive x share everything"
 PIPELINES_WHY = "each pipeline's schedule, with its reason, on its line above"
 MAPS_WHY = "one per (tensor, box) that the TMA loads and stores go through, encoded by the host at launch (tma.py)"
+TMA_REDUCES_WHY = ("atomic adds of whole f32 register tiles (attention_bwd's dQ): each consumer warpgroup writes its 64 "
+                   "rows to shared memory in 32-column chunks (a transposed view's tile transposed back) and one thread "
+                   "adds each chunk into the tensor by TMA reduce-add, instead of one red.global per element and thread")
 TMA_STORES_WHY = ("the epilogue's stores of whole 16-bit register tiles: each consumer warpgroup writes its 64 rows to "
                   "shared memory a 64-column chunk at a time and one thread copies each chunk out by TMA")
 
@@ -277,9 +283,10 @@ def _fit_shared(program: Program, d: _Draft, target: Target) -> None:
     if d.prologue_stages > 1 and not footprint.fits(program, d, target):
         d.take("shared memory cannot hold a second copy of the prologue's buffers (given up first: it measured "
                "neutral to a few percent)", prologue_stages=1)
-    if d.tma_stores and not footprint.fits(program, d, target):
-        d.take("shared memory cannot hold the TMA stores' staging area: plain stores", tma_stores=EMPTY,
-               tensor_maps=tuple(m for m in d.tensor_maps if not m.store))    # the stores' maps come last
+    if (d.tma_stores or d.tma_reduces) and not footprint.fits(program, d, target):
+        d.take("shared memory cannot hold the staging area of the TMA stores and reduce-adds: plain stores and atomics",
+               tma_stores=EMPTY, tma_reduces=EMPTY,
+               tensor_maps=tuple(m for m in d.tensor_maps if not m.store))    # the written maps come last
 
 
 BUILD = ("hand_over", "min_blocks", "fast_exp2")     # the build search's knobs (backend._build), decided last
@@ -433,6 +440,32 @@ def _tma_stores(program: Program, producers: dict, params: dict, strips: frozens
         stores[id(op)] = _map_index(maps, TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, 64,
                                                   TMA_SWIZZLE_BYTES // 2, store=True))
     return stores
+
+
+def _tma_reduces(program: Program, params: dict, strips: frozenset, maps: list[TmaLoad]) -> dict:
+    """A specialised kernel's atomic adds of a whole f32 register tile (in or after its pipelines) go through shared
+    memory and TMA reduce-add (hk::reduce_tma): {op id: (map as the parameter views the tensor, map of the tensor a
+    transposed view views, -1 where the tile cannot take that form)}. The launch encodes whichever its argument
+    allows (tma.py: bits 2 and 3 of the flag); neither: the same chunks added from shared memory by every thread
+    (hk::atomic_add_staged, which needs no more registers than the TMA forms). Taken for a fragment-layout tile (not
+    a strip) of one 16-row block per warp (the wgmma accumulator's rows), 32-column chunks as viewed, 64 columns for
+    the transposed form (its chunk is 64 of the view's columns by 32 of its rows), into a tensor the kernel never
+    reads (the adds land after the kernel moved on)."""
+    out = {}
+    read = {o.operands[1].id for o in program.body.walk() if o.opcode == "global_to_shared"} | {
+        o.operands[0].id for o in program.body.walk() if o.opcode in opcodes.moves("global", ("register", "scalar"))}
+    for op in (o for o in program.body.walk() if o.opcode == "atomic_add"):
+        gl, src = op.operands[:2]
+        t = src.type
+        if (not isinstance(t, TileType) or t.space != "rt" or src.id in strips or t.dtype.name != "f32"
+                or gl.type.dtype.name != "f32" or gl.id not in params or gl.id in read or gl.type.rank < 2
+                or len(op.operands) - 2 != gl.type.rank or t.rows != 16 * program.num_warps or t.cols % 32):
+            continue
+        spec = dict(param=params[gl.id], rank=gl.type.rank, dtype="f32", box_rows=64, box_cols=TMA_SWIZZLE_BYTES // 4,
+                    store=True, reduce=True)
+        viewed = _map_index(maps, TmaLoad(**spec))
+        out[id(op)] = (viewed, _map_index(maps, TmaLoad(**spec, transpose=True)) if t.cols == 64 else -1)
+    return out
 
 
 def _ring_groups(pipe: Op, producers: dict, pp: PipelinePlan, modes, num_warps: int) -> list[RingGroup]:
