@@ -307,7 +307,7 @@ def test_the_launcher_encodes_the_tensor_maps_python_would(mod, tmp_path, monkey
 
 
 def test_the_launcher_encodes_reduce_maps_as_viewed_or_transposed(mod, tmp_path, monkeypatch):
-    """The two maps of a TMA reduce-add (schedule._tma_reduces) on one f32 parameter: as the parameter views the
+    """The two maps of a TMA reduce-add (tma_writes.reduces) on one f32 parameter: as the parameter views the
     tensor (flag bit 4) and of the tensor a transposed view views (bit 8, its last two dimensions swapped back). C
     encodes what tail() does: a contiguous accumulator sets bit 4, its transposed view bit 8 (the map then describes
     the contiguous tensor: same dims and strides as the first), a view neither describes clears both and keeps the

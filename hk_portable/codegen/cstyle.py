@@ -188,7 +188,8 @@ class CStyleEmitter:
         self.emit_ops(reg.ops, in_pipeline_load)
 
     def emit_ops(self, ops, in_pipeline_load: bool = False) -> None:
-        for op in ops:
+        ops = list(ops)
+        for k, op in enumerate(ops):
             fn = getattr(self, "op_" + op.opcode, None)
             if fn is None:
                 raise UnsupportedError(f"the C++ emitter has no rule for opcode '{op.opcode}'")
@@ -196,9 +197,15 @@ class CStyleEmitter:
                 # shared writes outside a pipeline: barrier before (earlier reads done) and after (visible)
                 self.line("hk::sync();")
                 fn(op)
-                self.line("hk::async_wait_all(); hk::sync();")
+                if not self.publishes(op, ops[k + 1] if k + 1 < len(ops) else None):
+                    self.line("hk::async_wait_all(); hk::sync();")
             else:
                 fn(op)
+
+    def publishes(self, write: Op, after: Op | None) -> bool:
+        """Whether `after`, emitted right after the shared write `write`, makes that write visible to every thread
+        itself (its own fence and barrier before it reads), so the write needs no barrier of its own. None here."""
+        return False
 
     def _result(self, op: Op, expr_stmt: str) -> None:
         """`T v = ...;` for scalars, or `T v; call(v, ...);` for tiles (expr_stmt has {dst})."""

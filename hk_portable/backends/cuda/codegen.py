@@ -417,6 +417,15 @@ class CudaEmitter(CStyleEmitter):
         super().op_register_to_global(op)
         self.indent -= 1
 
+    def publishes(self, write, after) -> bool:
+        """A register -> shared store right before a standalone wgmma: the wgmma's own fence.proxy.async and barrier
+        (hk::mma_wgmma MODE 0) make the store visible to every consumer and to the tensor cores, so the store's
+        barrier after it would be a second one in a row (attention_bwd's dSᵀ before dQ: one barrier a step fewer)."""
+        return (write.opcode == "register_to_shared" and after is not None and after.opcode == "mma"
+                and archs.of(self.target).async_tensor_core and dataflow.wgmma_eligible(after, self.p.num_warps)
+                and self.plan.mma_modes.get(id(after), dataflow.MMA_STANDALONE) == dataflow.MMA_STANDALONE
+                and id(after) not in self._in_flight)
+
     def op_atomic_add(self, op):
         """An add the schedule put on TMA reduce-add (Plan.tma_reduces): the form whose tensor map the launch encoded
         (as viewed, or of the tensor a transposed view views), else the same chunks added from shared memory."""

@@ -50,11 +50,10 @@ from types import MappingProxyType
 
 from ...codegen import patterns
 from ...codegen.layouts import Strip
-from ...interface import opcodes
 from ...interface.backend import Target
 from ...interface.ir import Op, Program, ScalarType, SharedBufType, TileType, Value
-from . import archs, dataflow, footprint, occupancy
-from .dataflow import MMA_ASYNC, MMA_STAGED, TMA_SWIZZLE_BYTES
+from . import archs, dataflow, footprint, occupancy, tma_writes
+from .dataflow import MMA_ASYNC, MMA_STAGED
 from .plan import DECISIONS, EMPTY, HandOver, PipelinePlan, Plan, RingGroup, TmaLoad
 from .variants import BASE, FA3, LONGEST_FIRST_MIN, Base, Variant
 
@@ -167,10 +166,10 @@ def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft
                prologue=EMPTY, prologue_buffers=frozenset(), prologue_tx=0, prologue_stages=1, pingpong=False)
     d.take(PIPELINES_WHY, pipelines=MappingProxyType(pipelines))
     strips = frozenset(val.id for val, lay in layouts.items() if isinstance(lay, Strip))
-    stores = _tma_stores(program, producers, params, strips, maps) if v.tma_store else {}
+    stores = tma_writes.stores(program, params, strips, maps) if v.tma_store else {}
     d.take(TMA_STORES_WHY if stores else "the variant's tma_store is off" if not v.tma_store
            else "no store after the pipelines TMA can take", tma_stores=MappingProxyType(stores))
-    reduces = _tma_reduces(program, params, strips, maps) if v.tma_store else {}
+    reduces = tma_writes.reduces(program, params, strips, maps) if v.tma_store else {}
     d.take(TMA_REDUCES_WHY if reduces else "the variant's tma_store is off" if not v.tma_store
            else "no atomic add of a whole f32 register tile TMA can take", tma_reduces=MappingProxyType(reduces))
     d.take(MAPS_WHY, tensor_maps=tuple(maps))
@@ -405,67 +404,10 @@ def _producer_prologue(program: Program, pipes: list[Op], producers: dict, param
         if (spec is None or not users
                 or any(u.opcode != "mma" or id(u) not in inside or not dataflow.wgmma_eligible(u, program.num_warps) for u in users)):
             continue
-        prologue[id(g2s)] = _map_index(maps, spec)
+        prologue[id(g2s)] = tma_writes.map_index(maps, spec)
         buffers.add(buf)
         tx += dataflow.copy_bytes(g2s)
     return prologue, buffers, tx
-
-
-def _map_index(maps: list[TmaLoad], spec: TmaLoad) -> int:
-    """The index of the tensor map `spec` among the plan's, added where new."""
-    if spec not in maps:
-        maps.append(spec)
-    return maps.index(spec)
-
-
-def _tma_stores(program: Program, producers: dict, params: dict, strips: frozenset, maps: list[TmaLoad]) -> dict:
-    """A specialised kernel's stores of a whole register tile after its pipelines (the epilogue) go through shared
-    memory and TMA (hk::store_tma): each consumer warpgroup writes its 64 rows to shared memory a 64-column chunk
-    at a time and one thread copies each chunk out, so the warpgroup leaves the tile after a few shared stores
-    instead of many global ones.
-    Taken for a 16-bit tile of the tensor's dtype in the fragment layout (not a strip, `strips`: the ids of
-    values the layout pass made strips), one 16-row block per warp (the wgmma accumulator's rows), whole 128-byte
-    column blocks, at tile indices, into a tensor the kernel never reads (the copy lands after the kernel moved on)."""
-    stores = {}
-    read = {o.operands[1].id for o in program.body.walk() if o.opcode == "global_to_shared"} | {
-        o.operands[0].id for o in program.body.walk() if o.opcode in opcodes.moves("global", ("register", "scalar"))}
-    for op in (o for o in program.body.ops if o.opcode == "register_to_global"):
-        gl, src = op.operands[:2]
-        t = src.type
-        if (not isinstance(t, TileType) or t.space != "rt" or src.id in strips or t.dtype.itemsize != 2
-                or t.dtype != gl.type.dtype or gl.id not in params or gl.id in read or gl.type.rank < 2
-                or len(op.operands) - 2 != gl.type.rank or t.rows != 16 * program.num_warps
-                or (t.cols * 2) % TMA_SWIZZLE_BYTES):
-            continue
-        stores[id(op)] = _map_index(maps, TmaLoad(params[gl.id], gl.type.rank, gl.type.dtype.name, 64,
-                                                  TMA_SWIZZLE_BYTES // 2, store=True))
-    return stores
-
-
-def _tma_reduces(program: Program, params: dict, strips: frozenset, maps: list[TmaLoad]) -> dict:
-    """A specialised kernel's atomic adds of a whole f32 register tile (in or after its pipelines) go through shared
-    memory and TMA reduce-add (hk::reduce_tma): {op id: (map as the parameter views the tensor, map of the tensor a
-    transposed view views, -1 where the tile cannot take that form)}. The launch encodes whichever its argument
-    allows (tma.py: bits 2 and 3 of the flag); neither: the same chunks added from shared memory by every thread
-    (hk::atomic_add_staged, which needs no more registers than the TMA forms). Taken for a fragment-layout tile (not
-    a strip) of one 16-row block per warp (the wgmma accumulator's rows), 32-column chunks as viewed, 64 columns for
-    the transposed form (its chunk is 64 of the view's columns by 32 of its rows), into a tensor the kernel never
-    reads (the adds land after the kernel moved on)."""
-    out = {}
-    read = {o.operands[1].id for o in program.body.walk() if o.opcode == "global_to_shared"} | {
-        o.operands[0].id for o in program.body.walk() if o.opcode in opcodes.moves("global", ("register", "scalar"))}
-    for op in (o for o in program.body.walk() if o.opcode == "atomic_add"):
-        gl, src = op.operands[:2]
-        t = src.type
-        if (not isinstance(t, TileType) or t.space != "rt" or src.id in strips or t.dtype.name != "f32"
-                or gl.type.dtype.name != "f32" or gl.id not in params or gl.id in read or gl.type.rank < 2
-                or len(op.operands) - 2 != gl.type.rank or t.rows != 16 * program.num_warps or t.cols % 32):
-            continue
-        spec = dict(param=params[gl.id], rank=gl.type.rank, dtype="f32", box_rows=64, box_cols=TMA_SWIZZLE_BYTES // 4,
-                    store=True, reduce=True)
-        viewed = _map_index(maps, TmaLoad(**spec))
-        out[id(op)] = (viewed, _map_index(maps, TmaLoad(**spec, transpose=True)) if t.cols == 64 else -1)
-    return out
 
 
 def _ring_groups(pipe: Op, producers: dict, pp: PipelinePlan, modes, num_warps: int) -> list[RingGroup]:
@@ -605,7 +547,7 @@ def _plan_pipeline(op: Op, producers: dict, params: dict, maps: list[TmaLoad], m
     loads, why = dataflow.tma_loads(lreg, producers, params)
     if loads is None:
         return PipelinePlan("cp_async", why, async_mma=async_mma)
-    return PipelinePlan("tma", why, MappingProxyType({id(g2s): _map_index(maps, spec) for g2s, spec in loads}),
+    return PipelinePlan("tma", why, MappingProxyType({id(g2s): tma_writes.map_index(maps, spec) for g2s, spec in loads}),
                         sum(dataflow.copy_bytes(g2s) for g2s, _ in loads), async_mma)
 
 
