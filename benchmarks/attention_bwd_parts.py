@@ -7,6 +7,7 @@ the whole hk backward (atomic and deterministic) in the same run:
   preprocess           delta = rowsum(dO o O), the dQ accumulator zeroed
   dkdv atomic          the main kernel: dK, dV and dQ's f32 adds (what attention_bwd runs: TMA reduce-add on sm_90a)
   dkdv atomic REDs     the same compiled with tma_store=False: dQ by red.global per element, dK and dV plain stores
+  dkdv defer dK / all  the same compiled with defer_wgmma "3" / "all" (backends/cuda/deferred.py)
   dkdv dq-store        the same kernel with dQ's adds made plain stores (wrong results: the adds' cost by difference)
   dkdv no-dq           the deterministic form's dK/dV kernel (no dSᵀ store, no dQ product, no adds)
   dq deterministic     the deterministic form's dQ kernel
@@ -54,25 +55,37 @@ def dkdv_dq_store_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], de
         hk.atomic_add = atomic_add
 
 
-@hk.kernel(num_warps=4, tunable=TUNABLE)
-def dkdv_reds_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4], dv: GL[4],
-                     dq_acc: GL[4], scale: float, shift: int, left: int, right: int, *, D: hk.const = 64,
-                     BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False, ATOMIC_DQ: hk.const = True,
-                     STAGES: hk.const = 2, DQ_T: hk.const = False):
-    """attention_bwd_dkdv_kernel compiled with tma_store=False (plain_reds): dQ by one red.global per element and
-    thread, as before Plan.tma_reduces, and dK, dV stored from registers."""
-    ab.dkdv_body(q, k, v, do, lse, delta, dk, dv, dq_acc, scale, shift, left, right, None, D=D, BM=BM, BN=BN,
-                 MASKED=MASKED, ATOMIC_DQ=ATOMIC_DQ, STAGES=STAGES, DQ_T=DQ_T, SOFTCAP=False)
+def _dkdv_as(name: str, doc: str):
+    """attention_bwd_dkdv_kernel's body as a kernel of its own name, which OPTIONS compiles with other options."""
+    def body(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse: GL[3], delta: GL[3], dk: GL[4], dv: GL[4], dq_acc: GL[4],
+             scale: float, shift: int, left: int, right: int, *, D: hk.const = 64, BM: hk.const = 64,
+             BN: hk.const = 64, MASKED: hk.const = False, ATOMIC_DQ: hk.const = True, STAGES: hk.const = 2,
+             DQ_T: hk.const = False):
+        ab.dkdv_body(q, k, v, do, lse, delta, dk, dv, dq_acc, scale, shift, left, right, None, D=D, BM=BM, BN=BN,
+                     MASKED=MASKED, ATOMIC_DQ=ATOMIC_DQ, STAGES=STAGES, DQ_T=DQ_T, SOFTCAP=False)
+    body.__name__, body.__qualname__, body.__doc__ = name, name, doc
+    return hk.kernel(num_warps=4, tunable=TUNABLE)(body)
 
 
-def plain_reds() -> None:
-    """dkdv_reds_kernel's compiles with tma_store=False (the options enter the cache key)."""
+# kernel name -> the cuda options it compiles with (the options enter the cache key)
+OPTIONS = {"dkdv_reds_kernel": {"tma_store": False},
+           "dkdv_defer3_kernel": {"defer_wgmma": "3"},
+           "dkdv_defer_all_kernel": {"defer_wgmma": "all"}}
+dkdv_reds_kernel = _dkdv_as("dkdv_reds_kernel", "dQ by one red.global per element and thread (as before "
+                            "Plan.tma_reduces), dK and dV stored from registers")
+dkdv_defer3_kernel = _dkdv_as("dkdv_defer3_kernel", "dK's wgmma left in flight over dSᵀ's store and dQ (deferred.py)")
+dkdv_defer_all_kernel = _dkdv_as("dkdv_defer_all_kernel", "every staged wgmma left in flight, dPᵀ issued beside Sᵀ "
+                                 "(deferred.py; spills 84-92 bytes at D128 under NVRTC 13.0)")
+
+
+def with_options() -> None:
+    """The kernels OPTIONS names compile with their options."""
     from hk_portable.runtime import cache
     inner = cache.compile_cached
 
     def compile_cached(backend, program, target, options=None):
-        if backend.name == "cuda" and program.name.startswith("dkdv_reds"):
-            options = {**(options or {}), "tma_store": False}
+        if backend.name == "cuda" and program.name in OPTIONS:
+            options = {**(options or {}), **OPTIONS[program.name]}
         return inner(backend, program, target, options)
     cache.compile_cached = compile_cached
 
@@ -117,6 +130,8 @@ def launches(B, Hq, Hkv, N, D, causal):
                                                                     D=D, BM=rows, ZERO_DQ=True),
         "dkdv atomic": dkdv(ab.attention_bwd_dkdv_kernel, cfg, False),
         "dkdv atomic REDs": dkdv(dkdv_reds_kernel, cfg, False),
+        "dkdv defer dK": dkdv(dkdv_defer3_kernel, cfg, False),
+        "dkdv defer all": dkdv(dkdv_defer_all_kernel, cfg, False),
         "dkdv dq-store": dkdv(dkdv_dq_store_kernel, cfg, False),
         "dkdv no-dq": dkdv(ab.attention_bwd_dkdv_kernel, cfg_det, True),
         "dq deterministic": lambda i: ab.attention_bwd_dq_kernel(*dq_args(i), grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B),
@@ -143,7 +158,7 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--ncu", action="store_true", help="launch each part three times for ncu, time nothing")
     args = ap.parse_args()
-    plain_reds()
+    with_options()
     results = []
     for name in args.cases.split(","):
         parts, flops, cfgs = launches(*CASES[name])

@@ -193,6 +193,7 @@ class CStyleEmitter:
             fn = getattr(self, "op_" + op.opcode, None)
             if fn is None:
                 raise UnsupportedError(f"the C++ emitter has no rule for opcode '{op.opcode}'")
+            self.before_op(op)
             if opcodes.writes_shared(op.opcode) and not in_pipeline_load:
                 # shared writes outside a pipeline: barrier before (earlier reads done) and after (visible)
                 self.line("hk::sync();")
@@ -201,6 +202,13 @@ class CStyleEmitter:
                     self.line("hk::async_wait_all(); hk::sync();")
             else:
                 fn(op)
+            self.after_op(op)
+
+    def before_op(self, op: Op) -> None:
+        """Called before each op is emitted (a backend that leaves work in flight waits for it here)."""
+
+    def after_op(self, op: Op) -> None:
+        """Called after each op is emitted."""
 
     def publishes(self, write: Op, after: Op | None) -> bool:
         """Whether `after`, emitted right after the shared write `write`, makes that write visible to every thread

@@ -10,6 +10,7 @@ from ...interface.ir import GlobalType, Op, TileType, Value
 from .tma import REDUCE_OK, REDUCE_T_OK, STORES_OK
 
 MMA_STANDALONE, MMA_STAGED, MMA_ASYNC = 0, 1, 2     # how an mma inside a pipeline is issued (schedule.py)
+MMA_DEFERRED = 3        # staged, left in flight, waited for where the compute region first reads it (deferred.py)
 TMA_SWIZZLE_BYTES = 128          # the box's inner extent: one 128-byte column block of the st layout
 
 

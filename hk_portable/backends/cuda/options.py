@@ -40,6 +40,8 @@ class CudaOptions(BackendOptions):
                                        # ring, each one's first copies issued while the one before computes
     heavy_first: bool = True           # base: a dispatched grid whose blocks' work grows along an axis starts its
                                        # heaviest blocks first, in runs of rows (hk::heavy_first_idx)
+    defer_wgmma: str = ""              # base, specialised: staged wgmma waited for where first read (deferred.py):
+                                       # "" never (the default until measured), "all", or product indices ("13")
     longest_first: int = LONGEST_FIRST_MIN   # fa3: the persistent grid walks tiles whose work grows along an axis
                                              # longest first once it has this many blocks (0: never)
     prologue_stages: int = 2           # fa3: copies of the producer's prologue buffers (attention's Q) where shared
@@ -51,12 +53,15 @@ class CudaOptions(BackendOptions):
         self._expect_int("longest_first", 0, 1 << 30)
         self._expect_int("prologue_stages", 1, 2)
         self._expect_int("min_blocks", 1, MAX_MIN_BLOCKS)
+        self._expect("defer_wgmma", isinstance(self.defer_wgmma, str) and (
+            self.defer_wgmma in ("", "all") or self.defer_wgmma.isdigit()), "'', 'all' or product indices such as '13'")
 
     def numerics(self) -> dict:
         return {"ftz": self.ftz, "fmad": self.fmad, "prec_div": self.prec_div, "prec_sqrt": self.prec_sqrt}
 
     def base(self) -> Base:
-        return Base(tma_store=self.tma_store, one_ring=self.one_ring, heavy_first=self.heavy_first)
+        return Base(tma_store=self.tma_store, one_ring=self.one_ring, heavy_first=self.heavy_first,
+                    defer_wgmma=self.defer_wgmma)
 
     def fa3(self) -> FA3:
         return FA3(tma_store=self.tma_store, longest_first=self.longest_first, prologue_stages=self.prologue_stages)

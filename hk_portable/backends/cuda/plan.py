@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ...interface.backend import Target
 from ...interface.ir import Op, Program
 from . import archs, dataflow
-from .dataflow import MMA_ASYNC, MMA_STAGED, MMA_STANDALONE, TmaLoad  # noqa: F401  (TmaLoad: a plan's field type)
+from .dataflow import MMA_ASYNC, MMA_DEFERRED, MMA_STAGED, MMA_STANDALONE, TmaLoad  # noqa: F401  (TmaLoad: a plan's field type)
 
 EMPTY: Mapping = MappingProxyType({})
 
@@ -77,6 +77,9 @@ class Plan:
     tma_reduces: Mapping[int, tuple[int, int]] = field(default_factory=lambda: EMPTY)   # specialised only:
                                         # atomic_add op id -> (tensor map as viewed, of the tensor a transposed view
                                         # views): each warpgroup adds its rows through shared memory by TMA reduce-add
+    compute_orders: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: EMPTY)   # specialised only:
+                                        # pipeline op id -> its compute region's top-level op ids in emission order,
+                                        # where its products are MMA_DEFERRED (deferred.py)
     tma_fed: bool = False               # specialised only: with tensor maps every shared buffer is filled by TMA
     free_turns: bool = False            # pingpong only: turns run on across pipelines and tiles (no meeting), where
                                         # the consumers write no shared memory of their own (tma_fed)
@@ -112,7 +115,8 @@ DECISIONS = tuple(f.name for f in fields(Plan) if f.name not in ("reasons", "lay
 
 # ------------------------------------------------------------------------------------------------ describe
 MODE = {MMA_STANDALONE: "standalone (barrier + fence, waits)", MMA_STAGED: "staged (no barrier, waits)",
-        MMA_ASYNC: "async (left in flight; the pipeline waits a step later)"}
+        MMA_ASYNC: "async (left in flight; the pipeline waits a step later)",
+        MMA_DEFERRED: "deferred (left in flight; waited for where the step first reads it)"}
 
 
 def describe(program: Program, p: Plan, target: Target) -> str:

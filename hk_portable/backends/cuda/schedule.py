@@ -52,7 +52,7 @@ from ...codegen import patterns
 from ...codegen.layouts import Strip
 from ...interface.backend import Target
 from ...interface.ir import Op, Program, ScalarType, SharedBufType, TileType, Value
-from . import archs, dataflow, footprint, occupancy, tma_writes
+from . import archs, dataflow, deferred, footprint, occupancy, tma_writes
 from .dataflow import MMA_ASYNC, MMA_STAGED
 from .plan import DECISIONS, EMPTY, HandOver, PipelinePlan, Plan, RingGroup, TmaLoad
 from .variants import BASE, FA3, LONGEST_FIRST_MIN, Base, Variant
@@ -142,9 +142,7 @@ def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft
     pipelines, modes = {}, {}
     for op in pipes:
         pipelines[id(op)] = _plan_pipeline(op, producers, params, maps, modes)
-    d.take("staged: a pipeline's mma whose shared operands the pipeline has published (its stages, buffers written "
-           "only before it); async: one whose compute region is a pure accumulator chain; else standalone",
-           mma_modes=MappingProxyType(modes))
+    d.take(MODES_WHY, mma_modes=MappingProxyType(modes))
     not_specialised = _not_specialisable(program, pipelines, producers)
     if not_specialised:
         _one_ring(program, d, v, pipelines, producers, params)
@@ -165,6 +163,14 @@ def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft
         d.take("FA3's part: the base variant runs without it", persistent=False, work_axis=None, ring_groups=1,
                prologue=EMPTY, prologue_buffers=frozenset(), prologue_tx=0, prologue_stages=1, pingpong=False)
     d.take(PIPELINES_WHY, pipelines=MappingProxyType(pipelines))
+    orders = {id(op): order for op in pipes if not (pipelines[id(op)].overlap or pipelines[id(op)].async_mma)
+              for order in [deferred.plan(op.regions[1], producers, modes, program.num_warps,
+                                          getattr(v, "defer_wgmma", ""))] if order}
+    d.take(DEFERRED_WHY if orders else "the variant defers no wgmma (defer_wgmma)" if not getattr(v, "defer_wgmma", "")
+           else "no staged wgmma outside FA3's overlap to defer",
+           compute_orders=MappingProxyType(orders))
+    d.take(MODES_WHY + ("; deferred: a staged wgmma of such a region" if orders else ""),
+           mma_modes=MappingProxyType(modes))
     strips = frozenset(val.id for val, lay in layouts.items() if isinstance(lay, Strip))
     stores = tma_writes.stores(program, params, strips, maps) if v.tma_store else {}
     d.take(TMA_STORES_WHY if stores else "the variant's tma_store is off" if not v.tma_store
@@ -182,6 +188,11 @@ def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft
     return d
 
 
+MODES_WHY = ("staged: a pipeline's mma whose shared operands the pipeline has published (its stages, buffers written "
+             "only before it); async: one whose compute region is a pure accumulator chain; else standalone")
+DEFERRED_WHY = ("the variant's defer_wgmma: those staged wgmma of a specialised compute region left in flight and waited "
+                "for where the step first reads them; with 'all', an independent one issued right after the region's "
+                "first (deferred.py)")
 GROUPED_WHY = ("a 2-D grid of output tiles whose pipelined mma reads operands along both axes (a GEMM): runs of 8 "
                "x-rows sweep y, so neighbouring blocks share operand tiles in L2")
 UNGROUPED_WHY = "not a GEMM's 2-D grid: the hardware order (x fastest), in which consecutive x share everything"

@@ -25,6 +25,8 @@ class Base:
     tma_store: bool = True
     one_ring: bool = True
     heavy_first: bool = True
+    defer_wgmma: str = ""       # specialised: a compute region's staged wgmma left in flight (deferred.py); "" none,
+                                # "all", or the indices of the region's products to defer ("3": its fourth alone)
 
 
 @dataclass(frozen=True)
