@@ -85,6 +85,16 @@ class HipBackend(Backend):
                 return cfg
         return super().choose_config(candidates, target)
 
+    def rejects(self, artifact: Artifact, target: Target) -> str | None:
+        """A build that spills VGPRs to scratch memory (a 256x256 wave grid's accumulator, 128 registers a lane,
+        with an epilogue's temporaries beside it): the kernel's next configuration is taken instead. The
+        emulator's host build has no register file to judge."""
+        r = artifact.resources
+        if target.emulated or not (r.get("vgpr_spill") or r.get("scratch_bytes")):
+            return None
+        return (f"spills {r.get('vgpr_spill', 0)} VGPRs ({r.get('scratch_bytes', 0)} scratch bytes) at "
+                f"{r.get('vgpr')} VGPRs under {r.get('compiler')}")
+
     def lowered(self, program: Program, target: Target, after: str | None = None) -> str:
         return lowering.describe(lowering.lower(program, target, PASSES, after), PASSES)
 

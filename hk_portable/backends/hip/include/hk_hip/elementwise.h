@@ -39,6 +39,19 @@ template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C>& dst, const rv
       for (int k = 0; k < 4; ++k) dst.data[(s * D::CB + cb) * 4 + k] = v.data[cb];
 }
 
+template<class T, int R, int C, int WM, int WN>
+HK_DEV void broadcast(rt<T, R, C, grid<WM, WN>>& dst, const rv<T, R, ROW, grid<WM, WN>>& v) {
+  using D = rt<T, R, C, grid<WM, WN>>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = v.data[(e / (D::CBW * 4)) * 4 + e % 4];
+}
+template<class T, int R, int C, int WM, int WN>
+HK_DEV void broadcast(rt<T, R, C, grid<WM, WN>>& dst, const rv<T, C, COL, grid<WM, WN>>& v) {
+  using D = rt<T, R, C, grid<WM, WN>>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = v.data[(e / 4) % D::CBW];
+}
+
 template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C, tfrag>& dst, const rv<T, R, ROW, tfrag>& v) {
   using D = rt<T, R, C, tfrag>;
 #pragma unroll
