@@ -439,7 +439,8 @@ def _lowering(program: Program, arch: str, lay: dict, storage: dict, pre: dict[V
         preloaded_a={m: b for m in ops if m.opcode == "mma" and (b := buffer_of(m.operands[0], producers)) in pre},
         pipelines={p: k for k, p in enumerate(pipes)}, cursors={p: cursor_loads(p) for p in pipes},
         fnuz=fnuz_storage(program, arch), quartered=quartered,
-        fused_loads={b: f for b, f in fused_grid_loads(program, lay).items() if b not in in_epilogue}, lazy=lazy, scaled=folded_scales(program, lay),
+        fused_loads={b: f for b, f in fused_grid_loads(program, lay).items() if b not in in_epilogue}, lazy=lazy,
+        scaled=folded_scales(program, lay),
         interleavable=interleaved_pv(program, lay, lazy),
         nan_rows={} if archs.has(arch, "bf16_convert") else nan_row_casts(program, lay), epilogues=epilogues)
 
