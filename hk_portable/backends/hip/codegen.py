@@ -183,8 +183,10 @@ class HipEmitter(CStyleEmitter):
                 expr = f"hk::convert<{t}>({self.name(o.operands[0])})"
             elif o.opcode == "broadcast":
                 expr = f"hk::broadcast_at<{self.ctype(o.result.type, o.result)}>({self.name(o.operands[0])}, hk_e)"
-            else:                                # global_to_register
+            elif o.opcode == "global_to_register":
                 expr = f"hk_rd{o.result.id}.get(hk_mode, hk_r, hk_c)"
+            else:                                # patterns.EPILOGUE_OPS grew an op this has no form of
+                raise AssertionError(f"store_each has no per-element form of {o.opcode!r}")
             self.line(f"const {t} {self.name(o.result)}_e = {expr};")
         self.line(f"return {at(x)};")
         self.indent -= 1

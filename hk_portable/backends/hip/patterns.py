@@ -233,7 +233,11 @@ def fused_grid_loads(program: Program, lay: dict) -> dict[Op, tuple[Op, int]]:
 
 
 # ------------------------------------------------------------------------------------------ fused epilogues
-EPILOGUE_OPS = ("binary", "unary", "cast", "fill", "splat", "broadcast", "global_to_register")
+# what store_each computes per element (codegen.py HipEmitter.op_register_to_global): the grid tile's own ops
+# (layouts.GRID_OPS: uniform, elementwise, loads from global memory) and a grid vector's broadcast; not compare or
+# where, which make masks (grids take none)
+EPILOGUE_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.moves("global", "register")
+                | {"broadcast"}) - {"compare", "where"}
 
 
 def fused_epilogues(program: Program, lay: dict) -> dict[Op, list[Op]]:
@@ -284,7 +288,7 @@ def _epilogue_op(op: Op, x: Value, grid: WaveGrid, lay: dict) -> bool:
     if op.opcode == "broadcast":
         v = op.operands[0]
         return v.type.space == "rv" and lay.get(v) == grid
-    if op.opcode in ("binary", "unary", "cast"):
+    if op.opcode in opcodes.ELEMENTWISE_OPS:
         return all(getattr(v.type, "space", None) == "rt" and v.type.shape == x.type.shape and lay.get(v) == grid
                    and v.type.dtype.name != "bool" for v in op.operands)
     return True
