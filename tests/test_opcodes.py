@@ -433,7 +433,10 @@ def test_the_lowerings_opcode_sets_are_roles_and_named_exceptions():
     assert layouts.PINNED_TO_FRAGMENT == {"mma", "shared_to_register", "register_to_shared"}
     assert layouts.SHARE_A_LAYOUT == {"unary", "binary", "compare", "where", "cast", "broadcast", "reduce"}
     assert layouts.GRID_OPS == {"fill", "splat", "unary", "binary", "cast", "global_to_register",
-                                "register_to_global", "atomic_add", "pipeline", "for", "mma"}
+                                "register_to_global", "atomic_add", "pipeline", "for", "mma", "broadcast"}
+    assert layouts.GRID_VECTOR_OPS == {"fill", "splat", "unary", "binary", "cast", "global_to_register", "broadcast"}
+    from hk_portable.backends.hip import patterns as hip_patterns
+    assert hip_patterns.EPILOGUE_OPS == {"fill", "splat", "unary", "binary", "cast", "global_to_register", "broadcast"}
     assert layouts.TFRAG_OPS == {"fill", "splat", "unary", "binary", "compare", "where", "cast", "broadcast",
                                  "reduce", "mma", "causal_mask", "bounds_mask", "register_to_global", "pipeline", "for"}
     assert dataflow.TAIL_OPS == {"mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where",

@@ -189,10 +189,16 @@ def assign_vector_axes(program: Program) -> dict[Value, str]:
 
 # ------------------------------------------------------------------------------------ tile layouts
 # what a wave-grid accumulator may meet besides its mma: ops that touch each element where it lies (hk_hip's grid
-# tiles have loads, stores, fills and elementwise arithmetic, no masks, broadcasts or reductions). Not compare or
-# where either: the grid was made for gemm's epilogue, which selects nothing, and selects are not tried in it.
+# tiles have loads, stores, fills, elementwise arithmetic and a vector's broadcast; no masks or reductions). Not
+# compare or where either: the grid was made for gemm's epilogue, which selects nothing, and selects are not tried
+# in it.
 GRID_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.moves_between("register", "global")
-            | opcodes.CONTRACTION_OPS | opcodes.CONTROL_OPS) - {"compare", "where"}
+            | opcodes.CONTRACTION_OPS | opcodes.CONTROL_OPS | {"broadcast"}) - {"compare", "where"}
+# what a register vector joined to a wave grid may meet: a load, fills, elementwise arithmetic on vectors and its
+# broadcast onto the tile (an epilogue's bias or per-column scale); hk_hip's grid vectors have no store and no
+# reduction makes one
+GRID_VECTOR_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.moves("global", "register")
+                   | {"broadcast"}) - {"compare", "where"}
 
 
 def _shared_operand_mma(op: Op) -> bool:
@@ -247,21 +253,29 @@ def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: 
     return None
 
 
-def _grid_for(members: list[Value], uses: dict[Value, set[str]], warps: int) -> WaveGrid | None:
-    """The wave grid for a component of mma accumulators (only rt tiles, met only by GRID_OPS) that
-    divides every tile into whole 16x16 blocks per warp and reads the fewest operand rows and columns per
-    warp (R/wm + C/wn); None when no grid beats the fragment layout (one warp column)."""
-    if any(v.type.space != "rt" or uses.get(v, set()) - GRID_OPS for v in members):
+def _grid_for(members: list[Value], uses: dict[Value, set[str]], warps: int,
+              axes: dict[Value, str]) -> WaveGrid | None:
+    """The wave grid for a component of mma accumulators (rt tiles met only by GRID_OPS, and the register vectors
+    broadcast onto them, met only by GRID_VECTOR_OPS) that divides every tile and vector into whole 16-element
+    blocks per warp and reads the fewest operand rows and columns per warp (R/wm + C/wn); None when no grid beats
+    the fragment layout (one warp column)."""
+    tiles = [v for v in members if v.type.space == "rt"]
+    vectors = [v for v in members if v.type.space == "rv"]
+    if len(tiles) + len(vectors) < len(members) or any(uses.get(v, set()) - GRID_OPS for v in tiles) \
+            or any(uses.get(v, set()) - GRID_VECTOR_OPS for v in vectors):
         return None
     if not any("mma" in uses.get(v, set()) for v in members):
         return None
-    shapes = {v.type.shape for v in members}
+    shapes = {v.type.shape for v in tiles}
+    rows = {v.type.shape[0] for v in vectors if axes.get(v) == ROW}
+    cols = {v.type.shape[0] for v in vectors if axes.get(v) == COL}
     best = None
     for wm in range(1, warps + 1):
         if warps % wm:
             continue
         wn = warps // wm
-        if all(r % (16 * wm) == 0 and c % (16 * wn) == 0 for r, c in shapes):
+        if all(r % (16 * wm) == 0 and c % (16 * wn) == 0 for r, c in shapes) and \
+                all(r % (16 * wm) == 0 for r in rows) and all(c % (16 * wn) == 0 for c in cols):
             cost = max(r // wm + c // wn for r, c in shapes)
             if best is None or cost < best[0]:
                 best = (cost, WaveGrid(wm, wn))
@@ -303,7 +317,7 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
         if any(v in pinned for v in members):
             pass
         elif grids and any("mma" in uses.get(v, set()) for v in members):
-            layout = _grid_for(members, uses, warps)      # an accumulator: a grid or the fragment layout
+            layout = _grid_for(members, uses, warps, axes)    # an accumulator: a grid or the fragment layout
         elif strips:
             reduced = narrow and any("reduce" in uses.get(v, set()) for v in members)
             layout = _strip_for(members, axes, warps, lanes, narrow, reduced)

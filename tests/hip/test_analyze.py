@@ -13,6 +13,7 @@ from hk_portable.backends.hip import HipBackend, compiler, costs
 from hk_portable.backends.hip import analyze as isa
 from hk_portable.backends.hip.archs import ARCHS, make_target
 from hk_portable.cli import main
+from hk_portable.interface.backend import Artifact
 from hk_portable.runtime import cache
 
 needs_clang = pytest.mark.skipif(not compiler.available()[0], reason=compiler.available()[1])
@@ -142,6 +143,37 @@ def test_one_trip_takes_the_fast_path_and_skips_the_partial_tile():
     assert trip["clocks"]["bound"] == round(32 / 88, 4)
     blocks = isa.parse(isa.kernel_text(TOY)[0])
     assert {blocks[n].name for n in isa.exec_masked(blocks)} == {"%bb.3", "%bb.5"}    # behind s_cbranch_execz
+
+
+def _spilling_toy(where: str) -> str:
+    """TOY with a spill: a store before the loop and its reload after it (an epilogue's), on the partial-tile path
+    (%bb.3, behind execz: not one_trip), or on the fast path (%bb.5: every steady-state step)."""
+    reload = "\tscratch_load_dword v30, off, off         ; 4-byte Folded Reload\n"
+    toy = TOY.replace("\ts_waitcnt lgkmcnt(0)\n\ts_branch .LBB0_2",
+                      "\tscratch_store_dword off, v30, off        ; 4-byte Folded Spill\n\ts_waitcnt lgkmcnt(0)\n"
+                      "\ts_branch .LBB0_2")
+    at = {"epilogue": "\tglobal_store_dwordx4 v[18:19], v[0:3], off\n",
+          "partial": "\tglobal_load_ushort v16, v[18:19], off\n",
+          "loop": "\tglobal_load_dwordx4 v[24:27], v[18:19], off\n"}[where]
+    return toy.replace(at, reload + at)
+
+
+@pytest.mark.parametrize("where,rejected", [("epilogue", False), ("partial", False), ("loop", True)])
+def test_a_spill_is_rejected_only_inside_the_loops_steady_state(where, rejected):
+    """HipBackend.rejects (issue 42): scratch accesses on the one_trip of a loop with MFMAs pass the build over (its
+    reason names the loop); a spill and reload outside the loop, or on its partial-tile path only, do not."""
+    asm = _spilling_toy(where)
+    loop = isa.analyze(asm, "gfx942")["loops"][0]
+    in_trip = {"epilogue": 0, "partial": 0, "loop": 1}[where]
+    assert loop["one_trip"]["scratch"] == {"load": in_trip, "store": 0}
+    assert loop["all_paths"]["scratch"] == {"load": 0 if where == "epilogue" else 1, "store": 0}
+    art = Artifact("hip", "gfx942", "toy_kernel", "0", asm=asm,
+                   resources={"vgpr": 256, "vgpr_spill": 1, "scratch_bytes": 4, "compiler": "clang"})
+    why = HipBackend().rejects(art, make_target("gfx942", runs=False, compile_only=True))
+    assert (why is not None) == rejected, why
+    if rejected:
+        assert ".LBB0_2 (main loop): 1 scratch loads, 0 stores per trip" in why and "spills 1 VGPRs" in why
+    assert HipBackend().rejects(art, make_target("gfx942", runs=True, emulated=True)) is None
 
 
 def test_load_waits_count_the_mfma_between_each_load_and_its_wait():
@@ -423,6 +455,25 @@ def test_gemm_bound_against_the_peak(kernel, arch, capsys):
     assert c["bound_vs_peak"] == round(at_peak / max(c["mfma"], c["valu"], c["lds"]), 4) <= c["bound"]
     assert c["bound_vs_peak"] >= GEMM_PEAK_FLOOR[kernel, arch], c
     assert r["costs"]["mfma_peak_flop_per_clock_per_simd"] == ARCHS[arch].mfma_peak
+
+
+@needs_clang
+def test_gemm_fp8_takes_its_256x256_block_on_gfx942_without_spills():
+    """Issue 42: gemm_fp8's choice on gfx942 is the 256x256 block (the fastest by the analyser: its loop at the
+    matrix peak, 0.30 for the 64x64 baseline), and it spills nothing. Its scale-and-cast epilogue is computed inside
+    the store element by element (patterns.fused_epilogues); as whole tiles beside the 128-register accumulator it
+    spilled 67 VGPRs, and the spill rule that judged every spill passed the block over for 0.60 of the peak."""
+    from hk_portable.kernels import gemm_fp8 as f8
+    args, consts = f8.example_args()
+    cfg = f8.gemm_fp8_kernel.choose_config(f8.candidates(consts, args), *args, backend="hip:gfx942")
+    assert {k: cfg[k] for k in ("BM", "BN", "num_warps")} == {"BM": 256, "BN": 256, "num_warps": 8}, cfg
+    assert not [n for k, n in f8.gemm_fp8_kernel.config_notes.items() if k[0] == "hip:gfx942"]    # nothing passed over
+    art = f8.gemm_fp8_kernel.compile(*args, backend="hip:gfx942", **cfg)
+    r = HipBackend().analyze(art)
+    assert r["resources"]["vgpr_spill"] == r["resources"]["sgpr_spill"] == r["resources"]["scratch_bytes"] == 0
+    main_loop = next(lp for lp in r["loops"] if lp["main"])
+    assert main_loop["one_trip"]["clocks"]["bound_vs_peak"] >= 0.99
+    assert any(f["opcode"] == "store epilogue" for f in art.launch["plan"]["fused"]), art.launch["plan"]["fused"]
 
 
 @needs_clang

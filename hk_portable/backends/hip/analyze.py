@@ -68,7 +68,7 @@ MAX_WAVES_PER_SIMD = 8
 
 # ------------------------------------------------------------------------------------------- parsing
 _LABEL = re.compile(r"^([.\w$]+):")
-_INSTR = re.compile(r"^\s+([a-z][a-z0-9_]*)\b\s*([^;]*)")
+_INSTR = re.compile(r"^\s+([a-z][a-z0-9_]*)\b\s*([^;]*)(?:;(.*))?")
 _SCHED = re.compile(r";\s*(sched_barrier|sched_group_barrier|iglp_opt)\b")
 _WAIT = re.compile(r"\b(vmcnt|lgkmcnt|expcnt)\((\d+)\)")
 _SIZE = re.compile(r"_(dwordx4|dwordx3|dwordx2|dword|b128|b96|b64|b32|b16|b8|u16|i16|u8|i8|"
@@ -84,6 +84,7 @@ class Instr:
     line: int            # index in the kernel's text
     op: str
     operands: str
+    comment: str = ""    # LLVM's note after the instruction (a spill's "4-byte Folded Spill")
 
 
 @dataclass
@@ -153,7 +154,7 @@ def parse(lines: list[str]) -> list[Block]:
         elif (m := _INSTR.match(ln)) and not ln.lstrip().startswith("."):
             if blocks[-1].instrs and blocks[-1].instrs[-1].op.startswith(_ENDS_BLOCK):
                 blocks.append(Block(f"line{i}", i))
-            blocks[-1].instrs.append(Instr(i, m.group(1), m.group(2).strip()))
+            blocks[-1].instrs.append(Instr(i, m.group(1), m.group(2).strip(), (m.group(3) or "").strip()))
     index = {**aliases, **{b.name: n for n, b in enumerate(blocks)}}
     for n, b in enumerate(blocks):
         last = b.instrs[-1] if b.instrs else None
@@ -323,6 +324,13 @@ def is_lds_dma(ins: Instr) -> bool:
                                       re.search(r"(^|\s)lds(\s|$)", ins.operands) is not None)
 
 
+def is_scratch(ins: Instr) -> bool:
+    """A private-memory access: `scratch_*` (flat scratch, what gfx942/gfx950 spill through) or a buffer access
+    LLVM marks as a spill or reload (the private segment buffer of targets without flat scratch)."""
+    return ins.op.startswith("scratch_") or (ins.op.startswith("buffer_") and
+                                             ("Spill" in ins.comment or "Reload" in ins.comment))
+
+
 def count(instrs: list[Instr], lanes: int, sched_barriers: int = 0) -> dict:
     """Class counts, MFMA variants, LDS bytes per class (of waves of `lanes`) and waits of a list of instructions."""
     counts = dict.fromkeys(CLASSES, 0)
@@ -331,9 +339,12 @@ def count(instrs: list[Instr], lanes: int, sched_barriers: int = 0) -> dict:
     lds_cost_bytes = 0          # dword-granular: what the banks serve
     quarter_rate = 0
     waits = {"total": 0, "vmcnt0": 0, "lgkmcnt0": 0}
+    scratch = {"load": 0, "store": 0}
     for ins in instrs:
         cls = classify(ins)
         counts[cls] += 1
+        if is_scratch(ins):
+            scratch["store" if "_store" in ins.op else "load"] += 1
         if cls == "mfma":
             mfma[ins.op] = mfma.get(ins.op, 0) + 1
         elif cls == "valu" and QUARTER_RATE.match(ins.op):
@@ -349,7 +360,7 @@ def count(instrs: list[Instr], lanes: int, sched_barriers: int = 0) -> dict:
                     waits[f"{counter}0"] += 1
     counts["sched_barrier"] = sched_barriers
     return {"counts": counts, "mfma": mfma, "lds_bytes": lds, "lds_cost_bytes": lds_cost_bytes,
-            "quarter_rate_valu": quarter_rate, "waits": waits}
+            "quarter_rate_valu": quarter_rate, "waits": waits, "scratch": scratch}
 
 
 # ---------------------------------------------------------------------------------------- resources
@@ -432,6 +443,20 @@ def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) 
             "all_paths": tally(ids),
             "one_trip": {**tally(trip), "load_waits": load_waits([i for x in trip for i in blocks[x].instrs]),
                          "interleave": interleave([i for x in trip for i in blocks[x].instrs], arch)}}
+
+
+def scratch_in_loops(report: dict) -> list[str]:
+    """Where an analysis (analyze()) finds scratch accesses inside a pipeline loop's steady state: for each loop
+    holding MFMAs whose one_trip (the iteration the bounds measure) loads or stores scratch, "HEADER: N scratch
+    loads, M stores per trip" (the main loop first). Spills in the prologue or epilogue, or on a loop's
+    partial-tile paths only, are not listed: they run once per block or on edge tiles, not every step."""
+    out = []
+    for lp in sorted(report["loops"], key=lambda lp: not lp["main"]):
+        sc = lp["one_trip"]["scratch"]
+        if lp["all_paths"]["mfma_count"] and (sc["load"] or sc["store"]):
+            out.append(f"{lp['header']}{' (main loop)' if lp['main'] else ''}: {sc['load']} scratch loads, "
+                       f"{sc['store']} stores per trip")
+    return out
 
 
 # ------------------------------------------------------------------------------ loads against MFMAs

@@ -85,6 +85,21 @@ class HipBackend(Backend):
                 return cfg
         return super().choose_config(candidates, target)
 
+    def rejects(self, artifact: Artifact, target: Target) -> str | None:
+        """A build that spills VGPRs to scratch memory inside a pipeline loop's steady state (scratch loads or
+        stores on the one_trip of a loop holding MFMAs, the iteration the ISA analyser measures: every K step pays
+        them): the kernel's next configuration is taken instead, the reason in config_notes. A spill outside the
+        loops (a prologue's or an epilogue's, once per block) or on a loop's partial-tile paths only is accepted:
+        the loop runs as fast as without it. The emulator's host build has no register file to judge."""
+        r = artifact.resources
+        if target.emulated or artifact.asm is None or not (r.get("vgpr_spill") or r.get("scratch_bytes")):
+            return None
+        where = isa.scratch_in_loops(self.analyze(artifact))
+        if not where:
+            return None
+        return (f"spills {r.get('vgpr_spill', 0)} VGPRs ({r.get('scratch_bytes', 0)} scratch bytes) at "
+                f"{r.get('vgpr')} VGPRs under {r.get('compiler')}, inside its pipeline loop ({'; '.join(where)})")
+
     def lowered(self, program: Program, target: Target, after: str | None = None) -> str:
         return lowering.describe(lowering.lower(program, target, PASSES, after), PASSES)
 

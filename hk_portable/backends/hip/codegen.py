@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...codegen import library
-from ...codegen.cstyle import BINARY_FN, CTYPE, CStyleEmitter, EmittedKernel
+from ...codegen.cstyle import BINARY_FN, CTYPE, UNARY_FN, CStyleEmitter, EmittedKernel
 from ...codegen.layouts import ColMajor
 from ...codegen.patterns import MASK_LEAVES
 from ...interface import dtypes as D
@@ -143,6 +143,54 @@ class HipEmitter(CStyleEmitter):
         if isinstance(t, SharedBufType):
             return f"hk::sbuf<{dt}, {r}, {c}, {t.stages}, {tag}>"
         return f"hk::st<{dt}, {r}, {c}, {tag}>"
+
+    def emit_ops(self, ops, in_pipeline_load: bool = False) -> None:
+        if self.low.epilogues:                   # fused_epilogues: computed inside their store (op_register_to_global)
+            ops = [o for o in ops if o not in self.low.epilogue_ops]
+        super().emit_ops(ops, in_pipeline_load)
+
+    def op_register_to_global(self, op: Op) -> None:
+        run = self.low.epilogues.get(op)
+        if run is None:
+            return super().op_register_to_global(op)
+        gl, x, *idx = op.operands
+        made = {o.result for o in run}
+
+        def at(v: Value) -> str:                 # element hk_e of v: a value made in the run, or a leaf tile's
+            return f"{self.name(v)}_e" if v in made else f"{self.name(v)}.data[hk_e]"
+        readers = []
+        for o in run:
+            if o.opcode == "global_to_register":
+                g, *ix = o.operands
+                self.line(f"const auto hk_rd{o.result.id} = hk::read_grid<{self.ctype(o.result.type, o.result)}>("
+                          f"{self.name(g)}, {self.literal(o.attrs['fill'], D.f32)}, {self.args(ix)});")
+                readers.append(f"hk_rd{o.result.id}.full()")
+        self.line(f"hk::store_each<{self.ctype(x.type, x)}>({self.name(gl)}, {' && '.join(readers) or 'true'}, "
+                  "[&](auto hk_mode, int hk_e, int hk_r, int hk_c) {")
+        self.indent += 1
+        for o in run:
+            t = CTYPE[o.result.type.dtype.name]
+            if o.opcode == "binary":
+                a, b = (f"hk::calc({at(v)})" for v in o.operands)
+                expr = f"hk::uncalc<{t}>({BINARY_FN[o.attrs['op']]}::apply({a}, {b}))"
+            elif o.opcode == "unary":
+                expr = f"hk::uncalc<{t}>({UNARY_FN[o.attrs['op']]}::apply(hk::calc({at(o.operands[0])})))"
+            elif o.opcode == "cast":
+                expr = f"hk::convert<{t}>({at(o.operands[0])})"
+            elif o.opcode == "fill":
+                expr = f"hk::convert<{t}>({self.literal(o.attrs['value'], o.result.type.dtype)})"
+            elif o.opcode == "splat":
+                expr = f"hk::convert<{t}>({self.name(o.operands[0])})"
+            elif o.opcode == "broadcast":
+                expr = f"hk::broadcast_at<{self.ctype(o.result.type, o.result)}>({self.name(o.operands[0])}, hk_e)"
+            elif o.opcode == "global_to_register":
+                expr = f"hk_rd{o.result.id}.get(hk_mode, hk_r, hk_c)"
+            else:                                # patterns.EPILOGUE_OPS grew an op this has no form of
+                raise AssertionError(f"store_each has no per-element form of {o.opcode!r}")
+            self.line(f"const {t} {self.name(o.result)}_e = {expr};")
+        self.line(f"return {at(x)};")
+        self.indent -= 1
+        self.line(f"}}, {self.args(idx)});")
 
     def op_global_to_register(self, op: Op) -> None:
         if op in self.low.folded_loads:

@@ -230,3 +230,65 @@ def fused_grid_loads(program: Program, lay: dict) -> dict[Op, tuple[Op, int]]:
                     and ld.result.type == nxt.operands[1 - nxt.operands.index(ld.result)].type):
                 out[nxt] = (ld, nxt.operands.index(ld.result))
     return out
+
+
+# ------------------------------------------------------------------------------------------ fused epilogues
+# what store_each computes per element (codegen.py HipEmitter.op_register_to_global): the grid tile's own ops
+# (layouts.GRID_OPS: uniform, elementwise, loads from global memory) and a grid vector's broadcast; not compare or
+# where, which make masks (grids take none)
+EPILOGUE_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.moves("global", "register")
+                | {"broadcast"}) - {"compare", "where"}
+
+
+def fused_epilogues(program: Program, lay: dict) -> dict[Op, list[Op]]:
+    """Stores of wave-grid tiles with the elementwise ops that make the stored tile fused into them: the run of ops
+    right before the store in its region (binary and unary arithmetic, casts, fills, broadcasts of grid vectors,
+    loads of grid tiles from global memory) whose results are read only inside the run or by the store, all
+    wave-grid tiles of the stored tile's shape. hk_hip's store_each computes each element from the run's leaves
+    (the accumulator, the vectors, the tensors read) and stores it as it is made, so no whole tile of
+    intermediate, loaded or converted values sits beside the accumulator (gemm_fp8's 256x256 block on gfx942
+    spilled 67 VGPRs in its scale-and-cast epilogue; the GELU epilogue of the README's tutorial spilled its
+    256x256 block on both archs). {store op: the run's ops in program order}."""
+    users: dict[Value, list[Op]] = {}
+    escaping: set[Value] = set()
+    for op in program.body.walk():
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+        for r in op.regions:
+            escaping.update(r.yields)
+    out: dict[Op, list[Op]] = {}
+    for ops in [program.body.ops, *(reg.ops for o in program.body.walk() for reg in o.regions)]:
+        for at, st in enumerate(ops):
+            if st.opcode != "register_to_global":
+                continue
+            x = st.operands[1]
+            grid = lay.get(x)
+            if not isinstance(grid, WaveGrid) or x.type.space != "rt" or x.type.dtype.name == "bool":
+                continue
+            run: list[Op] = []
+            for op in reversed(ops[:at]):
+                r = op.result if len(op.results) == 1 else None
+                if (r is None or not _epilogue_op(op, x, grid, lay) or r in escaping or not users.get(r)
+                        or any(u is not st and u not in run for u in users[r])):
+                    break
+                run.append(op)
+            if run and any(x in op.results for op in run):
+                out[st] = run[::-1]
+    return out
+
+
+def _epilogue_op(op: Op, x: Value, grid: WaveGrid, lay: dict) -> bool:
+    """An op store_each can evaluate per element: its result a wave-grid tile like x (any element dtype but bool),
+    its tile operands such tiles, a broadcast's operand a vector of that grid."""
+    if op.opcode not in EPILOGUE_OPS:
+        return False
+    r = op.result
+    if r.type.space != "rt" or r.type.shape != x.type.shape or r.type.dtype.name == "bool" or lay.get(r) != grid:
+        return False
+    if op.opcode == "broadcast":
+        v = op.operands[0]
+        return v.type.space == "rv" and lay.get(v) == grid
+    if op.opcode in opcodes.ELEMENTWISE_OPS:
+        return all(getattr(v.type, "space", None) == "rt" and v.type.shape == x.type.shape and lay.get(v) == grid
+                   and v.type.dtype.name != "bool" for v in op.operands)
+    return True

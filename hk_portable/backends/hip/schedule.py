@@ -44,8 +44,8 @@ from ...interface.ir import Op, Program, Region, SharedBufType, TileType, Value
 from . import archs
 from .archs import ARCHS
 from .options import MAX_WAVES, PIPELINE_FORMS, HipOptions
-from .patterns import (cursor_loads, folded_scales, fused_grid_loads, fused_masks, interleaved_pv, lazy_rescales,
-                       nan_row_casts)
+from .patterns import (cursor_loads, folded_scales, fused_epilogues, fused_grid_loads, fused_masks, interleaved_pv,
+                       lazy_rescales, nan_row_casts)
 
 SCRATCH_ALIGN = 16          # hk_hip.h's granule for its scratch area (and an mma's A part)
 
@@ -303,6 +303,11 @@ class Lowering:
     scaled: dict[Op, tuple]                 # patterns.folded_scales
     interleavable: dict[Op, dict]           # patterns.interleaved_pv, whether or not the plan interleaves each
     nan_rows: dict[Op, tuple[Op, Value]]    # patterns.nan_row_casts (software bf16 archs): cast -> (mma, row sums)
+    epilogues: dict[Op, list[Op]]           # patterns.fused_epilogues: store -> the ops computed inside it
+
+    @cached_property
+    def epilogue_ops(self) -> frozenset[Op]:
+        return frozenset(o for run in self.epilogues.values() for o in run)
 
     @cached_property
     def quartered_mmas(self) -> frozenset[Op]:
@@ -427,14 +432,17 @@ def _lowering(program: Program, arch: str, lay: dict, storage: dict, pre: dict[V
     producers = {r: o for o in ops for r in o.results}
     lazy = lazy_rescales(program, lay)
     quartered = {p: q for p in pipes if (q := quartered_carries(p, arch))}
+    epilogues = fused_epilogues(program, lay)
+    in_epilogue = {o for run in epilogues.values() for o in run}
     return Lowering(
         layouts=lay, storage=storage, offsets=offsets, preloads=pre,
         preloaded_a={m: b for m in ops if m.opcode == "mma" and (b := buffer_of(m.operands[0], producers)) in pre},
         pipelines={p: k for k, p in enumerate(pipes)}, cursors={p: cursor_loads(p) for p in pipes},
         fnuz=fnuz_storage(program, arch), quartered=quartered,
-        fused_loads=fused_grid_loads(program, lay), lazy=lazy, scaled=folded_scales(program, lay),
+        fused_loads={b: f for b, f in fused_grid_loads(program, lay).items() if b not in in_epilogue}, lazy=lazy,
+        scaled=folded_scales(program, lay),
         interleavable=interleaved_pv(program, lay, lazy),
-        nan_rows={} if archs.has(arch, "bf16_convert") else nan_row_casts(program, lay))
+        nan_rows={} if archs.has(arch, "bf16_convert") else nan_row_casts(program, lay), epilogues=epilogues)
 
 
 def _schedule(pipe: Op, waves: int, options: HipOptions, low: Lowering) -> PipelineSchedule:
@@ -504,6 +512,10 @@ def _fused_record(program: Program, low: Lowering) -> list[dict]:
                "why": f"bf16 rounding without the NaN arm: the rows of the product whose sum {sums.id} is NaN "
                       "made NaN after it"}
               for op, (m, sums) in low.nan_rows.items()]
+    fused += [{"op": st.operands[1].id, "opcode": "store epilogue", "in": ", ".join(str(o.result.id) for o in run),
+               "why": "elementwise epilogue computed element by element as the store writes (no whole tile of "
+                      "intermediate or converted values beside the accumulator)"}
+              for st, run in low.epilogues.items()]
     return fused
 
 

@@ -39,6 +39,24 @@ template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C>& dst, const rv
       for (int k = 0; k < 4; ++k) dst.data[(s * D::CB + cb) * 4 + k] = v.data[cb];
 }
 
+// element e of a wave-grid tile D broadcast from a grid row or column vector (broadcast, and store_each's epilogues)
+template<class D, class T, int N, int WM, int WN>
+HK_DEV T broadcast_at(const rv<T, N, ROW, grid<WM, WN>>& v, int e) { return v.data[(e / (D::CBW * 4)) * 4 + e % 4]; }
+template<class D, class T, int N, int WM, int WN>
+HK_DEV T broadcast_at(const rv<T, N, COL, grid<WM, WN>>& v, int e) { return v.data[(e / 4) % D::CBW]; }
+template<class T, int R, int C, int WM, int WN>
+HK_DEV void broadcast(rt<T, R, C, grid<WM, WN>>& dst, const rv<T, R, ROW, grid<WM, WN>>& v) {
+  using D = rt<T, R, C, grid<WM, WN>>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = broadcast_at<D>(v, e);
+}
+template<class T, int R, int C, int WM, int WN>
+HK_DEV void broadcast(rt<T, R, C, grid<WM, WN>>& dst, const rv<T, C, COL, grid<WM, WN>>& v) {
+  using D = rt<T, R, C, grid<WM, WN>>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = broadcast_at<D>(v, e);
+}
+
 template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C, tfrag>& dst, const rv<T, R, ROW, tfrag>& v) {
   using D = rt<T, R, C, tfrag>;
 #pragma unroll

@@ -289,6 +289,61 @@ template<class U, int RANK, class X, class... I> HK_DEV void store(const gl<U, R
   });
 }
 
+// An elementwise epilogue of a wave-grid tile fused into its store (codegen.py HipEmitter, patterns.py
+// fused_epilogues: gemm's scale tiles, a bias broadcast, a GELU, the cast to the output's dtype): fn(mode, e, r, c)
+// computes element e, at (r, c) of the tile, from the registers and the readers below, and it is stored as it is
+// made -- no whole tile of intermediate or converted values next to the accumulator (which, at 128 registers a
+// lane, spilled: gemm_fp8's 256x256 block on gfx942, 2026-12-07). `fast`: every tile the epilogue reads lies
+// wholly inside its tensor; with the stored tile's own span full, mode 0 runs without predicates, else mode 1
+// (clamped reads, a bounds test per stored element). Elements outside the tensor are neither computed nor stored.
+template<class D, class U, int RANK, class Fn, class... I>
+HK_DEV void store_each(const gl<U, RANK>& g0, bool fast, Fn fn, I... idx) {
+  const auto g = detail::uniform(g0);
+  const int ix[RANK] = {detail::uni(idx)...};
+  const detail::span sp = detail::locate2(g, ix, D::rows, D::cols);
+  if (sp.empty) return;
+  const int r0 = D::row0(), c0 = D::col0();
+  auto each = [&](auto mode, int ln) {
+#pragma unroll
+    for (int i = 0; i < D::RBW; ++i)
+#pragma unroll
+      for (int j = 0; j < D::CBW; ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int e = (i * D::CBW + j) * 4 + k;
+          const int r = r0 + 16 * i + detail::row_in_blk(k, ln), c = c0 + 16 * j + detail::col_in_blk(ln);
+          if constexpr (decltype(mode)::value == 0) detail::gstore(g.ptr + detail::at(sp, r, c), convert<U>(fn(mode, e, r, c)));
+          else if (detail::inside(sp, r, c)) detail::gstore(g.ptr + detail::at(sp, r, c), convert<U>(fn(mode, e, r, c)));
+        }
+  };
+  if (sp.full && fast) each(detail::mode_t<0>{}, detail::lane());
+  else each(detail::mode_t<1>{}, detail::opaque_lane());
+}
+// A wave-grid tile's load from global memory, read element by element inside store_each: get(mode, r, c) is what
+// load(rt<T, R, C, grid>) puts at (r, c) (the fill past the tensor's edges); mode 0 only where full().
+template<class D, class U, int RANK> struct grid_reader {
+  using T = typename D::dtype;
+  const U* ptr;
+  detail::span sp;
+  T fill;
+  template<class... I> HK_DEV grid_reader(const gl<U, RANK>& g0, float f, I... idx) {
+    const auto g = detail::uniform(g0);
+    const int ix[RANK] = {detail::uni(idx)...};
+    ptr = g.ptr;
+    sp = detail::locate2(g, ix, D::rows, D::cols);
+    fill = convert<T>(f);
+  }
+  HK_DEV bool full() const { return sp.full; }
+  template<class M> HK_DEV T get(M, int r, int c) const {
+    if constexpr (M::value == 0) return convert<T>(detail::gload(ptr + detail::at(sp, r, c)));
+    else return sp.empty ? fill : detail::read_or(ptr, sp, r, c, fill);
+  }
+};
+template<class D, class U, int RANK, class... I>
+HK_DEV grid_reader<D, U, RANK> read_grid(const gl<U, RANK>& g, float fill, I... idx) {
+  return grid_reader<D, U, RANK>(g, fill, idx...);
+}
+
 // each element added once per block (replicas and duplicate lanes never add)
 template<int RANK, class X, class... I> HK_DEV void atomic_add(const gl<float, RANK>& g0, const X& x, I... idx) {
   const auto g = detail::uniform(g0);

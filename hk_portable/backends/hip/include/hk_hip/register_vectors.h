@@ -46,4 +46,22 @@ template<class T, int N, int WR> struct rv<T, N, COL, strip<WR>> {
   static HK_DEV bool owner(int, int) { return S::wr() == 0; }
 };
 
+// grid<WM, WN>: the vectors a wave-grid tile's broadcast reads (an epilogue's bias or per-row scale): a row vector
+// holds this wave's RBW row blocks in the tile's lane map (data[i * 4 + k]: row 16 * (wm * RBW + i) +
+// row_in_blk(k)), a column vector its CBW column blocks (data[j]: column 16 * (wn * CBW + j) + col_in_blk)
+template<class T, int N, int WM, int WN> struct rv<T, N, ROW, grid<WM, WN>> {
+  static_assert(N % (16 * WM) == 0, "a wave-grid row vector is whole 16-row blocks per wave row");
+  using dtype = T;
+  static constexpr int n = N, RBW = N / 16 / WM, NE = RBW * 4;
+  typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int ln) { return 16 * (RBW * grid<WM, WN>::wm() + i / 4) + detail::row_in_blk(i % 4, ln); }
+};
+template<class T, int N, int WM, int WN> struct rv<T, N, COL, grid<WM, WN>> {
+  static_assert(N % (16 * WN) == 0, "a wave-grid column vector is whole 16-column blocks per wave column");
+  using dtype = T;
+  static constexpr int n = N, CBW = N / 16 / WN, NE = CBW;
+  typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int ln) { return 16 * (CBW * grid<WM, WN>::wn() + i) + detail::col_in_blk(ln); }
+};
+
 }  // namespace hk
