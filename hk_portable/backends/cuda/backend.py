@@ -175,13 +175,17 @@ class CudaBackend(Backend):
             return Build(spec, (emitted, shared, compiled), resources)
 
         search = Search(build, refusals=(compiler.CompileError,))
-        search.start({"variant": variant, "min_blocks": opts.min_blocks, "hand_over": True, "fast_exp2": True})
+        search.start({"variant": variant, "min_blocks": opts.min_blocks, "hand_over": True, "fast_exp2": True,
+                      "tma_reduce": True})
         if opts.min_blocks is None and any(_spilled(search.kept)):
             # ptxas capped registers for occupancy and spilled: allow it all registers one block needs
             search.consider("min_blocks=1", {**search.kept.spec, "min_blocks": 1}, _fewer_spills)
         if any(_spilled(search.kept)):
             # many flushing exps in flight can cost registers the unflushed form does not: try that
             search.consider("fast_exp2=False", {**search.kept.spec, "fast_exp2": False}, _fewer_spills)
+        if any(_spilled(search.kept)) and "hk::reduce_" in search.kept.products[0].source:
+            # the TMA reduce-adds' two code paths can cost the registers the adds from registers did not
+            search.consider("tma_reduce=False", {**search.kept.spec, "tma_reduce": False}, _fewer_spills)
         wanted = search.kept.products[0].extras.get("hand_over_registers")
         if wanted and search.kept.resources["registers"] != wanted:
             # setmaxnreg.inc would wait for registers the block was never given: build without the hand-over

@@ -485,20 +485,21 @@ class CudaEmitter(CStyleEmitter):
                 and id(after) not in self._in_flight)
 
     def op_atomic_add(self, op):
-        """An add the schedule put on TMA reduce-add (Plan.tma_reduces): the form whose tensor map the launch encoded
-        (as viewed, or of the tensor a transposed view views), else the same chunks added from shared memory."""
+        """An add the schedule put on TMA reduce-add (Plan.tma_reduces): the transposed form where the launch encoded
+        that map, else the as-viewed chunks, added by TMA where the launch encoded that map and by every thread from
+        shared memory where neither (two code paths: a third, the atomics from registers, cost spills)."""
         if id(op) not in self.plan.tma_reduces:
             return super().op_atomic_add(op)
         gl, src, *idx = op.operands
         bufs = footprint.tma_store_buffers(self.p, self.plan)
         stage, args = f"hk_smem + {self._store_stage}", f"{self.name(src)}, {self.args(idx)}"
-        for transposed, m in zip((False, True), self.plan.tma_reduces[id(op)]):
-            if m >= 0:
-                bit = tma.REDUCE_T_OK if transposed else tma.REDUCE_OK
-                self.line(f"if (hk_tma_ok & {bit}) hk::reduce_tma<{bufs}, {str(transposed).lower()}>({stage}, "
-                          f"hk_tm{m}, {args});")
-                self.line("else")
-        self.line(f"    hk::atomic_add_staged<{bufs}>({stage}, {self.name(gl)}, {args});")
+        viewed, transposed = self.plan.tma_reduces[id(op)]
+        if transposed >= 0:
+            self.line(f"if (hk_tma_ok & {tma.REDUCE_T_OK}) hk::reduce_tma<{bufs}>({stage}, hk_tm{transposed}, "
+                      f"{args});")
+            self.line("else")
+        self.line(f"    hk::reduce_viewed<{bufs}>({stage}, (hk_tma_ok & {tma.REDUCE_OK}) ? &hk_tm{viewed} : nullptr, "
+                  f"{self.name(gl)}, {args});")
 
     def op_alloc_shared(self, op):
         """A prologue buffer with copies: this tile's copy (hk_round counts the block's tiles)."""

@@ -71,7 +71,7 @@ def grouped_blocks(program: Program) -> bool:
 
 
 def plan(program: Program, target: Target, variant: Variant = BASE, layouts: dict | None = None, *,
-         min_blocks: int | None = None, hand_over: bool = True, fast_exp2: bool = True) -> Plan:
+         min_blocks: int | None = None, hand_over: bool = True, fast_exp2: bool = True, tma_reduce: bool = True) -> Plan:
     """The schedule of `program` on `target` under `variant`, with its uses of spare shared memory fitted to the
     target (_fit_shared) and the build's choices (`min_blocks`, `hand_over`, `fast_exp2`: backend._build's search)
     applied to it. `layouts`: the layout pass's choice, where already made (None: run it); the plan keeps it for
@@ -87,6 +87,9 @@ def plan(program: Program, target: Target, variant: Variant = BASE, layouts: dic
     _fit_shared(program, d, target)
     _emitted_forms(program, d)
     _build_choices(program, target, d, min_blocks, hand_over, fast_exp2)
+    if d.tma_reduces and not tma_reduce:    # the build search's last resort where the adds' build spilled
+        d.take("the build's: atomics from registers, where the TMA reduce-adds' build spilled", tma_reduces=EMPTY,
+               tensor_maps=tuple(m for m in d.tensor_maps if not m.reduce))    # the reduce maps come last
     return d.frozen()
 
 

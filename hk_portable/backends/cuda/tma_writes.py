@@ -49,8 +49,8 @@ def reduces(program: Program, params: dict, strips: frozenset, maps: list[TmaLoa
     """A specialised kernel's atomic adds of a whole f32 register tile (in or after its pipelines) go through shared
     memory and TMA reduce-add (hk::reduce_tma): {op id: (map as the parameter views the tensor, map of the tensor a
     transposed view views, -1 where the tile cannot take that form)}. The launch encodes whichever its argument
-    allows (tma.py: bits 2 and 3 of the flag); neither: the same chunks added from shared memory by every thread
-    (hk::atomic_add_staged, which needs no more registers than the TMA forms). Taken for a fragment-layout tile (not
+    allows (tma.py: bits 2 and 3 of the flag); neither: the as-viewed chunks added from shared memory by every thread
+    (hk::reduce_viewed without a map). The build search gives the adds up where their build spills (backend._build). Taken for a fragment-layout tile (not
     a strip) of one 16-row block per warp (the wgmma accumulator's rows), 32-column chunks as viewed, 64 columns for
     the transposed form (its chunk is 64 of the view's columns by 32 of its rows), into a tensor the kernel never
     reads (the adds land after the kernel moved on)."""

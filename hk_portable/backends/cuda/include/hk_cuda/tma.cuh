@@ -357,9 +357,10 @@ HK_DEV void store_tma(unsigned char* stage, const tmap& tm, const rt<T, R, C>& s
 }
 // ---- Registers += into an f32 GL through shared memory and TMA reduce-add (Plan.tma_reduces: attention_bwd's dQ).
 // The chunk buffers are store_tma's (8 KiB: 64 rows of 32 floats, one 128-byte column block), two a warpgroup.
-// As viewed (TRANS false): the warpgroup's 64 rows, 32 columns a chunk, as store_tma. TRANS: the GL is a transposed
-// view and the map describes the tensor it views, so each chunk holds 32 of the warpgroup's rows as its columns and
-// the tile's C = 64 columns as its rows; warps 2k and 2k+1 of the warpgroup write chunk k (their rows), both at once.
+// reduce_tma: the GL is a transposed view and the map describes the tensor it views, so each chunk holds 32 of the
+// warpgroup's rows as its columns and the tile's C = 64 columns as its rows; warps 2k and 2k+1 of the warpgroup write
+// chunk k (their rows), both at once. reduce_viewed: as viewed, the warpgroup's 64 rows, 32 columns a chunk, as
+// store_tma, added by TMA (tm) or, where the launch encoded no map (tm null), by every thread from shared memory.
 // The TMA unit adds each chunk into global memory (atomically per element, in L2); out-of-bounds elements are dropped.
 template <int RANK> HK_DEV void tma_reduce_box(const void* src, const tmap& tm, const int (&c)[RANK]) {
     const u32 s = smem_addr(src);
@@ -375,77 +376,51 @@ template <int RANK> HK_DEV void tma_reduce_box(const void* src, const tmap& tm, 
                      "[%5];\n" ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s) : "memory");
 }
 
-template <int BUFS, bool TRANS, int R, int C, class... I>
+template <int BUFS, int R, int C, class... I>
 HK_DEV void reduce_tma(unsigned char* stage, const tmap& tm, const rt<float, R, C>& src, I... idx) {
     typedef rt<float, R, C> RT_;
     constexpr int RANK = sizeof...(I);
-    static_assert(R == 16 * NUM_WARPS && NUM_WARPS % 4 == 0 && BUFS == 2 && (TRANS ? C == 64 : C % 32 == 0),
-                  "a TMA-added tile: f32, one 16-row block per warp, 32-column chunks (64 columns transposed)");
+    static_assert(R == 16 * NUM_WARPS && NUM_WARPS % 4 == 0 && BUFS == 2 && C == 64,
+                  "a TMA-added transposed tile: f32, one 16-row block per warp, 64 columns");
     typedef st<float, 64, 32> chunk_t;
     static_assert(chunk_t::BYTES == 64 * 64 * 2, "a reduce chunk is a store chunk's size");
     unsigned char* mine = stage + warpgroup_id() * BUFS * chunk_t::BYTES;
     const int r0 = (warp_id() % 4) * 16 + (lane_id() >> 2);      // this lane's first row within the warpgroup's 64
-    const int ix[RANK] = {idx...};
-    int c[RANK];
+    if (store_leader()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    warpgroup_sync();
+    const int k = (warp_id() % 4) / 2;                 // this warp's chunk: its 16 rows are among rows 32k..32k+31
+    const chunk_t buf{mine + k * chunk_t::BYTES};
 #pragma unroll
-    for (int d = 0; d < RANK - 2; ++d) c[RANK - 1 - d] = ix[d];   // leading dims, outermost last
-    const int row0 = ix[RANK - 2] * R + warpgroup_id() * 64;      // the warpgroup's first row of the view
-    if constexpr (!TRANS) {
-        c[1] = row0;
+    for (int j = 0; j < C / 8; ++j)
 #pragma unroll
-        for (int k = 0; k < C / 32; ++k) {
-            const chunk_t buf{mine + (k % BUFS) * chunk_t::BYTES};
-            if (store_leader()) {                      // the copy that last read this buffer is done
-                if (k == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-                else asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
-            }
-            warpgroup_sync();
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int j = 4 * k; j < 4 * k + 4; ++j)
+            for (int e = 0; e < 2; ++e)
+                *buf.at(RT_::col(j, 0) + e, r0 + h * 8 - 32 * k) = src.d[RT_::idx(0, j, 2 * h + e)];
+    fence_proxy_async();
+    warpgroup_sync();
+    if (store_leader()) {
+        const int ix[RANK] = {idx...};
+        int c[RANK];
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    *reinterpret_cast<float2*>(buf.at(r0 + h * 8, RT_::col(j, 0) - 32 * k)) =
-                        make_float2(src.d[RT_::idx(0, j, 2 * h)], src.d[RT_::idx(0, j, 2 * h + 1)]);
-            fence_proxy_async();                       // the writes, visible to the copy (async proxy)
-            warpgroup_sync();
-            if (store_leader()) {
-                c[0] = ix[RANK - 1] * C + k * 32;
-                tma_reduce_box<RANK>(buf.ptr, tm, c);
-                asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-            }
+        for (int d = 0; d < RANK - 2; ++d) c[RANK - 1 - d] = ix[d];   // leading dims, outermost last
+        c[1] = ix[RANK - 1] * C;                       // the view's columns: the tensor's rows
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            c[0] = ix[RANK - 2] * R + warpgroup_id() * 64 + 32 * q;    // the view's rows: the tensor's inner dimension
+            tma_reduce_box<RANK>(mine + q * chunk_t::BYTES, tm, c);
         }
-    } else {
-        if (store_leader()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-        warpgroup_sync();
-        const int k = (warp_id() % 4) / 2;             // this warp's chunk: its 16 rows are among rows 32k..32k+31
-        const chunk_t buf{mine + k * chunk_t::BYTES};
-#pragma unroll
-        for (int j = 0; j < C / 8; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    *buf.at(RT_::col(j, 0) + e, r0 + h * 8 - 32 * k) = src.d[RT_::idx(0, j, 2 * h + e)];
-        fence_proxy_async();
-        warpgroup_sync();
-        if (store_leader()) {
-            c[1] = ix[RANK - 1] * C;                   // the view's columns: the tensor's rows
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                c[0] = row0 + 32 * q;                  // the view's rows: the tensor's inner dimension
-                tma_reduce_box<RANK>(mine + q * chunk_t::BYTES, tm, c);
-            }
-            asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-        }
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
     }
 }
 
-// reduce_tma's fallback where the launch could encode neither map (a view TMA cannot describe): the same chunks as
-// viewed, added into global memory from shared memory by the warpgroup's 128 threads, one atomicAdd per element
-// (consecutive threads, consecutive columns), out-of-bounds elements skipped. Staged through the chunk buffers rather
-// than added from registers, so that the kernel holds no more registers for it than for the TMA forms.
+// reduce_viewed without a map (the launch could encode neither: a view TMA cannot describe): the chunks added into
+// global memory from shared memory by the warpgroup's 128 threads, one atomicAdd per element (consecutive threads,
+// consecutive columns), out-of-bounds elements skipped. Staged through the chunk buffers rather than added from
+// registers, so that the kernel holds registers for two code paths, not three.
 template <int BUFS, int R, int C, int RANK, class... I>
-HK_DEV void atomic_add_staged(unsigned char* stage, const gl<float, RANK>& g, const rt<float, R, C>& src, I... idx) {
+HK_DEV void reduce_viewed(unsigned char* stage, const tmap* tm, const gl<float, RANK>& g, const rt<float, R, C>& src,
+                          I... idx) {
     typedef rt<float, R, C> RT_;
     static_assert(R == 16 * NUM_WARPS && NUM_WARPS % 4 == 0 && BUFS == 2 && C % 32 == 0,
                   "a staged add: f32, one 16-row block per warp, 32-column chunks");
@@ -455,14 +430,32 @@ HK_DEV void atomic_add_staged(unsigned char* stage, const gl<float, RANK>& g, co
 #pragma unroll
     for (int k = 0; k < C / 32; ++k) {
         const chunk_t buf{mine + (k % BUFS) * chunk_t::BYTES};
-        if (k == 0 && store_leader()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-        warpgroup_sync();                              // nobody reads this buffer any more
+        if (store_leader()) {                          // the copy that last read this buffer is done
+            if (k == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+            else asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+        }
+        warpgroup_sync();                              // and every thread's reads of it
 #pragma unroll
         for (int j = 4 * k; j < 4 * k + 4; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
                 *reinterpret_cast<float2*>(buf.at(r0 + h * 8, RT_::col(j, 0) - 32 * k)) =
                     make_float2(src.d[RT_::idx(0, j, 2 * h)], src.d[RT_::idx(0, j, 2 * h + 1)]);
+        if (tm != nullptr) {                           // the TMA form: one thread adds the chunk
+            fence_proxy_async();
+            warpgroup_sync();
+            if (store_leader()) {
+                const int ix[RANK] = {idx...};
+                int c[RANK];
+#pragma unroll
+                for (int d = 0; d < RANK - 2; ++d) c[RANK - 1 - d] = ix[d];
+                c[1] = ix[RANK - 2] * R + warpgroup_id() * 64;
+                c[0] = ix[RANK - 1] * C + k * 32;
+                tma_reduce_box<RANK>(buf.ptr, *tm, c);
+                asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+            }
+            continue;
+        }
         warpgroup_sync();
         const origin<2, float, RANK> o(g, R, C, idx...);    // built here: nothing of it is held across the loop
         const int wr = warpgroup_id() * 64, t = threadIdx.x % 128;
