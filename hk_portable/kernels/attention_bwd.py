@@ -24,7 +24,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import TUNABLE, LOG2E, _check as _check_fwd, band as _band_fwd, scale_value, softcap_value
+from .attention import TUNABLE, LOG2E, _check as _check_fwd, band as _band_fwd, scale_value, softcap_value, tile_dim
 
 INF = float("inf")
 
@@ -236,7 +236,11 @@ def attention_bwd_dq_convert_kernel(dq_acc: GL[4], dq: GL[4], *, D: hk.const = 6
 def config_for(d: int) -> dict:
     """dK/dV kernel tiles within every target's shared memory (gfx942: 64 KiB with the backend's scratch):
     48 KiB at D = 64 (k, v single-buffered, q, dO double-buffered). At D = 128 the two [BN, D] f32
-    accumulators fill the registers: one stage keeps sm_90a free of spills (with two it spilled 8 bytes)."""
+    accumulators fill the registers: one stage keeps sm_90a free of spills (with two it spilled 8 bytes).
+    d is a tile head dim (attention.tile_dim); D = 256: key blocks of 16 (the accumulators' registers of D = 128's
+    32), 48 KiB."""
+    if d > 128:
+        return dict(D=d, BM=32, BN=16, STAGES=1)
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=1)
 
 
@@ -267,7 +271,7 @@ def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None, ke
     """The dK/dV kernel's configuration for a call with these arguments: the backend's choice among candidates(),
     or where the selected target rejects its build, the next it accepts, then fallbacks_for(D) (Kernel.choose_config).
     kernel: attention_bwd_dkdv_kernel, or its softcap form."""
-    D = args[0].shape[-1]
+    D = tile_dim(args[0].shape[-1])
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
     return (kernel or attention_bwd_dkdv_kernel).choose_config(
         lambda: candidates(dict(D=D, **flags)), *args, backend=backend, key=(D, masked, deterministic),
@@ -277,6 +281,8 @@ def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None, ke
 def dq_config_for(d: int) -> dict:
     """The deterministic dQ kernel's tiles: q, dO single-buffered, k, v double-buffered; 48 KiB at D = 64.
     At D = 128 key blocks of 16 (32 KiB): with 32 the masked bf16 kernel spilled 68 registers on sm_80."""
+    if d > 128:             # D = 256 (a tile head dim): one stage, 48 KiB
+        return dict(D=d, BM=32, BN=16, STAGES=1)
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=16, STAGES=2)
 
 
@@ -289,7 +295,7 @@ def dq_candidates(consts: dict) -> list[dict]:
 
 def dq_config(args: tuple, masked: bool, backend=None, kernel=None) -> dict:
     """The deterministic dQ kernel's configuration for a call (Kernel.choose_config over dq_candidates)."""
-    D = args[0].shape[-1]
+    D = tile_dim(args[0].shape[-1])
     return (kernel or attention_bwd_dq_kernel).choose_config(lambda: dq_candidates(dict(D=D, MASKED=masked)), *args,
                                                  backend=backend, key=(D, masked))
 
@@ -350,10 +356,11 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     delta = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
     unused = delta.view(B, Hq, N, 1)        # the dQ accumulator argument when no kernel touches it
     dq_acc = unused if deterministic else torch.empty(B, Hq, N, D, device=q.device, dtype=torch.float32)
-    rows = config_for(D)["BM"]              # the row kernels' block; the dK/dV kernel's tiles may be smaller
+    Dt = tile_dim(D)                        # the kernels' tile head dim: columns past D read 0, stores drop them
+    rows = config_for(Dt)["BM"]             # the row kernels' block; the dK/dV kernel's tiles may be smaller
     q_grid = (hk.cdiv(N, rows), Hq, B)
     attention_bwd_preprocess_kernel(o, do, delta, dq_acc, grid=q_grid, backend=backend,
-                                    D=D, BM=rows, ZERO_DQ=not deterministic)
+                                    D=Dt, BM=rows, ZERO_DQ=not deterministic)
     if dlse is not None:
         _check_like("dlse", dlse, (B, Hq, N), torch.float32)
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))    # [B, Hq, N]: rows with no key stay inert
@@ -371,7 +378,7 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
         dq_cfg = {**dq_tiles, "MASKED": masked} if dq_tiles else dq_config(dq_args, masked, backend, dq_kernel)
         dq_kernel(*dq_args, grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B), backend=backend, **dq_cfg)
     else:
-        attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=rows)
+        attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=Dt, BM=rows)
     return outs["dq"], outs["dk"], outs["dv"]
 
 
@@ -409,4 +416,4 @@ def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     dq_acc = torch.zeros(B, Hq, N, D, device=device, dtype=torch.float32)
     args = (q, k, v, do, lse, delta, dk, dv, dq_acc, 1.0 / math.sqrt(D), 0, N, 0)
-    return args, {**config_for(D), "MASKED": causal, "ATOMIC_DQ": True}
+    return args, {**config_for(tile_dim(D)), "MASKED": causal, "ATOMIC_DQ": True}
