@@ -237,8 +237,8 @@ def config_for(d: int) -> dict:
     """dK/dV kernel tiles within every target's shared memory (gfx942: 64 KiB with the backend's scratch):
     48 KiB at D = 64 (k, v single-buffered, q, dO double-buffered). At D = 128 the two [BN, D] f32
     accumulators fill the registers: one stage keeps sm_90a free of spills (with two it spilled 8 bytes).
-    d is a tile head dim (attention.tile_dim); D = 256: key blocks of 16 (the accumulators' registers of D = 128's
-    32), 48 KiB."""
+    d is a tile head dim (attention.tile_dim). D = 256's dK/dV runs in attention_bwd_wide.py (column parts); its
+    BM here is the row kernels' block (preprocess, dQ convert)."""
     if d > 128:
         return dict(D=d, BM=32, BN=16, STAGES=1)
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=1)
@@ -369,10 +369,14 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     dq_kernel = attention_bwd_dq_kernel if cap is None else attention_bwd_dq_softcap_kernel
     args = (q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right, *capped)
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
-    cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend, dkdv_kernel)
-    if cfg.get("DQ_T"):                     # the kernel adds dQᵀ tiles: the accumulator viewed [B, Hq, D, N]
-        args = args[:8] + (dq_acc.transpose(-1, -2),) + args[9:]
-    dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
+    if Dt > 128:                            # dK/dV in column parts of 128 (attention_bwd_wide.py)
+        from .attention_bwd_wide import launch_dkdv
+        launch_dkdv(args[:13] + (1.0 if cap is None else cap,), cap is not None, config, flags, backend)
+    else:
+        cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend, dkdv_kernel)
+        if cfg.get("DQ_T"):                 # the kernel adds dQᵀ tiles: the accumulator viewed [B, Hq, D, N]
+            args = args[:8] + (dq_acc.transpose(-1, -2),) + args[9:]
+        dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
     if deterministic:
         dq_args = (q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, *capped)
         dq_cfg = {**dq_tiles, "MASKED": masked} if dq_tiles else dq_config(dq_args, masked, backend, dq_kernel)

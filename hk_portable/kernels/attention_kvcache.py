@@ -299,7 +299,7 @@ def example_args(device="cpu", B=2, Nq=1, Hq=8, Hkv=2, D=128, page=16, pages=4, 
     g = Hq // Hkv
     R = Nq * g if R is None else R
     Nq = max(1, R // g)
-    cfg = kvcache_config(D, R, page, True)
+    cfg = kvcache_config(tile_dim(D), R, page, True)
     cfg["CAUSAL"] = causal
     q = torch.randn(B, Hkv, R, D, device=device, dtype=dtype)
     kc = torch.randn(B * pages, page, Hkv, D, device=device, dtype=dtype)

@@ -437,9 +437,16 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))
     steps = (n_seq + 1).bit_length()
     common = (cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps)
-    attention_varlen_bwd_dkdv_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dk"]), tq(outs["dv"]),
-                                     *common, grid=(hk.cdiv(total_k, cfg["BN"]), k.shape[1], 1), backend=backend,
-                                     **cfg, GROUP=Hq // k.shape[1], MASKED=masked)
+    dkdv_args = (tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dk"]), tq(outs["dv"]), *common)
+    if Dt > 128:                                  # dK/dV in column parts of 128 (attention_bwd_wide.py)
+        from .attention_bwd_wide import attention_varlen_bwd_dkdv_wide_kernel as wide, config_for as wide_config, parts
+        wcfg = wide_config(Dt)
+        for part in range(parts(Dt)):
+            wide(*dkdv_args, grid=(hk.cdiv(total_k, wcfg["BN"]), k.shape[1], 1), backend=backend, **wcfg,
+                 GROUP=Hq // k.shape[1], MASKED=masked, PART=part)
+    else:
+        attention_varlen_bwd_dkdv_kernel(*dkdv_args, grid=(hk.cdiv(total_k, cfg["BN"]), k.shape[1], 1),
+                                         backend=backend, **cfg, GROUP=Hq // k.shape[1], MASKED=masked)
     # D = 64: key blocks of 32 (with 64 the dQ kernel's loop over sequences spilled scalar registers on gfx950)
     qcfg = dict(D=Dt, BM=64, BN=32, STAGES=2) if Dt <= 64 else dq_config_for(Dt)
     attention_varlen_bwd_dq_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dq"]), *common,
