@@ -23,9 +23,9 @@ from .attention_varlen import _p, _upper_bound, _varlen_keep
 PART_COLS = 128         # the columns of dK, dV, dQ one launch computes
 
 
-def parts(d: int) -> int:
-    """The launches (column parts) a tile head dim d takes."""
-    return d // PART_COLS
+def parts(d: int, pc: int = PART_COLS) -> int:
+    """The launches (column parts of pc) a tile head dim d takes."""
+    return d // pc
 
 
 @hk.kernel(num_warps=4, tunable=TUNABLE)
@@ -33,17 +33,17 @@ def attention_bwd_dkdv_wide_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse:
                                    dv: GL[4], dq_acc: GL[4], scale: float, shift: int, left: int, right: int,
                                    softcap: float, *, D: hk.const = 256, BM: hk.const = 32, BN: hk.const = 32,
                                    MASKED: hk.const = False, ATOMIC_DQ: hk.const = True, STAGES: hk.const = 1,
-                                   SOFTCAP: hk.const = False, PART: hk.const = 0):
+                                   SOFTCAP: hk.const = False, PART: hk.const = 0, PC: hk.const = PART_COLS):
     """attention_bwd_dkdv_kernel (and its softcap form, SOFTCAP) for D > 128: columns
-    [PART * PART_COLS, (PART + 1) * PART_COLS) of dK, dV and dQ (atomic adds into dq_acc [B, Hq, N, D] f32)."""
-    chunks = D // PART_COLS
+    [PART * PC, (PART + 1) * PC) of dK, dV and dQ (atomic adds into dq_acc [B, Hq, N, D] f32)."""
+    chunks = D // PC
     j, h_kv, b = hk.num_blocks(0) - 1 - hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     n_q = q.shape[2]
     group = q.shape[1] // k.shape[1]
-    k_s = [hk.shared(ST[k.dtype, BN, PART_COLS]) for _ in range(chunks)]
-    v_s = [hk.shared(ST[v.dtype, BN, PART_COLS]) for _ in range(chunks)]
-    q_s = [hk.shared(ST[q.dtype, BM, PART_COLS], stages=STAGES) for _ in range(chunks)]
-    do_s = [hk.shared(ST[do.dtype, BM, PART_COLS], stages=STAGES) for _ in range(chunks)]
+    k_s = [hk.shared(ST[k.dtype, BN, PC]) for _ in range(chunks)]
+    v_s = [hk.shared(ST[v.dtype, BN, PC]) for _ in range(chunks)]
+    q_s = [hk.shared(ST[q.dtype, BM, PC], stages=STAGES) for _ in range(chunks)]
+    do_s = [hk.shared(ST[do.dtype, BM, PC], stages=STAGES) for _ in range(chunks)]
     ds_s = hk.shared(ST[q.dtype, BN, BM]) if ATOMIC_DQ else None
     for c in range(chunks):                 # keys past Nkv and columns past D read 0
         hk.load(k_s[c], k, (b, h_kv, j, c))
@@ -93,11 +93,11 @@ def attention_bwd_dkdv_wide_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse:
         dk_acc = hk.mma(ds_t, q_s[PART][s], dk_acc)
         if ATOMIC_DQ:
             hk.store(ds_s, ds_t)
-            hk.atomic_add(dq_acc, hk.mma_AtB(ds_s, k_s[PART], hk.zeros(RT[f32, BM, PART_COLS])) * scale,
+            hk.atomic_add(dq_acc, hk.mma_AtB(ds_s, k_s[PART], hk.zeros(RT[f32, BM, PC])) * scale,
                           (b, h, i, PART))
         return dk_acc, dv_acc
 
-    init = (hk.zeros(RT[f32, BN, PART_COLS]), hk.zeros(RT[f32, BN, PART_COLS]))
+    init = (hk.zeros(RT[f32, BN, PC]), hk.zeros(RT[f32, BN, PC]))
     dk_acc, dv_acc = hk.pipeline(group * n_blocks, load, compute, carry=init, stages=STAGES)
     hk.store(dk, (dk_acc * scale).to(dk.dtype), (b, h_kv, j, PART))
     hk.store(dv, dv_acc.to(dv.dtype), (b, h_kv, j, PART))
@@ -109,17 +109,17 @@ def attention_varlen_bwd_dkdv_wide_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3
                                           bottom_right: int, left: int, right: int, steps: int, *,
                                           D: hk.const = 256, BM: hk.const = 16, BN: hk.const = 32,
                                           GROUP: hk.const = 1, MASKED: hk.const = False, STAGES: hk.const = 1,
-                                          PART: hk.const = 0):
-    """attention_varlen_bwd_dkdv_kernel for D > 128: columns [PART * PART_COLS, (PART + 1) * PART_COLS) of dK, dV.
+                                          PART: hk.const = 0, PC: hk.const = PART_COLS):
+    """attention_varlen_bwd_dkdv_kernel for D > 128: columns [PART * PC, (PART + 1) * PC) of dK, dV.
     q, do [Hq, total_q, D]; k, v, dk, dv [Hkv, total_k, D]; lse, delta [Hq, total_q]."""
-    chunks = D // PART_COLS
+    chunks = D // PC
     j, h_kv = hk.block_idx(0), hk.block_idx(1)
     total_k = k.shape[1]
     n_seq = cu_k.shape[0] - 1
-    k_s = [hk.shared(ST[k.dtype, BN, PART_COLS]) for _ in range(chunks)]
-    v_s = [hk.shared(ST[v.dtype, BN, PART_COLS]) for _ in range(chunks)]
-    q_s = [hk.shared(ST[q.dtype, BM, PART_COLS], stages=STAGES) for _ in range(chunks)]
-    do_s = [hk.shared(ST[do.dtype, BM, PART_COLS], stages=STAGES) for _ in range(chunks)]
+    k_s = [hk.shared(ST[k.dtype, BN, PC]) for _ in range(chunks)]
+    v_s = [hk.shared(ST[v.dtype, BN, PC]) for _ in range(chunks)]
+    q_s = [hk.shared(ST[q.dtype, BM, PC], stages=STAGES) for _ in range(chunks)]
+    do_s = [hk.shared(ST[do.dtype, BM, PC], stages=STAGES) for _ in range(chunks)]
     for c in range(chunks):
         hk.load(k_s[c], k, (h_kv, j, c))
         hk.load(v_s[c], v, (h_kv, j, c))
@@ -168,7 +168,7 @@ def attention_varlen_bwd_dkdv_wide_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3
 
         return hk.pipeline(GROUP * n_blocks, load, compute, carry=(dk_acc, dv_acc), stages=STAGES)
 
-    init = (hk.zeros(RT[f32, BN, PART_COLS]), hk.zeros(RT[f32, BN, PART_COLS]))
+    init = (hk.zeros(RT[f32, BN, PC]), hk.zeros(RT[f32, BN, PC]))
     dk_acc, dv_acc = hk.fori_loop(first_seq, last_seq, sequence, init)
     hk.store(dk, (dk_acc * scale).to(dk.dtype), (h_kv, j, PART))
     hk.store(dv, dv_acc.to(dv.dtype), (h_kv, j, PART))
@@ -178,6 +178,12 @@ def config_for(d: int) -> dict:
     """Tiles within every target's shared memory (gfx942: 64 KiB): k, v [32, 256] and q, dO [16, 256] in one
     stage, 48 KiB at D = 256; the accumulators [32, 128] f32 as D = 128's dK/dV kernel's."""
     return dict(D=d, BM=16, BN=32, STAGES=1)
+
+
+def varlen_config_for(d: int) -> dict:
+    """The varlen kernel's tiles: key blocks of 16 (its loop over sequences holds more scalars: with 32 it spilled 8
+    bytes on sm_80, NVRTC 13.0; 240-242 registers with 16, bf16 and f16), 40 KiB at D = 256."""
+    return dict(D=d, BM=16, BN=16, STAGES=1)
 
 
 SMALLER = dict(BM=16, BN=16, STAGES=1)     # where a target's build of the baseline is rejected (cuda: spills; 236-254
@@ -207,7 +213,7 @@ def launch_dkdv(args: tuple, softcap: bool, config: dict | None, flags: dict, ba
     fixed = dict(flags, SOFTCAP=softcap)
     cfg = {**config, **fixed} if config else dkdv_config(args, flags, softcap, backend)
     grid = (hk.cdiv(args[1].shape[2], cfg["BN"]), args[1].shape[1], args[0].shape[0])
-    for part in range(parts(cfg["D"])):
+    for part in range(parts(cfg["D"], cfg.get("PC", PART_COLS))):
         attention_bwd_dkdv_wide_kernel(*args, grid=grid, backend=backend, **cfg, PART=part)
 
 

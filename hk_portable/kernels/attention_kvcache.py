@@ -135,6 +135,14 @@ def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:
     return dict(D=D, BM=64, BN=bn, STAGES=2, num_warps=4)
 
 
+def combine_config(cfg: dict) -> dict:
+    """The combine kernel's configuration for a split kernel's: its rows and warps up to D=128; above (two [BM, D]
+    f32 tiles a thread: 256 registers on one warp's 16 rows at D=256, 1.5 KB spilled on sm_80) 16 rows on 4 warps."""
+    if cfg["D"] > 128:
+        return dict(D=cfg["D"], BM=16, num_warps=4)
+    return dict(D=cfg["D"], BM=cfg["BM"], num_warps=cfg["num_warps"])
+
+
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal: bool = False,
                       scale: float | None = None, num_splits: int | None = None, out=None, lse=None, backend=None,
                       **config):
@@ -205,8 +213,9 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
     o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
     lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
-    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, BM), Hkv, B), backend=backend,
-                             D=cfg["D"], BM=BM, num_warps=cfg["num_warps"])
+    comb = combine_config(cfg)
+    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, comb["BM"]), Hkv, B),
+                             backend=backend, **comb)
     if not direct:
         out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
         lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))

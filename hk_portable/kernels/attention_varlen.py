@@ -439,8 +439,8 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
     common = (cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps)
     dkdv_args = (tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dk"]), tq(outs["dv"]), *common)
     if Dt > 128:                                  # dK/dV in column parts of 128 (attention_bwd_wide.py)
-        from .attention_bwd_wide import attention_varlen_bwd_dkdv_wide_kernel as wide, config_for as wide_config, parts
-        wcfg = wide_config(Dt)
+        from .attention_bwd_wide import attention_varlen_bwd_dkdv_wide_kernel as wide, parts, varlen_config_for
+        wcfg = varlen_config_for(Dt)
         for part in range(parts(Dt)):
             wide(*dkdv_args, grid=(hk.cdiv(total_k, wcfg["BN"]), k.shape[1], 1), backend=backend, **wcfg,
                  GROUP=Hq // k.shape[1], MASKED=masked, PART=part)
