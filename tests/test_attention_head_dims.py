@@ -114,7 +114,8 @@ def test_sm90a_configurations_at_new_head_dims_on_emulated_sm80():
     _assert_within_table(attention_bwd(q, k, v, o, lse, do, causal=True, backend=backend, config=cfg),
                          q, k, v, do, True, None)
     q, k, v, _ = _bwd_inputs(1, 2, 1, 140, 140, 256, seed=7)
-    o, _ = attention_fwd(q, k, v, causal=True, backend=backend, D=256, BM=128, BN=64, STAGES=2, num_warps=8)
+    # one stage: two (192 KiB) are over sm_80's shared memory; the same body and block as sm_90a's
+    o, _ = attention_fwd(q, k, v, causal=True, backend=backend, D=256, BM=128, BN=64, STAGES=1, num_warps=8)
     keep = _keep(140, 140, 0, 280, 0)
     ref = _sdpa(q, k, v, keep)
     assert (o.double() - ref).abs().max() <= 2 * (_sdpa(q, k, v, keep, torch.bfloat16) - ref).abs().max()

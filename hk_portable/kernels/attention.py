@@ -1,6 +1,7 @@
 """Attention forward (FlashAttention-2 style online softmax, exp2 domain), GQA, causal, sliding-window.
 
-q [B, Hq, N, D], k and v [B, Hkv, Nkv, D] with Hq a multiple of Hkv; returns o [B, Hq, N, D] and the
+q [B, Hq, N, D], k and v [B, Hkv, Nkv, D] with Hq a multiple of Hkv and D a multiple of 8 from 32 to 256
+(HEAD_DIMS; the kernel runs at tile_dim(D), see TILE_HEAD_DIMS); returns o [B, Hq, N, D] and the
 natural-log log-sum-exp per query row, f32 [B, Hq, N] (what the backward pass needs).
 
 Masks are one rule: query row i sees key j iff  i + shift - left <= j <= i + shift + right.
