@@ -335,8 +335,9 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     must be the forward's. dk, dv are summed over each GQA group of query heads. deterministic=True computes
     dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0.
     dlse: an upstream gradient of lse (f32 [B, Hq, N]), if the caller used it: d lse / d s = P, so it
-    enters as delta - dlse. config / dq_tiles: the dK/dV kernel's configuration (one of candidates()) and the
-    deterministic dQ kernel's (one of dq_candidates()) instead of the backend's choice (tests, benchmarks).
+    enters as delta - dlse. config / dq_tiles: the dK/dV kernel's configuration (one of candidates(); for D > 128
+    one of attention_bwd_wide.candidates()) and the deterministic dQ kernel's (one of dq_candidates()) instead of
+    the backend's choice (tests, benchmarks).
     softcap: the forward's (c * tanh(scale * s / c)): dS is multiplied by 1 - tanh² before dQ and dK. With sinks,
     lse is the forward's (the sink included) and nothing else changes here (the sinks' own gradient is the
     caller's: torch_ops)."""
