@@ -12,7 +12,7 @@ from torch import nn
 import hk_portable.nn as hnn
 from hk_portable.kernels.rotary import reference as rotary_reference, tables
 
-VOCAB, DIM, HEADS, KV_HEADS, HIDDEN = 64, 128, 2, 1, 128     # head dim 64 (the kernels take 64 or 128)
+VOCAB, DIM, HEADS, KV_HEADS, HIDDEN = 64, 128, 2, 1, 128     # head dim 64
 
 
 class TorchAttention(nn.Module):

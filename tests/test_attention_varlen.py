@@ -138,7 +138,7 @@ def test_named_errors():
     with pytest.raises(ArgumentError, match="multiple of key/value heads"):
         call(k=torch.zeros(11, 3, 64, dtype=torch.bfloat16), v=torch.zeros(11, 3, 64, dtype=torch.bfloat16))
     with pytest.raises(ArgumentError, match="head dim"):
-        call(q=q[..., :32], k=k[..., :32], v=v[..., :32])
+        call(q=q[..., :36], k=k[..., :36], v=v[..., :36])
 
 
 # ----------------------------------------------------------------------------------------------- backward

@@ -42,8 +42,8 @@ def test_wrong_shape_names_the_arguments():
     with pytest.raises(ArgumentError, match=r"'a' is \(4, 5\) and 'b' is \(4, 4\): a.shape\[1\] must equal "
                                             r"b.shape\[0\]"):
         gemm(bf16(4, 5), bf16(4, 4))
-    with pytest.raises(ArgumentError, match=r"head dim D must be 64 or 128, got 32"):
-        attention_fwd(bf16(1, 1, 8, 32), bf16(1, 1, 8, 32), bf16(1, 1, 8, 32))
+    with pytest.raises(ArgumentError, match=r"head dim D must be a multiple of 8 from 32 to 256, got 36"):
+        attention_fwd(bf16(1, 1, 8, 36), bf16(1, 1, 8, 36), bf16(1, 1, 8, 36))
     with pytest.raises(ArgumentError, match=r"'bias' must have shape \(8,\), got \(7,\)"):
         dropout_residual_layernorm(bf16(2, 8), bf16(2, 8), torch.ones(8), torch.zeros(7))
 

@@ -299,12 +299,12 @@ def _configs_of(name: str):
     from hk_portable.kernels import attention_bwd, attention_kvcache, layernorm, layernorm_bwd, rotary
     module, kern, _, configs = kernels.offered_configs(name)
     if module is attention_bwd:
-        for d in (64, 128):
+        for d in (64, 128, 256):
             for atomic in (True, False):
                 configs += attention_bwd.candidates(dict(D=d, MASKED=True, ATOMIC_DQ=atomic))
             configs += [attention_bwd.config_for(d), *attention_bwd.fallbacks_for(d)]
     elif module is attention_kvcache:
-        configs += [attention_kvcache.kvcache_config(d, r, page, paged) for d in (64, 128) for r in (1, 16, 17, 256)
+        configs += [attention_kvcache.kvcache_config(d, r, page, paged) for d in (64, 128, 256) for r in (1, 16, 17, 256)
                     for page in (16, 32, 256) for paged in (True, False)]
     elif module in (layernorm, layernorm_bwd):
         configs += [{**module.DEFAULT_CONFIG, **c} for d in (1, 100, 1000, 4096, 8192, 16384, 70000)
@@ -339,11 +339,14 @@ def test_every_library_kernel_declares_its_tiles_and_offers_only_legal_configura
 def test_the_other_tile_kernels_of_the_library_declare_too():
     """The kernels a library wrapper chooses tiles for beside the registry's: attention_bwd's deterministic dQ kernel
     (dq_candidates) and the varlen backward's two."""
-    from hk_portable.kernels import attention_bwd as ab, attention_varlen as av
-    for d in (64, 128):
+    from hk_portable.kernels import attention_bwd as ab, attention_bwd_wide as w, attention_varlen as av
+    for d in (64, 128, 256):
         for cfg in ab.dq_candidates(dict(D=d, MASKED=True)):
             ab.attention_bwd_dq_kernel.tunables.check(cfg)
-    for kern in (ab.attention_bwd_dq_kernel, av.attention_varlen_bwd_dkdv_kernel, av.attention_varlen_bwd_dq_kernel):
+    for cfg in w.candidates(dict(D=256, MASKED=True, ATOMIC_DQ=True, SOFTCAP=False)) + [w.varlen_config_for(256)]:
+        w.attention_bwd_dkdv_wide_kernel.tunables.check(cfg)    # the head dims above 128 (issue 40)
+    for kern in (ab.attention_bwd_dq_kernel, av.attention_varlen_bwd_dkdv_kernel, av.attention_varlen_bwd_dq_kernel,
+                 w.attention_bwd_dkdv_wide_kernel, w.attention_varlen_bwd_dkdv_wide_kernel):
         assert kern.tunables is not None and kern.tunables.roles() == ()
         assert set(kern.tunables.names) == {"BM", "BN", "STAGES", "num_warps"}
 

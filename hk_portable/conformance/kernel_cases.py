@@ -105,7 +105,10 @@ ATTENTION_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None), (1, 2, 1, 77, 77, 6
                      (1, 2, 1, 113, 203, 64, True, None, "bottom_right"),
                      (1, 2, 1, 113, 203, 64, True, None, "top_left"),
                      (1, 2, 2, 150, 70, 64, True, None, "bottom_right"),
-                     (1, 4, 2, 130, 130, 128, False, (33, 7), None))
+                     (1, 4, 2, 130, 130, 128, False, (33, 7), None),
+                     # head dims past 64 and 128 (issue 40): tiles of 128 at D=80, of 256 at D=256
+                     (1, 2, 1, 77, 77, 80, True, None, None),
+                     (1, 4, 2, 70, 90, 256, True, None, "bottom_right"))
 
 
 # softcap and attention sinks (issue 40): (B, Hq, Hkv, N, Nkv, D, causal, window, align, softcap, sinks): sinks
@@ -114,7 +117,8 @@ ATTENTION_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None), (1, 2, 1, 77, 77, 6
 ATTENTION_EXT_CONFIGS = ((1, 2, 1, 77, 77, 64, True, None, None, 30.0, False),
                          (2, 4, 2, 130, 130, 128, False, None, None, None, True),
                          (1, 4, 2, 130, 130, 64, False, (33, 7), None, 5.0, True),
-                         (1, 2, 2, 150, 70, 64, True, None, "bottom_right", 50.0, True))
+                         (1, 2, 2, 150, 70, 64, True, None, "bottom_right", 50.0, True),
+                         (1, 2, 1, 60, 60, 256, True, None, None, 30.0, True))
 
 
 def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None, softcap=None, sinks=None):
@@ -185,7 +189,8 @@ def attention_cases() -> list[Case]:
 VARLEN_CONFIGS = (((37, 100, 1, 64), None, 4, 2, 64, True, None, None),
                   ((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
                   ((70, 130), (128, 30), 4, 2, 128, False, (33, 7), "top_left"),
-                  ((20, 5, 9), (40, 8, 1), 2, 2, 64, False, None, None))
+                  ((20, 5, 9), (40, 8, 1), 2, 2, 64, False, None, None),
+                  ((37, 1, 20), None, 4, 2, 96, True, None, None))
 
 
 def _cu(lens) -> torch.Tensor:
@@ -247,7 +252,9 @@ def varlen_cases() -> list[Case]:
 KVCACHE_CONFIGS = (((1, 77, 300), 1, 8, 2, 128, 16, False, 3),
                    ((300, 40), 4, 8, 2, 64, 256, True, 2),
                    ((50, 0), 16, 4, 1, 64, None, True, None),
-                   ((130, 20), 40, 4, 2, 64, 32, True, 1))
+                   ((130, 20), 40, 4, 2, 64, 32, True, 1),
+                   ((77, 40), 1, 8, 2, 256, 16, True, 2),
+                   ((50, 33), 20, 4, 2, 80, None, True, None))
 
 
 def cached_sequence(kc, vc, table, b: int, L: int):
@@ -324,12 +331,17 @@ ATTENTION_BWD_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None, False),
                          (1, 2, 1, 113, 203, 64, True, None, "bottom_right", False),
                          (1, 2, 2, 150, 70, 64, True, None, "bottom_right", True),
                          (1, 2, 1, 113, 203, 64, True, None, "top_left", False),
-                         (1, 4, 2, 130, 130, 128, False, (33, 7), None, True))
+                         (1, 4, 2, 130, 130, 128, False, (33, 7), None, True),
+                         # head dims past 64 and 128 (issue 40); D=256's dK/dV in column parts (attention_bwd_wide)
+                         (1, 2, 1, 77, 77, 32, True, None, None, False),
+                         (1, 4, 2, 70, 90, 256, True, None, "bottom_right", False),
+                         (1, 2, 1, 60, 60, 256, False, None, None, True))
 # softcap and sinks (issue 40), (..., softcap, sinks): the wrapper takes the forward's lse (the sink included) and
 # softcap; the sinks' own gradient is torch_ops' (tests/test_attention_softcap_sinks.py)
 ATTENTION_BWD_EXT_CONFIGS = ((1, 2, 1, 77, 77, 64, True, None, None, False, 30.0, True),
                              (1, 2, 2, 150, 70, 64, True, None, "bottom_right", True, 5.0, True),
-                             (2, 4, 2, 130, 130, 128, False, None, None, False, 5.0, False))
+                             (2, 4, 2, 130, 130, 128, False, None, None, False, 5.0, False),
+                             (1, 2, 1, 60, 60, 256, True, None, None, False, 30.0, False))
 
 
 def _attention_keep(n: int, nk: int, causal: bool, window, align) -> torch.Tensor | None:
@@ -421,7 +433,8 @@ def _attention_bwd_case(dtype: str, config) -> Case:
 
 # varlen backward: (lens_q, lens_k, Hq, Hkv, D, causal, window, align)
 VARLEN_BWD_CONFIGS = (((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
-                      ((70, 30), (40, 130), 4, 2, 128, False, (33, 7), "top_left"))
+                      ((70, 30), (40, 130), 4, 2, 128, False, (33, 7), "top_left"),
+                      ((37, 0, 20), (50, 5, 17), 2, 1, 256, True, None, "bottom_right"))
 
 
 def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align):

@@ -1,6 +1,7 @@
 """Attention forward (FlashAttention-2 style online softmax, exp2 domain), GQA, causal, sliding-window.
 
-q [B, Hq, N, D], k and v [B, Hkv, Nkv, D] with Hq a multiple of Hkv; returns o [B, Hq, N, D] and the
+q [B, Hq, N, D], k and v [B, Hkv, Nkv, D] with Hq a multiple of Hkv and D a multiple of 8 from 32 to 256
+(HEAD_DIMS; the kernel runs at tile_dim(D), see TILE_HEAD_DIMS); returns o [B, Hq, N, D] and the
 natural-log log-sum-exp per query row, f32 [B, Hq, N] (what the backward pass needs).
 
 Masks are one rule: query row i sees key j iff  i + shift - left <= j <= i + shift + right.
@@ -152,8 +153,32 @@ def softmax_step(scores, v_tile, v_dtype, acc, row_m, row_l, guard: bool):
     return hk.mma(p.to(v_dtype), v_tile, acc * alpha[:, None]), new_m, new_l
 
 
+# The head dims every attention entry point takes (q, k and v alike): multiples of 8 (16-byte rows, what TMA and the
+# 16-byte loads need of a row stride) from 32 to 256. The kernels are built for a few tile head dims (the const D);
+# a call runs the smallest at least its head dim: the tile's columns past it read 0 (loads are bounds-checked; TMA
+# zero-fills), so they add nothing to q kᵀ, and the output's columns past it are dropped on store. The softmax
+# scale is the true head dim's (1/sqrt(d)), computed by the wrappers.
+HEAD_DIMS = tuple(range(32, 257, 8))
+TILE_HEAD_DIMS = (64, 128, 256)
+
+
+def check_head_dim(fn: str, d, what: str = "head dim D") -> None:
+    """An ArgumentError naming `what` unless d is a head dim the attention kernels take (HEAD_DIMS)."""
+    if isinstance(d, bool) or not isinstance(d, int) or d not in HEAD_DIMS:
+        raise ArgumentError(f"{fn}: {what} must be a multiple of 8 from 32 to 256, got {d!r}")
+
+
+def tile_dim(d: int) -> int:
+    """The tile head dim (the kernels' const D) a call with head dim d runs: the smallest of TILE_HEAD_DIMS >= d."""
+    return next(t for t in TILE_HEAD_DIMS if t >= d)
+
+
 def config_for(d: int) -> dict:
-    """Tiles that fit every target's shared memory (gfx942: 64 KiB): 48 KiB at D=128, 40 KiB at D=64."""
+    """Tiles that fit every target's shared memory (gfx942: 64 KiB): 48 KiB at D=128, 40 KiB at D=64. d is a tile
+    head dim (tile_dim). D=256: 64 query rows, key blocks of 16 in one stage (48 KiB; a [64, 256] f32 accumulator
+    is 128 registers a thread on 4 warps)."""
+    if d > 128:
+        return dict(D=d, BM=64, BN=16, STAGES=1)
     return dict(D=d, BM=64, BN=32 if d > 64 else 64, STAGES=2)
 
 
@@ -166,7 +191,10 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     FA3's 192-row block on three consumer warpgroups and the 128x128 block on two."""
     d = consts["D"]
     base = {**config_for(d), **consts}
-    if d > 64:
+    if d > 128:             # D=256: 128 query rows on two warpgroups where shared memory takes them (sm_90a)
+        wide = [dict(BM=128, BN=64, STAGES=2, num_warps=8), dict(BM=128, BN=32, STAGES=2, num_warps=8),
+                dict(BM=64, BN=32, STAGES=2, num_warps=4)]
+    elif d > 64:
         wide = [dict(BM=128, BN=128, STAGES=2, num_warps=8), dict(BM=128, BN=64, STAGES=2, num_warps=8),
                 dict(BM=256, BN=64, STAGES=2, num_warps=8)]
     else:
@@ -197,8 +225,7 @@ def check_qkv(fn: str, named: dict, ndim: int, what: str, unit_last_stride: bool
 def _check(q, k, v):
     check_qkv("attention_fwd", {"q": q, "k": k, "v": v}, 4, "4-D tensor [B, H, N, D]")
     B, Hq, N, D = q.shape
-    if D not in (64, 128):
-        raise ArgumentError(f"attention_fwd: head dim D must be 64 or 128, got {D}")
+    check_head_dim("attention_fwd", D)
     if k.shape != v.shape:
         raise ArgumentError(f"attention_fwd: 'k' {tuple(k.shape)} and 'v' {tuple(v.shape)} must have one shape")
     if k.shape[0] != B or k.shape[3] != D:
@@ -338,9 +365,9 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
 
     bounded = mask is not None and left < N + k.shape[2]            # band(): an unbounded side is N + Nkv
     if config:
-        cfg = {**config_for(D), **config, "MASKED": mask is not None, "LEFT_BOUND": bounded}
+        cfg = {**config_for(tile_dim(D)), **config, "MASKED": mask is not None, "LEFT_BOUND": bounded}
     else:                   # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        consts = {"D": D, "MASKED": mask is not None, "LEFT_BOUND": bounded}
+        consts = {"D": tile_dim(D), "MASKED": mask is not None, "LEFT_BOUND": bounded}
         cfg = attention_fwd_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
                                                  launch=launch, bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
                                                  key=(*consts.items(), N))     # the backend's ranking may read N
@@ -388,10 +415,10 @@ def _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, ou
         attention_fwd_ext_kernel(*args, grid=(hk.cdiv(N, cfg["BM"]), Hq, B), backend=backend, **cfg)
 
     bounded = mask is not None and left < N + k.shape[2]            # band(): an unbounded side is N + Nkv
-    consts = {"D": D, "MASKED": mask is not None, "LEFT_BOUND": bounded, "SOFTCAP": cap is not None,
+    consts = {"D": tile_dim(D), "MASKED": mask is not None, "LEFT_BOUND": bounded, "SOFTCAP": cap is not None,
               "SINKS": sinks is not None}
     if config:
-        cfg = {**config_for(D), **config, **{c: consts[c] for c in ("MASKED", "LEFT_BOUND", "SOFTCAP", "SINKS")}}
+        cfg = {**config_for(tile_dim(D)), **config, **{c: consts[c] for c in ("MASKED", "LEFT_BOUND", "SOFTCAP", "SINKS")}}
     else:
         cfg = attention_fwd_ext_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
                                                      launch=launch,
@@ -439,7 +466,7 @@ def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype
     v = torch.randn(B, Hkv, N, D, device=device, dtype=dtype)
     o = torch.empty_like(q)
     lse = torch.empty(B, Hq, N, device=device, dtype=torch.float32)
-    return (q, k, v, o, lse, 1.0 / math.sqrt(D), 0, N, 0), {**config_for(D), "MASKED": causal}
+    return (q, k, v, o, lse, 1.0 / math.sqrt(D), 0, N, 0), {**config_for(tile_dim(D)), "MASKED": causal}
 
 
 def example_args_attention_fwd_ext_kernel(device="cpu", D=64, causal=True, softcap=30.0, **kw):

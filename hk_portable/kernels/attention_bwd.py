@@ -24,7 +24,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import TUNABLE, LOG2E, _check as _check_fwd, band as _band_fwd, scale_value, softcap_value
+from .attention import TUNABLE, LOG2E, _check as _check_fwd, band as _band_fwd, scale_value, softcap_value, tile_dim
 
 INF = float("inf")
 
@@ -236,7 +236,11 @@ def attention_bwd_dq_convert_kernel(dq_acc: GL[4], dq: GL[4], *, D: hk.const = 6
 def config_for(d: int) -> dict:
     """dK/dV kernel tiles within every target's shared memory (gfx942: 64 KiB with the backend's scratch):
     48 KiB at D = 64 (k, v single-buffered, q, dO double-buffered). At D = 128 the two [BN, D] f32
-    accumulators fill the registers: one stage keeps sm_90a free of spills (with two it spilled 8 bytes)."""
+    accumulators fill the registers: one stage keeps sm_90a free of spills (with two it spilled 8 bytes).
+    d is a tile head dim (attention.tile_dim). D = 256's dK/dV runs in attention_bwd_wide.py (column parts); its
+    BM here is the row kernels' block (preprocess, dQ convert)."""
+    if d > 128:
+        return dict(D=d, BM=32, BN=16, STAGES=1)
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=32, STAGES=1)
 
 
@@ -267,7 +271,7 @@ def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None, ke
     """The dK/dV kernel's configuration for a call with these arguments: the backend's choice among candidates(),
     or where the selected target rejects its build, the next it accepts, then fallbacks_for(D) (Kernel.choose_config).
     kernel: attention_bwd_dkdv_kernel, or its softcap form."""
-    D = args[0].shape[-1]
+    D = tile_dim(args[0].shape[-1])
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
     return (kernel or attention_bwd_dkdv_kernel).choose_config(
         lambda: candidates(dict(D=D, **flags)), *args, backend=backend, key=(D, masked, deterministic),
@@ -277,6 +281,8 @@ def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None, ke
 def dq_config_for(d: int) -> dict:
     """The deterministic dQ kernel's tiles: q, dO single-buffered, k, v double-buffered; 48 KiB at D = 64.
     At D = 128 key blocks of 16 (32 KiB): with 32 the masked bf16 kernel spilled 68 registers on sm_80."""
+    if d > 128:             # D = 256 (a tile head dim): one stage, 48 KiB
+        return dict(D=d, BM=32, BN=16, STAGES=1)
     return dict(D=d, BM=64, BN=64, STAGES=2) if d <= 64 else dict(D=d, BM=32, BN=16, STAGES=2)
 
 
@@ -289,7 +295,7 @@ def dq_candidates(consts: dict) -> list[dict]:
 
 def dq_config(args: tuple, masked: bool, backend=None, kernel=None) -> dict:
     """The deterministic dQ kernel's configuration for a call (Kernel.choose_config over dq_candidates)."""
-    D = args[0].shape[-1]
+    D = tile_dim(args[0].shape[-1])
     return (kernel or attention_bwd_dq_kernel).choose_config(lambda: dq_candidates(dict(D=D, MASKED=masked)), *args,
                                                  backend=backend, key=(D, masked))
 
@@ -329,8 +335,9 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     must be the forward's. dk, dv are summed over each GQA group of query heads. deterministic=True computes
     dQ without atomic adds (a second kernel): reruns are bitwise equal. Rows that see no key: gradients 0.
     dlse: an upstream gradient of lse (f32 [B, Hq, N]), if the caller used it: d lse / d s = P, so it
-    enters as delta - dlse. config / dq_tiles: the dK/dV kernel's configuration (one of candidates()) and the
-    deterministic dQ kernel's (one of dq_candidates()) instead of the backend's choice (tests, benchmarks).
+    enters as delta - dlse. config / dq_tiles: the dK/dV kernel's configuration (one of candidates(); for D > 128
+    one of attention_bwd_wide.candidates()) and the deterministic dQ kernel's (one of dq_candidates()) instead of
+    the backend's choice (tests, benchmarks).
     softcap: the forward's (c * tanh(scale * s / c)): dS is multiplied by 1 - tanh² before dQ and dK. With sinks,
     lse is the forward's (the sink included) and nothing else changes here (the sinks' own gradient is the
     caller's: torch_ops)."""
@@ -350,10 +357,11 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     delta = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
     unused = delta.view(B, Hq, N, 1)        # the dQ accumulator argument when no kernel touches it
     dq_acc = unused if deterministic else torch.empty(B, Hq, N, D, device=q.device, dtype=torch.float32)
-    rows = config_for(D)["BM"]              # the row kernels' block; the dK/dV kernel's tiles may be smaller
+    Dt = tile_dim(D)                        # the kernels' tile head dim: columns past D read 0, stores drop them
+    rows = config_for(Dt)["BM"]             # the row kernels' block; the dK/dV kernel's tiles may be smaller
     q_grid = (hk.cdiv(N, rows), Hq, B)
     attention_bwd_preprocess_kernel(o, do, delta, dq_acc, grid=q_grid, backend=backend,
-                                    D=D, BM=rows, ZERO_DQ=not deterministic)
+                                    D=Dt, BM=rows, ZERO_DQ=not deterministic)
     if dlse is not None:
         _check_like("dlse", dlse, (B, Hq, N), torch.float32)
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))    # [B, Hq, N]: rows with no key stay inert
@@ -362,16 +370,20 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     dq_kernel = attention_bwd_dq_kernel if cap is None else attention_bwd_dq_softcap_kernel
     args = (q, k, v, do, lse, delta, outs["dk"], outs["dv"], dq_acc, scale, shift, left, right, *capped)
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
-    cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend, dkdv_kernel)
-    if cfg.get("DQ_T"):                     # the kernel adds dQᵀ tiles: the accumulator viewed [B, Hq, D, N]
-        args = args[:8] + (dq_acc.transpose(-1, -2),) + args[9:]
-    dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
+    if Dt > 128:                            # dK/dV in column parts of 128 (attention_bwd_wide.py)
+        from .attention_bwd_wide import launch_dkdv
+        launch_dkdv(args[:13] + (1.0 if cap is None else cap,), cap is not None, config, flags, backend)
+    else:
+        cfg = {**config, **flags} if config else dkdv_config(args, masked, deterministic, backend, dkdv_kernel)
+        if cfg.get("DQ_T"):                 # the kernel adds dQᵀ tiles: the accumulator viewed [B, Hq, D, N]
+            args = args[:8] + (dq_acc.transpose(-1, -2),) + args[9:]
+        dkdv_kernel(*args, grid=(hk.cdiv(k.shape[2], cfg["BN"]), k.shape[1], B), backend=backend, **cfg)
     if deterministic:
         dq_args = (q, k, v, do, lse, delta, outs["dq"], scale, shift, left, right, *capped)
         dq_cfg = {**dq_tiles, "MASKED": masked} if dq_tiles else dq_config(dq_args, masked, backend, dq_kernel)
         dq_kernel(*dq_args, grid=(hk.cdiv(N, dq_cfg["BM"]), Hq, B), backend=backend, **dq_cfg)
     else:
-        attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=D, BM=rows)
+        attention_bwd_dq_convert_kernel(dq_acc, outs["dq"], grid=q_grid, backend=backend, D=Dt, BM=rows)
     return outs["dq"], outs["dk"], outs["dv"]
 
 
@@ -409,4 +421,4 @@ def example_args(device="cpu", B=1, Hq=4, Hkv=2, N=200, D=64, causal=True, dtype
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     dq_acc = torch.zeros(B, Hq, N, D, device=device, dtype=torch.float32)
     args = (q, k, v, do, lse, delta, dk, dv, dq_acc, 1.0 / math.sqrt(D), 0, N, 0)
-    return args, {**config_for(D), "MASKED": causal, "ATOMIC_DQ": True}
+    return args, {**config_for(tile_dim(D)), "MASKED": causal, "ATOMIC_DQ": True}

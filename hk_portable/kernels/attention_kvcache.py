@@ -23,7 +23,7 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import TUNABLE, LN2, LOG2E, check_qkv, normalised, scale_value, softmax_step
+from .attention import TUNABLE, LN2, LOG2E, check_head_dim, check_qkv, normalised, scale_value, softmax_step, tile_dim
 from .attention_combine import attention_combine_kernel
 
 
@@ -122,13 +122,25 @@ BLOCKS_PER_UNIT = 2     # blocks a split-KV launch aims for per compute unit (SM
 
 def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:
     """Decode (R <= 16 packed rows): 16-row blocks of one warp; prefill: the dense kernel's 64-row blocks.
-    Key tiles: 32 rows at D=128, 64 at D=64 (every target's shared memory), at most one page."""
+    Key tiles: 32 rows at D=128, 64 at D=64 (every target's shared memory), at most one page. D is a tile head dim
+    (attention.tile_dim); D=256: key tiles of 16, prefill's in one stage (48 KiB)."""
+    if D > 128:
+        return dict(D=D, BM=16, BN=16, STAGES=2, num_warps=1) if R <= 16 else \
+            dict(D=D, BM=64, BN=16, STAGES=1, num_warps=4)
     bn = 32 if D > 64 else 64
     if paged:
         bn = min(bn, page_size)
     if R <= 16:
         return dict(D=D, BM=16, BN=bn, STAGES=2, num_warps=1)
     return dict(D=D, BM=64, BN=bn, STAGES=2, num_warps=4)
+
+
+def combine_config(cfg: dict) -> dict:
+    """The combine kernel's configuration for a split kernel's: its rows and warps up to D=128; above (two [BM, D]
+    f32 tiles a thread: 256 registers on one warp's 16 rows at D=256, 1.5 KB spilled on sm_80) 16 rows on 4 warps."""
+    if cfg["D"] > 128:
+        return dict(D=cfg["D"], BM=16, num_warps=4)
+    return dict(D=cfg["D"], BM=cfg["BM"], num_warps=cfg["num_warps"])
 
 
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal: bool = False,
@@ -201,8 +213,9 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
     o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
     lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
-    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, BM), Hkv, B), backend=backend,
-                             D=D, BM=BM, num_warps=cfg["num_warps"])
+    comb = combine_config(cfg)
+    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, comb["BM"]), Hkv, B),
+                             backend=backend, **comb)
     if not direct:
         out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
         lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))
@@ -214,8 +227,7 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
     given, scale, paged), decided once per call signature (the caches' length, and what depends on it, per call)."""
     check_qkv(fn, {"q": q, "k_cache": k_cache, "v_cache": v_cache}, 4, "4-D tensor", unit_last_stride=True)
     B, Nq, Hq, D = q.shape
-    if D not in (64, 128):
-        raise _fn_error(fn, f"head dim D must be 64 or 128, got {D}")
+    check_head_dim(fn, D)
     if k_cache.shape != v_cache.shape or k_cache.shape[3] != D:
         raise _fn_error(fn, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape "
                         f"[..., Hkv, D={D}]")
@@ -244,7 +256,7 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
     scale = scale_value(scale, D, fn)
     g = Hq // Hkv
     R = Nq * g
-    cfg = {**kvcache_config(D, R, page_size, paged), **config, "CAUSAL": causal}
+    cfg = {**kvcache_config(tile_dim(D), R, page_size, paged), **config, "CAUSAL": causal}
     BN = cfg["BN"]
     if paged and page_size % BN:
         raise _fn_error(fn, f"page_size {page_size} must be a multiple of the key tile {BN}")
@@ -296,7 +308,7 @@ def example_args(device="cpu", B=2, Nq=1, Hq=8, Hkv=2, D=128, page=16, pages=4, 
     g = Hq // Hkv
     R = Nq * g if R is None else R
     Nq = max(1, R // g)
-    cfg = kvcache_config(D, R, page, True)
+    cfg = kvcache_config(tile_dim(D), R, page, True)
     cfg["CAUSAL"] = causal
     q = torch.randn(B, Hkv, R, D, device=device, dtype=dtype)
     kc = torch.randn(B * pages, page, Hkv, D, device=device, dtype=dtype)

@@ -28,7 +28,8 @@ from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
 from .attention import (
-    TUNABLE, ALIGNS, LN2, LOG2E, _window, check_qkv, config_for, normalised, scale_value, softmax_step)
+    TUNABLE, ALIGNS, LN2, LOG2E, _window, check_head_dim, check_qkv, config_for, normalised, scale_value, softmax_step,
+    tile_dim)
 
 BIG = 2**31 - 1
 
@@ -134,8 +135,7 @@ def _check_cu(fn: str, name: str, cu, total: int, device) -> int:
 def _check_packed(fn: str, q, k, v):
     check_qkv(fn, {"q": q, "k": k, "v": v}, 3, "3-D packed tensor [total_tokens, H, D]", unit_last_stride=True)
     D = q.shape[2]
-    if D not in (64, 128):
-        raise _fn_error(fn, f"head dim D must be 64 or 128, got {D}")
+    check_head_dim(fn, D)
     if k.shape != v.shape:
         raise _fn_error(fn, f"'k' {tuple(k.shape)} and 'v' {tuple(v.shape)} must have one shape")
     if k.shape[2] != D:
@@ -206,7 +206,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     check_no_overlap(fn, {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
     if total_q == 0:
         return out, lse
-    cfg = {**config_for(D), **config, "MASKED": masked}
+    cfg = {**config_for(tile_dim(D)), **config, "MASKED": masked}
     steps = (n_seq + 1).bit_length()
     attention_varlen_kernel(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), out.transpose(0, 1), lse,
                             cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps,
@@ -426,9 +426,10 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
         return outs["dq"], outs["dk"], outs["dv"]
     tq = lambda t: t.transpose(0, 1)              # noqa: E731 - [total, H, D] -> [H, total, D] views
     delta = torch.empty(Hq, total_q, device=q.device, dtype=torch.float32)
-    cfg = bwd_config(D)
+    Dt = tile_dim(D)                              # the kernels' tile head dim (columns past D read 0)
+    cfg = bwd_config(Dt)
     attention_bwd_preprocess_kernel(tq(o)[None], tq(do)[None], delta[None], delta.view(1, Hq, total_q, 1),
-                                    grid=(hk.cdiv(total_q, cfg["BM"]), Hq, 1), backend=backend, D=D, BM=cfg["BM"],
+                                    grid=(hk.cdiv(total_q, cfg["BM"]), Hq, 1), backend=backend, D=Dt, BM=cfg["BM"],
                                     ZERO_DQ=False)
     if dlse is not None:
         if tuple(dlse.shape) != (Hq, total_q) or dlse.dtype != torch.float32:
@@ -436,11 +437,18 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
         delta.sub_(torch.where(torch.isfinite(lse), dlse, 0.0))
     steps = (n_seq + 1).bit_length()
     common = (cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps)
-    attention_varlen_bwd_dkdv_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dk"]), tq(outs["dv"]),
-                                     *common, grid=(hk.cdiv(total_k, cfg["BN"]), k.shape[1], 1), backend=backend,
-                                     **cfg, GROUP=Hq // k.shape[1], MASKED=masked)
+    dkdv_args = (tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dk"]), tq(outs["dv"]), *common)
+    if Dt > 128:                                  # dK/dV in column parts of 128 (attention_bwd_wide.py)
+        from .attention_bwd_wide import attention_varlen_bwd_dkdv_wide_kernel as wide, parts, varlen_config_for
+        wcfg = varlen_config_for(Dt)
+        for part in range(parts(Dt)):
+            wide(*dkdv_args, grid=(hk.cdiv(total_k, wcfg["BN"]), k.shape[1], 1), backend=backend, **wcfg,
+                 GROUP=Hq // k.shape[1], MASKED=masked, PART=part)
+    else:
+        attention_varlen_bwd_dkdv_kernel(*dkdv_args, grid=(hk.cdiv(total_k, cfg["BN"]), k.shape[1], 1),
+                                         backend=backend, **cfg, GROUP=Hq // k.shape[1], MASKED=masked)
     # D = 64: key blocks of 32 (with 64 the dQ kernel's loop over sequences spilled scalar registers on gfx950)
-    qcfg = dict(D=D, BM=64, BN=32, STAGES=2) if D <= 64 else dq_config_for(D)
+    qcfg = dict(D=Dt, BM=64, BN=32, STAGES=2) if Dt <= 64 else dq_config_for(Dt)
     attention_varlen_bwd_dq_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dq"]), *common,
                                    grid=(hk.cdiv(total_q, qcfg["BM"]), Hq, 1), backend=backend, **qcfg,
                                    MASKED=masked)

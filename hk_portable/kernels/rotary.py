@@ -106,6 +106,9 @@ def _halves(t: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     return t[..., 0::2], t[..., 1::2]
 
 
+HEAD_DIMS = (32, 64, 128, 256)      # the head dims the rotary kernel takes
+
+
 def _check(x, cos, sin, layout, offset, heads_first):
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ArgumentError(f"rotary: 'x' must be a 4-D tensor [B, N, H, D] ([B, H, N, D] with heads_first=True), "
@@ -115,7 +118,7 @@ def _check(x, cos, sin, layout, offset, heads_first):
     if layout not in LAYOUTS:
         raise ArgumentError(f"rotary: layout must be one of {LAYOUTS}, got {layout!r}")
     D = x.shape[-1]
-    if D % 2 or D // 2 not in (16, 32, 64, 128):
+    if D not in HEAD_DIMS:
         raise ArgumentError(f"rotary: head dim D must be 32, 64, 128 or 256, got {D}")
     n = x.shape[2] if heads_first else x.shape[1]
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:

@@ -15,7 +15,7 @@ import torch.nn.functional as TF
 from torch import nn
 
 from . import functional as F
-from .modules import Linear, RMSNorm
+from .modules import Linear, RMSNorm, check_attention_dims
 from ..kernels.rotary import tables
 
 IMPLS = ("hk", "torch")
@@ -32,6 +32,8 @@ class LlamaBlock(nn.Module):
             raise ValueError(f"LlamaBlock: dim ({dim}) must be a multiple of num_heads ({num_heads}), and num_heads "
                              f"of num_kv_heads ({num_kv_heads})")
         self.impl, self.heads, self.kv_heads, self.head_dim = impl, num_heads, num_kv_heads, dim // num_heads
+        if impl == "hk":            # hk attention and rotary: refused here rather than at the first forward
+            check_attention_dims("LlamaBlock", self.head_dim, f"dim / num_heads = {dim} / {num_heads}", rotary=True)
         lin = Linear if impl == "hk" else nn.Linear
         norm = RMSNorm if impl == "hk" else nn.RMSNorm
         kw = dict(bias=False, device=device, dtype=dtype)

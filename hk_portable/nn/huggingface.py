@@ -16,7 +16,7 @@ on a GPU, none per layer. The attention function then runs:
 - no padding: hk::attention (GQA without repeating k/v), causal bottom-right aligned, so prefill, chunked prefill
   and continuation from a cache with any number of new tokens are one call; sliding windows as the kernel's
   window. The keys a causal mask hides at the end of a static cache are sliced off (a view).
-- a decode step (one query per sequence, head dim 64 or 128, no gradient): hk::attention_kvcache's split-KV
+- a decode step (one query per sequence, no gradient): hk::attention_kvcache's split-KV
   kernel on the cache's [B, Nkv, Hkv, D] view and the written keys' length (a [B, Hq, 1, D] query has too few
   rows to fill the GPU otherwise), dynamic or static cache, a sliding window as a slice of the last keys.
 - padding (left or right): hk::attention_varlen on the valid tokens gathered per sequence, causal bottom-right
@@ -43,10 +43,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.attention import HEAD_DIMS
 from . import functional as F
 
 NAME = "hk"
-DECODE_HEAD_DIMS = (64, 128)        # the head dims hk::attention_kvcache takes (others decode through hk::attention)
+DECODE_HEAD_DIMS = HEAD_DIMS        # the head dims hk::attention_kvcache takes (others decode through hk::attention)
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,8 +4,25 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kernels.rotary import tables
+from ..interface import ArgumentError
+from ..kernels.attention import check_head_dim
+from ..kernels.rotary import HEAD_DIMS as ROTARY_HEAD_DIMS, tables
 from . import functional as F
+
+
+def check_rotary_dim(fn: str, dim, what: str) -> None:
+    """An ArgumentError naming `what` unless the rotary kernel takes head dim `dim`."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim not in ROTARY_HEAD_DIMS:
+        raise ArgumentError(f"{fn}: {what} must be a rotary head dim, one of {ROTARY_HEAD_DIMS}, got {dim!r}")
+
+
+def check_attention_dims(fn: str, head_dim: int, what: str, rotary: bool) -> None:
+    """What a module built on hk attention checks at construction rather than at its first forward: the head dim
+    (`what` says where it comes from) is one the attention kernels take, and with rotary one the rotary kernel
+    takes too."""
+    check_head_dim(fn, head_dim, f"the head dim ({what})")
+    if rotary:
+        check_rotary_dim(fn, head_dim, f"with rotary, the head dim ({what})")
 
 
 class Linear(nn.Linear):
@@ -36,6 +53,7 @@ class Rotary(nn.Module):
     def __init__(self, dim: int, max_positions: int = 2048, base: float = 10000.0, layout: str = "neox",
                  heads_first: bool = False, device=None):
         super().__init__()
+        check_rotary_dim("hnn.Rotary", dim, "'dim'")
         self.dim, self.layout, self.heads_first = dim, layout, heads_first
         self.max_positions, self.base = max_positions, base
         cos, sin = tables(max_positions, dim, base, device=device or "cpu")
@@ -67,6 +85,8 @@ class Attention(nn.Module):
                              f"of num_kv_heads ({num_kv_heads})")
         self.num_heads, self.num_kv_heads, self.causal = num_heads, num_kv_heads, causal
         self.head_dim = embed_dim // num_heads
+        check_attention_dims("hnn.Attention", self.head_dim, f"embed_dim / num_heads = {embed_dim} / {num_heads}",
+                             rotary)
         kw = dict(bias=bias, device=device, dtype=dtype)
         self.q_proj = Linear(embed_dim, num_heads * self.head_dim, **kw)
         self.k_proj = Linear(embed_dim, num_kv_heads * self.head_dim, **kw)

@@ -269,3 +269,54 @@ def test_a_new_arch_row_is_all_a_new_arch_needs(monkeypatch):
     art = be.compile(gemm.gemm_kernel.trace(a, a, a, **cfg), target)
     assert ".target sm_100a" in art.asm and "mma.sync" in art.asm and "cp.async" in art.asm
     assert "wgmma" not in art.asm and "cp.async.bulk.tensor" not in art.asm
+
+
+def _head_dim_256_build(name: str, arch: str):
+    """(kernel, args, config) of what a call at head dim 256 launches on cuda:`arch` (its wrapper's choice)."""
+    from hk_portable.kernels import attention as A, attention_bwd as AB, attention_bwd_wide as W
+    from hk_portable.kernels import attention_kvcache as AK, attention_varlen as AV
+    from hk_portable.kernels.attention_combine import attention_combine_kernel
+    spec = f"cuda:{arch}"
+    if name == "fwd":
+        args, _ = A.example_args(D=256)
+        consts = {"D": 256, "MASKED": True, "LEFT_BOUND": False}
+        return A.attention_fwd_kernel, args, A.attention_fwd_kernel.choose_config(A.candidates(consts), *args,
+                                                                                  backend=spec)
+    if name in ("dkdv_wide", "dkdv_wide_deterministic"):
+        args, _ = W.example_args()
+        flags = dict(MASKED=True, ATOMIC_DQ=name == "dkdv_wide")
+        return W.attention_bwd_dkdv_wide_kernel, args, {**W.dkdv_config(args, flags, False, backend=spec), "PART": 1}
+    if name == "dq":
+        q, k, v, do, lse, delta = AB.example_args(D=256)[0][:6]
+        args = (q, k, v, do, lse, delta, torch.empty_like(q), 1 / 16, 0, q.shape[2], 0)
+        return AB.attention_bwd_dq_kernel, args, AB.dq_config(args, True, backend=spec)
+    if name == "varlen_dkdv_wide":
+        vargs, _ = AV.example_args(D=256)
+        q, k, v, lse, cu = vargs[0], vargs[1], vargs[2], vargs[4], vargs[5]
+        args = (q, k, v, q, lse, lse, torch.empty_like(k), torch.empty_like(v), cu, cu, 1 / 16, 1, 2 * q.shape[1], 0,
+                vargs[-1])
+        return W.attention_varlen_bwd_dkdv_wide_kernel, args, {**W.varlen_config_for(256), "GROUP": 2, "MASKED": True}
+    if name == "kvcache":
+        args, cfg = AK.example_args(D=256)
+        return AK.attention_kvcache_kernel, args, cfg
+    assert name == "combine"
+    _, cfg = AK.example_args(D=256)
+    args = (torch.randn(12, 4, 256), torch.randn(12, 4), torch.empty(2, 2, 4, 256, dtype=torch.bfloat16),
+            torch.empty(2, 2, 4))
+    return attention_combine_kernel, args, AK.combine_config(cfg)
+
+
+HEAD_DIM_256 = ("fwd", "dkdv_wide", "dkdv_wide_deterministic", "dq", "varlen_dkdv_wide", "kvcache", "combine")
+
+
+@pytest.mark.parametrize("arch,name", [
+    pytest.param(a, n, marks=() if (a, n) in (("sm_80", "dkdv_wide"), ("sm_90a", "fwd")) else pytest.mark.slow)
+    for a in ARCHS for n in HEAD_DIM_256])
+def test_head_dim_256_builds_take_no_local_memory(arch, name):
+    """Issue 40: what a call at head dim 256 (the tile every D in 136..256 runs) launches on each arch compiles with
+    nothing in local memory, as the backend's choice (Kernel.choose_config passes over a build that spills) or the
+    wrapper's fixed tiles (the D > 128 dK/dV kernels in column parts, the split-KV combine on 4 warps)."""
+    kern, args, cfg = _head_dim_256_build(name, arch)
+    art = kern.compile(*args, backend=f"cuda:{arch}", **cfg)
+    r = art.resources
+    assert not r["spill_stores"] and not r["stack_bytes"], (name, cfg, r)
