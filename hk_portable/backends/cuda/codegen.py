@@ -13,8 +13,8 @@ from ...codegen import library, resources
 from ...codegen.cstyle import CStyleEmitter, EmittedKernel
 from ...interface.backend import Target
 from ...interface.ir import Program, TileType
-from ...interface import opcodes
 from . import archs, dataflow, footprint, tma, wgmma
+from .emit_deferred import DeferredWaits
 from .footprint import BUFFER_ALIGN, base_slack, num_warps, scratch_bytes
 from .plan import Plan
 
@@ -24,7 +24,7 @@ header_text = LIBRARY.text              # the device library inlined: the prelud
 library_hash = LIBRARY.fingerprint      # part of the compile cache key
 
 
-class CudaEmitter(CStyleEmitter):
+class CudaEmitter(DeferredWaits, CStyleEmitter):
     lanes = 32
     smem_align = BUFFER_ALIGN
     strip_layouts = True
@@ -39,7 +39,7 @@ class CudaEmitter(CStyleEmitter):
         self._acquired: set[int] = set()                    # split ring: groups acquired in this load lambda
         self._emitted_prologue: list = []                   # prologue loads the producer issued so far (this tile)
         self._late_publish = False                          # loads issued whose wait the next ring_open does
-        self._pending: list | None = None                   # a deferring compute region's wgmma in flight, in order
+        self._pending: list | None = None                   # a deferring compute region's wgmma in flight (DeferredWaits)
         self._producers: dict = {}
 
     def register_layouts(self, program: Program) -> dict:
@@ -102,59 +102,6 @@ class CudaEmitter(CStyleEmitter):
         if mode == dataflow.MMA_DEFERRED:       # the library's MODE 2: left in flight (before_op waits for it)
             mode = dataflow.MMA_ASYNC
         return base if mode == dataflow.MMA_STANDALONE else f"{base}, {mode}"
-
-    # ---- deferred wgmma waits (Plan.compute_orders, deferred.py): each product of the step waited for where it is read
-    def compute_lambda(self, name: str, creg, carry: list[str]) -> None:
-        pipe = next((o for o in self.p.body.walk() if o.opcode == "pipeline" and o.regions[1] is creg), None)
-        order = self.plan.compute_orders.get(id(pipe)) if pipe is not None else None
-        if order is None:
-            return super().compute_lambda(name, creg, carry)
-        ops = {id(o): o for o in creg.ops}
-        self._producers = {r.id: o for o in self.p.body.walk() for r in o.results}
-        ci, cs = (self.name(a) for a in creg.args[:2])
-        self.line(f"auto {name} = [&](int {ci}, int {cs}) {{")
-        self.indent += 1
-        self._bind_args(creg.args[2:], carry)
-        self._pending = []
-        self.emit_ops([ops[i] for i in order])
-        self._retire(len(self._pending))            # the step's products, before its carry is yielded
-        self._pending = None
-        self._yield(creg, carry)
-        self.indent -= 1
-        self.line("};")
-
-    def _retire(self, n: int) -> None:
-        """Waits for the first n products in flight (the groups issued after them may stay) and fences their
-        results, so nothing reading them moves above the wait."""
-        if n <= 0:
-            return
-        self.line(f"hk::wgmma_wait<{len(self._pending) - n}>();")
-        for m in self._pending[:n]:
-            self.line(f"hk::fence_operand({self.name(m.result)});")
-        self._pending = self._pending[n:]
-
-    def before_op(self, op) -> None:
-        if not self._pending:
-            return
-        reads = {v.id for v in op.operands} | {v.id for r in op.regions for v in dataflow.free_values(r, self._producers)}
-        written = {dataflow.buffer_of(v, self._producers) for v in op.operands} if opcodes.writes_shared(op.opcode) else set()
-        written.discard(None)
-        n = 0
-        for k, m in enumerate(self._pending):
-            if (m.result.id in reads or op.regions
-                    or written & {dataflow.buffer_of(v, self._producers) for v in m.operands[:2]}):
-                n = k + 1
-        self._retire(n)
-
-    def after_op(self, op) -> None:
-        if self._pending is None or op.opcode != "mma":
-            return
-        if self.plan.mma_modes.get(id(op)) == dataflow.MMA_DEFERRED:
-            self._pending.append(op)
-        elif archs.of(self.target).async_tensor_core and dataflow.wgmma_eligible(op, self.p.num_warps):
-            for m in self._pending:                 # a standalone or staged wgmma waited for every group
-                self.line(f"hk::fence_operand({self.name(m.result)});")
-            self._pending = []
 
     def op_global_to_shared(self, op):
         if self._tma_loads is None or id(op) not in self._tma_loads:
