@@ -152,6 +152,27 @@ def launches(B, Hq, Hkv, N, D, causal):
     return parts, flops, dict(dkdv=cfg, dkdv_det=cfg_det, dq=dq_cfg)
 
 
+def check(B, Hq, Hkv, N, D, causal) -> None:
+    """The backward's gradients (dQ by the TMA adds on sm_90a) against the deterministic form's (no adds) and SDPA's
+    cuDNN backward's, on fresh inputs with poisoned outputs: printed as relative errors (Frobenius)."""
+    q, k, v = (torch.randn(B, h, N, D, device="cuda", dtype=torch.bfloat16) for h in (Hq, Hkv, Hkv))
+    o, lse = attention_fwd(q, k, v, causal=causal)
+    do = torch.randn_like(o)
+    outs = [tuple(torch.full_like(t, float("nan")) for t in (q, k, v)) for _ in range(2)]
+    got = ab.attention_bwd(q, k, v, o, lse, do, causal=causal, dq=outs[0][0], dk=outs[0][1], dv=outs[0][2])
+    det = ab.attention_bwd(q, k, v, o, lse, do, causal=causal, deterministic=True, dq=outs[1][0], dk=outs[1][1],
+                           dv=outs[1][2])
+    qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=Hq != Hkv)
+    ref = torch.autograd.grad(out, (qq, kk, vv), do)
+    rel = lambda a, b: float((a.double() - b.double()).norm() / b.double().norm())
+    for n, g, d, r in zip(("dq", "dk", "dv"), got, det, ref):
+        print(f"  check {n}: atomic vs deterministic {rel(g, d):.2e}, atomic vs cuDNN {rel(g, r):.2e}, "
+              f"deterministic vs cuDNN {rel(d, r):.2e}, finite {bool(torch.isfinite(g).all())}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="llama,d128")
@@ -168,6 +189,7 @@ def main() -> None:
                     fn(0)
             torch.cuda.synchronize()
             continue
+        check(*CASES[name])
         t = time_side_by_side(parts, 2, "cuda", budget_s=0.3)
         row = {"case": name, "shape": CASES[name], "configs": {k: {c: v for c, v in d.items()} for k, d in cfgs.items()},
                "flops": flops, "parts": {}}
