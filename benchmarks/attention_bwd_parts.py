@@ -5,9 +5,9 @@ side by both methods of hk_portable.bench (CUDA events per call, batch wall time
 the whole hk backward (atomic and deterministic) in the same run:
 
   preprocess           delta = rowsum(dO o O), the dQ accumulator zeroed
-  dkdv atomic          the main kernel: dK, dV and dQ's f32 adds (what attention_bwd runs: TMA reduce-add on sm_90a)
-  dkdv atomic REDs     the same compiled with tma_store=False: dQ by red.global per element, dK and dV plain stores
-  dkdv defer dK / all  the same compiled with defer_wgmma "3" / "all" (backends/cuda/deferred.py)
+  dkdv atomic          the main kernel: dK, dV and dQ's f32 adds (what attention_bwd runs: red.global per element)
+  dkdv tma reduce      the same compiled with tma_reduce=True: dQ by TMA reduce-add (backends/cuda/tma_writes.py)
+  dkdv defer dK / all  that compiled with defer_wgmma "3" / "all" as well (backends/cuda/deferred.py)
   dkdv dq-store        the same kernel with dQ's adds made plain stores (wrong results: the adds' cost by difference)
   dkdv no-dq           the deterministic form's dK/dV kernel (no dSᵀ store, no dQ product, no adds)
   dq deterministic     the deterministic form's dQ kernel
@@ -68,11 +68,11 @@ def _dkdv_as(name: str, doc: str):
 
 
 # kernel name -> the cuda options it compiles with (the options enter the cache key)
-OPTIONS = {"dkdv_reds_kernel": {"tma_store": False},
-           "dkdv_defer3_kernel": {"defer_wgmma": "3"},
-           "dkdv_defer_all_kernel": {"defer_wgmma": "all"}}
-dkdv_reds_kernel = _dkdv_as("dkdv_reds_kernel", "dQ by one red.global per element and thread (as before "
-                            "Plan.tma_reduces), dK and dV stored from registers")
+OPTIONS = {"dkdv_tma_reduce_kernel": {"tma_reduce": True},
+           "dkdv_defer3_kernel": {"defer_wgmma": "3", "tma_reduce": True},
+           "dkdv_defer_all_kernel": {"defer_wgmma": "all", "tma_reduce": True}}
+dkdv_tma_reduce_kernel = _dkdv_as("dkdv_tma_reduce_kernel", "dQ added by TMA reduce-add (Plan.tma_reduces), not one "
+                                  "red.global per element and thread")
 dkdv_defer3_kernel = _dkdv_as("dkdv_defer3_kernel", "dK's wgmma left in flight over dSᵀ's store and dQ (deferred.py)")
 dkdv_defer_all_kernel = _dkdv_as("dkdv_defer_all_kernel", "every staged wgmma left in flight, dPᵀ issued beside Sᵀ "
                                  "(deferred.py; spills 84-92 bytes at D128 under NVRTC 13.0)")
@@ -129,7 +129,7 @@ def launches(B, Hq, Hkv, N, D, causal):
         "preprocess": lambda i: ab.attention_bwd_preprocess_kernel(sets[i][3], sets[i][5], delta, dq_acc, grid=q_grid,
                                                                     D=D, BM=rows, ZERO_DQ=True),
         "dkdv atomic": dkdv(ab.attention_bwd_dkdv_kernel, cfg, False),
-        "dkdv atomic REDs": dkdv(dkdv_reds_kernel, cfg, False),
+        "dkdv tma reduce": dkdv(dkdv_tma_reduce_kernel, cfg, False),
         "dkdv defer dK": dkdv(dkdv_defer3_kernel, cfg, False),
         "dkdv defer all": dkdv(dkdv_defer_all_kernel, cfg, False),
         "dkdv dq-store": dkdv(dkdv_dq_store_kernel, cfg, False),
@@ -149,6 +149,19 @@ def launches(B, Hq, Hkv, N, D, causal):
         graphs.append((out, (qq, kk, vv), do))
     parts["cuDNN backward"] = lambda i: torch.autograd.grad(graphs[i][0], graphs[i][1], graphs[i][2], retain_graph=True)
     flops = 2.5 * 4.0 * B * Hq * N * N * D / (2 if causal else 1)
+    def check_tma_reduce() -> None:
+        """dQ, dK, dV of the TMA reduce-add build (preprocess, dkdv_tma_reduce_kernel, convert on set 0, outputs
+        poisoned) against the deterministic backward's on the same inputs."""
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
+        for part in ("preprocess", "dkdv tma reduce", "convert"):
+            parts[part](0)
+        got = (dq.clone(), dk.clone(), dv.clone())
+        det = ab.attention_bwd(*sets[0], causal=causal, deterministic=True)
+        rel = lambda a, b: float((a.double() - b.double()).norm() / b.double().norm())
+        print("  check tma reduce vs deterministic: " + ", ".join(f"{n} {rel(g, d):.2e}" for n, g, d in
+                                                                   zip(("dq", "dk", "dv"), got, det)))
+    check_tma_reduce()
     return parts, flops, dict(dkdv=cfg, dkdv_det=cfg_det, dq=dq_cfg)
 
 

@@ -40,6 +40,8 @@ class CudaOptions(BackendOptions):
                                        # ring, each one's first copies issued while the one before computes
     heavy_first: bool = True           # base: a dispatched grid whose blocks' work grows along an axis starts its
                                        # heaviest blocks first, in runs of rows (hk::heavy_first_idx)
+    tma_reduce: bool = False           # base, specialised: atomic adds of whole f32 register tiles (attention_bwd's
+                                       # dQ) by TMA reduce-add; off until it has run on a GPU (tma_writes.reduces)
     defer_wgmma: str = ""              # base, specialised: staged wgmma waited for where first read (deferred.py):
                                        # "" never (the default until measured), "all", or product indices ("13")
     longest_first: int = LONGEST_FIRST_MIN   # fa3: the persistent grid walks tiles whose work grows along an axis
@@ -48,7 +50,8 @@ class CudaOptions(BackendOptions):
                                        # memory holds them (1: the next tile's Q waits for this tile's end)
 
     def validate(self) -> None:
-        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "tma_store", "fill_sm", "heavy_first", "one_ring")
+        self._expect_bool("ftz", "fmad", "prec_div", "prec_sqrt", "tma_store", "fill_sm", "heavy_first", "one_ring",
+                          "tma_reduce")
         self._expect_choice("variant", VARIANTS)
         self._expect_int("longest_first", 0, 1 << 30)
         self._expect_int("prologue_stages", 1, 2)
@@ -61,7 +64,7 @@ class CudaOptions(BackendOptions):
 
     def base(self) -> Base:
         return Base(tma_store=self.tma_store, one_ring=self.one_ring, heavy_first=self.heavy_first,
-                    defer_wgmma=self.defer_wgmma)
+                    tma_reduce=self.tma_reduce, defer_wgmma=self.defer_wgmma)
 
     def fa3(self) -> FA3:
         return FA3(tma_store=self.tma_store, longest_first=self.longest_first, prologue_stages=self.prologue_stages)

@@ -178,8 +178,9 @@ def _plan(program: Program, target: Target, v: Variant, layouts: dict) -> _Draft
     stores = tma_writes.stores(program, params, strips, maps) if v.tma_store else {}
     d.take(TMA_STORES_WHY if stores else "the variant's tma_store is off" if not v.tma_store
            else "no store after the pipelines TMA can take", tma_stores=MappingProxyType(stores))
-    reduces = tma_writes.reduces(program, params, strips, maps) if v.tma_store else {}
-    d.take(TMA_REDUCES_WHY if reduces else "the variant's tma_store is off" if not v.tma_store
+    wanted = v.tma_store and getattr(v, "tma_reduce", False)
+    reduces = tma_writes.reduces(program, params, strips, maps) if wanted else {}
+    d.take(TMA_REDUCES_WHY if reduces else "the variant's tma_store or tma_reduce is off" if not wanted
            else "no atomic add of a whole f32 register tile TMA can take", tma_reduces=MappingProxyType(reduces))
     d.take(MAPS_WHY, tensor_maps=tuple(maps))
     fed, why = _tma_fed(program, target, layouts, pipelines, d.prologue)

@@ -25,6 +25,8 @@ class Base:
     tma_store: bool = True
     one_ring: bool = True
     heavy_first: bool = True
+    tma_reduce: bool = False    # specialised: atomic adds of whole f32 tiles by TMA reduce-add (tma_writes.reduces);
+                                # off until it has run on a GPU (built 2026-12-07 with no device to run it)
     defer_wgmma: str = ""       # specialised: a compute region's staged wgmma left in flight (deferred.py); "" none,
                                 # "all", or the indices of the region's products to defer ("3": its fourth alone)
 
