@@ -18,7 +18,7 @@ from hk_portable.backends.cuda import driver, tma
 from hk_portable.codegen import abi
 from hk_portable.interface import GL, RT, ArgumentError, BackendError, f32
 from hk_portable.interface.backend import Artifact, Target
-from hk_portable.interface.dtypes import bf16, f16, f32, i32
+from hk_portable.interface.dtypes import bf16, f16, i32
 from hk_portable.interface.ir import GlobalType, ScalarType
 from hk_portable.runtime import clauncher
 from hk_portable.runtime.launch import _grid3
@@ -259,10 +259,9 @@ int hk_stub_encode(void *tm, int dtype, unsigned rank, void *addr, const uint64_
 """
 
 
-def test_the_launcher_encodes_the_tensor_maps_python_would(mod, tmp_path, monkeypatch):
-    """A launch whose tensors changed encodes its TMA maps in C (clauncher.c encode_map), not through
-    TensorMaps.tail: the same bytes as tail() for every case describe() distinguishes (a read map refused zeroes
-    the tail, a written one clears the stores bit), with cuTensorMapEncodeTiled a stub recording its inputs."""
+@pytest.fixture
+def stub_encoder(tmp_path, monkeypatch):
+    """cuTensorMapEncodeTiled replaced by ENCODE_STUB (built with the host C compiler) for tma.py and the launcher."""
     cc = clauncher.compiler()
     if cc is None:
         pytest.skip("no host C compiler")
@@ -272,6 +271,13 @@ def test_the_launcher_encodes_the_tensor_maps_python_would(mod, tmp_path, monkey
                     ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     enc.restype = ctypes.c_int
     monkeypatch.setattr(tma, "_encoder", lambda: enc)
+    return enc
+
+
+def test_the_launcher_encodes_the_tensor_maps_python_would(mod, stub_encoder):
+    """A launch whose tensors changed encodes its TMA maps in C (clauncher.c encode_map), not through
+    TensorMaps.tail: the same bytes as tail() for every case describe() distinguishes (a read map refused zeroes
+    the tail, a written one clears the stores bit), with cuTensorMapEncodeTiled a stub recording its inputs."""
     params = [("q", GlobalType(bf16, 4)), ("k", GlobalType(bf16, 3)), ("o", GlobalType(bf16, 2)),
               ("n", ScalarType(i32))]
     fmt, size, desc = abi.param_layout(params)
@@ -306,21 +312,12 @@ def test_the_launcher_encodes_the_tensor_maps_python_would(mod, tmp_path, monkey
     assert maps.c_specs([{**d, "rank": 9} for d in desc]) is None      # a rank the parameter lacks: tail()'s path
 
 
-def test_the_launcher_encodes_reduce_maps_as_viewed_or_transposed(mod, tmp_path, monkeypatch):
+def test_the_launcher_encodes_reduce_maps_as_viewed_or_transposed(mod, stub_encoder):
     """The two maps of a TMA reduce-add (tma_writes.reduces) on one f32 parameter: as the parameter views the
     tensor (flag bit 4) and of the tensor a transposed view views (bit 8, its last two dimensions swapped back). C
     encodes what tail() does: a contiguous accumulator sets bit 4, its transposed view bit 8 (the map then describes
     the contiguous tensor: same dims and strides as the first), a view neither describes clears both and keeps the
     read maps (the kernel adds from shared memory)."""
-    cc = clauncher.compiler()
-    if cc is None:
-        pytest.skip("no host C compiler")
-    enc = fake_cuda.build_stub(cc, ENCODE_STUB, tmp_path).hk_stub_encode
-    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
-    enc.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                    ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    enc.restype = ctypes.c_int
-    monkeypatch.setattr(tma, "_encoder", lambda: enc)
     from hk_portable.backends.cuda.dataflow import TmaLoad
     params = [("q", GlobalType(bf16, 4)), ("acc", GlobalType(f32, 4))]
     fmt, size, desc = abi.param_layout(params)

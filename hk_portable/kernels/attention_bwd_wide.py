@@ -18,7 +18,7 @@ from hk_portable.interface import GL, RT, RV, ST, f32
 
 from .attention import LOG2E, TUNABLE
 from .attention_bwd import INF, _band_keep_t, _probabilities_t
-from .attention_varlen import _p, _upper_bound, _varlen_keep
+from .attention_varlen import _p, _varlen_keep, key_block_sequences, sequence_query_blocks
 
 PART_COLS = 128         # the columns of dK, dV, dQ one launch computes
 
@@ -124,23 +124,11 @@ def attention_varlen_bwd_dkdv_wide_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3
         hk.load(k_s[c], k, (h_kv, j, c))
         hk.load(v_s[c], v, (h_kv, j, c))
     scale_log2 = scale * LOG2E
-    col0 = j * BN
-    col_end = hk.min(col0 + BN, total_k)
-    first_seq = hk.max(_upper_bound(cu_k, col0, steps) - 1, 0)
-    last_seq = hk.min(_upper_bound(cu_k, col_end - 1, steps), n_seq)
+    col0, col_end, first_seq, last_seq = key_block_sequences(cu_k, j, BN, total_k, steps, n_seq)
 
     def sequence(b, dk_acc, dv_acc):
-        qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
-        ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
-        n_q, n_k = qe - qs, ke - ks
-        shift = bottom_right * (n_k - n_q)
-        c_lo = hk.max(col0, ks) - ks
-        c_hi = hk.min(col_end, ke) - ks
-        i_lo = hk.max(c_lo - shift - right, 0)
-        i_hi = hk.max(hk.min(n_q, c_hi - shift + left), i_lo)
-        first = (qs + i_lo) // BM
-        n_blocks = hk.max(hk.cdiv(qs + i_hi, BM) - first, 0)
-        n_blocks = n_blocks * hk.min(hk.max(c_hi - c_lo, 0), 1)
+        qs, ks, n_q, n_k, shift, first, n_blocks = sequence_query_blocks(cu_q, cu_k, b, col0, col_end, bottom_right,
+                                                                         left, right, BM)
 
         def head_and_block(t):
             return h_kv * GROUP + t % GROUP, first + t // GROUP

@@ -290,23 +290,11 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
     hk.load(k_s, k, (h_kv, j, 0))
     hk.load(v_s, v, (h_kv, j, 0))
     scale_log2 = scale * LOG2E
-    col0 = j * BN
-    col_end = hk.min(col0 + BN, total_k)
-    first_seq = hk.max(_upper_bound(cu_k, col0, steps) - 1, 0)
-    last_seq = hk.min(_upper_bound(cu_k, col_end - 1, steps), n_seq)
+    col0, col_end, first_seq, last_seq = key_block_sequences(cu_k, j, BN, total_k, steps, n_seq)
 
     def sequence(b, dk_acc, dv_acc):
-        qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
-        ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
-        n_q, n_k = qe - qs, ke - ks
-        shift = bottom_right * (n_k - n_q)
-        c_lo = hk.max(col0, ks) - ks                     # this tile's keys of sequence b, local numbering
-        c_hi = hk.min(col_end, ke) - ks
-        i_lo = hk.max(c_lo - shift - right, 0)            # the query rows that see some of them, local
-        i_hi = hk.max(hk.min(n_q, c_hi - shift + left), i_lo)
-        first = (qs + i_lo) // BM
-        n_blocks = hk.max(hk.cdiv(qs + i_hi, BM) - first, 0)
-        n_blocks = n_blocks * hk.min(hk.max(c_hi - c_lo, 0), 1)     # no key of b here: nothing
+        qs, ks, n_q, n_k, shift, first, n_blocks = sequence_query_blocks(cu_q, cu_k, b, col0, col_end, bottom_right,
+                                                                         left, right, BM)
 
         def head_and_block(t):                         # step t: query block t // GROUP, head t % GROUP
             return h_kv * GROUP + t % GROUP, first + t // GROUP
@@ -453,3 +441,31 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
                                    grid=(hk.cdiv(total_q, qcfg["BM"]), Hq, 1), backend=backend, **qcfg,
                                    MASKED=masked)
     return outs["dq"], outs["dk"], outs["dv"]
+
+
+def sequence_query_blocks(cu_q, cu_k, b, col0, col_end, bottom_right, left, right, BM):
+    """Of sequence b, for the key columns [col0, col_end) of the packed keys: its first query and key rows (qs, ks),
+    lengths (n_q, n_k), mask shift, and the query blocks [first, first + n_blocks) whose rows see one of those keys
+    (none where the columns hold no key of b). The dK/dV kernels' per-sequence bounds (this file's and
+    attention_bwd_wide's)."""
+    qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
+    ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
+    n_q, n_k = qe - qs, ke - ks
+    shift = bottom_right * (n_k - n_q)
+    c_lo = hk.max(col0, ks) - ks                     # this tile's keys of sequence b, local numbering
+    c_hi = hk.min(col_end, ke) - ks
+    i_lo = hk.max(c_lo - shift - right, 0)            # the query rows that see some of them, local
+    i_hi = hk.max(hk.min(n_q, c_hi - shift + left), i_lo)
+    first = (qs + i_lo) // BM
+    n_blocks = hk.max(hk.cdiv(qs + i_hi, BM) - first, 0)
+    return qs, ks, n_q, n_k, shift, first, n_blocks * hk.min(hk.max(c_hi - c_lo, 0), 1)   # no key of b here: none
+
+
+def key_block_sequences(cu_k, j, BN, total_k, steps, n_seq):
+    """Key block j's columns [col0, col_end) of the packed keys and the sequences [first_seq, last_seq) that have keys
+    there (the dK/dV kernels': this file's and attention_bwd_wide's)."""
+    col0 = j * BN
+    col_end = hk.min(col0 + BN, total_k)
+    first_seq = hk.max(_upper_bound(cu_k, col0, steps) - 1, 0)
+    last_seq = hk.min(_upper_bound(cu_k, col_end - 1, steps), n_seq)
+    return col0, col_end, first_seq, last_seq

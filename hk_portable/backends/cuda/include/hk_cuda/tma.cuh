@@ -301,19 +301,25 @@ HK_DEV void ws_consume_overlap_split(int n, int& it, F& first, C& step, T& last)
 // shape may have used the buffers); store_tma_drain, at the end, until every copy has. BUFS (1 or 2) 8 KiB buffers
 // a warpgroup whatever the tile's width, the same for every store of a kernel (schedule.tma_store_buffers): a
 // 128x256 GEMM tile fits beside a 4-stage ring. Named barrier 8 + w is warpgroup w's own (1: sync(), 2 + w: the ping-pong's turns).
-template <int RANK> HK_DEV void tma_store_box(const void* src, const tmap& tm, const int (&c)[RANK]) {
-    const u32 s = smem_addr(src);
-    const unsigned long long m = reinterpret_cast<unsigned long long>(&tm);
-    if constexpr (RANK == 2)
-        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(s) : "memory");
-    else if constexpr (RANK == 3)
-        asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
-                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");
-    else
-        asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n"
-                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s) : "memory");
-}
+// A box of shared memory written into a tensor by TMA, one function per operation: HEAD names it, TAIL its completion
+// (and, for a reduce, its operator): the same three ranks for the store (epilogues) and the reduce-add (dQ).
+#define HK_TMA_WRITE_BOX(NAME, HEAD, TAIL)                                                                       \
+    template <int RANK> HK_DEV void NAME(const void* src, const tmap& tm, const int (&c)[RANK]) {                \
+        const u32 s = smem_addr(src);                                                                          \
+        const unsigned long long m = reinterpret_cast<unsigned long long>(&tm);                                \
+        if constexpr (RANK == 2)                                                                               \
+            asm volatile(HEAD ".2d.global.shared::cta" TAIL " [%0, {%1, %2}], [%3];\n"                         \
+                         ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(s) : "memory");                                   \
+        else if constexpr (RANK == 3)                                                                          \
+            asm volatile(HEAD ".3d.global.shared::cta" TAIL " [%0, {%1, %2, %3}], [%4];\n"                     \
+                         ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");                        \
+        else                                                                                                   \
+            asm volatile(HEAD ".4d.global.shared::cta" TAIL " [%0, {%1, %2, %3, %4}], [%5];\n"                 \
+                         ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s) : "memory");             \
+    }
+HK_TMA_WRITE_BOX(tma_store_box, "cp.async.bulk.tensor", ".bulk_group")
+HK_TMA_WRITE_BOX(tma_reduce_box, "cp.reduce.async.bulk.tensor", ".add.tile.bulk_group")
+#undef HK_TMA_WRITE_BOX
 HK_DEV bool store_leader() { return threadIdx.x % 128 == 0; }     // the thread that issues its warpgroup's copies
 HK_DEV void warpgroup_sync() { asm volatile("bar.sync %0, 128;\n" ::"r"(8 + warpgroup_id()) : "memory"); }
 
@@ -362,20 +368,6 @@ HK_DEV void store_tma(unsigned char* stage, const tmap& tm, const rt<T, R, C>& s
 // chunk k (their rows), both at once. reduce_viewed: as viewed, the warpgroup's 64 rows, 32 columns a chunk, as
 // store_tma, added by TMA (tm) or, where the launch encoded no map (tm null), by every thread from shared memory.
 // The TMA unit adds each chunk into global memory (atomically per element, in L2); out-of-bounds elements are dropped.
-template <int RANK> HK_DEV void tma_reduce_box(const void* src, const tmap& tm, const int (&c)[RANK]) {
-    const u32 s = smem_addr(src);
-    const unsigned long long m = reinterpret_cast<unsigned long long>(&tm);
-    if constexpr (RANK == 2)
-        asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n"
-                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(s) : "memory");
-    else if constexpr (RANK == 3)
-        asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
-                     ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(s) : "memory");
-    else
-        asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3, %4}], "
-                     "[%5];\n" ::"l"(m), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(s) : "memory");
-}
-
 template <int BUFS, int R, int C, class... I>
 HK_DEV void reduce_tma(unsigned char* stage, const tmap& tm, const rt<float, R, C>& src, I... idx) {
     typedef rt<float, R, C> RT_;
