@@ -98,7 +98,7 @@ def test_what_shared_memory_cannot_hold_is_given_up_in_the_schedule():
     assert plan.variant == "fa3" and plan.prologue and plan.prologue_stages == 1
     assert plan.why("prologue_stages").startswith("shared memory cannot hold a second copy")
     assert not plan.tma_stores and not any(m.store for m in plan.tensor_maps)
-    assert plan.why("tma_stores").startswith("shared memory cannot hold the TMA stores' staging area")
+    assert plan.why("tma_stores").startswith("shared memory cannot hold the staging area of the TMA stores")
 
 
 def test_the_build_search_knobs_are_decided_in_the_plan(programs):
