@@ -18,7 +18,7 @@ from hk_portable.interface import GL, RT, RV, ST, f32
 
 from .attention import LOG2E, TUNABLE
 from .attention_bwd import INF, _band_keep_t, _probabilities_t
-from .attention_varlen import _p, _varlen_keep, key_block_sequences, sequence_query_blocks
+from .attention_varlen import _p, _varlen_keep, block_sequences, sequence_query_blocks
 
 PART_COLS = 128         # the columns of dK, dV, dQ one launch computes
 
@@ -124,7 +124,7 @@ def attention_varlen_bwd_dkdv_wide_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3
         hk.load(k_s[c], k, (h_kv, j, c))
         hk.load(v_s[c], v, (h_kv, j, c))
     scale_log2 = scale * LOG2E
-    col0, col_end, first_seq, last_seq = key_block_sequences(cu_k, j, BN, total_k, steps, n_seq)
+    col0, col_end, first_seq, last_seq = block_sequences(cu_k, j, BN, total_k, steps, n_seq)
 
     def sequence(b, dk_acc, dv_acc):
         qs, ks, n_q, n_k, shift, first, n_blocks = sequence_query_blocks(cu_q, cu_k, b, col0, col_end, bottom_right,

@@ -62,16 +62,10 @@ def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], 
     v_s = hk.shared(ST[v.dtype, BN, D], stages=STAGES)
     hk.load(q_s, q, (h, m, 0))
     scale_log2 = scale * LOG2E
-    row0 = m * BM
-    row_end = hk.min(row0 + BM, total_q)
-    first_seq = hk.max(_upper_bound(cu_q, row0, steps) - 1, 0)
-    last_seq = hk.min(_upper_bound(cu_q, row_end - 1, steps), n_seq)    # exclusive
+    row0, row_end, first_seq, last_seq = block_sequences(cu_q, m, BM, total_q, steps, n_seq)    # last exclusive
 
     def sequence(b, acc, row_m, row_l):
-        qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
-        ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
-        n_q, n_k = qe - qs, ke - ks
-        shift = bottom_right * (n_k - n_q)
+        qs, qe, ks, ke, n_q, n_k, shift = sequence_extent(cu_q, cu_k, b, bottom_right)
         r_lo = hk.max(row0, qs) - qs                      # this block's rows of sequence b, local numbering
         r_hi = hk.min(row_end, qe) - qs
         j_lo = hk.max(r_lo + shift - left, 0)              # the keys some of those rows see, local
@@ -290,7 +284,7 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
     hk.load(k_s, k, (h_kv, j, 0))
     hk.load(v_s, v, (h_kv, j, 0))
     scale_log2 = scale * LOG2E
-    col0, col_end, first_seq, last_seq = key_block_sequences(cu_k, j, BN, total_k, steps, n_seq)
+    col0, col_end, first_seq, last_seq = block_sequences(cu_k, j, BN, total_k, steps, n_seq)
 
     def sequence(b, dk_acc, dv_acc):
         qs, ks, n_q, n_k, shift, first, n_blocks = sequence_query_blocks(cu_q, cu_k, b, col0, col_end, bottom_right,
@@ -341,16 +335,10 @@ def attention_varlen_bwd_dq_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse:
     lse_row = hk.load(RV[f32, BM], lse, (h, m), fill=INF)
     delta_row = hk.load(RV[f32, BM], delta, (h, m))
     scale_log2 = scale * LOG2E
-    row0 = m * BM
-    row_end = hk.min(row0 + BM, total_q)
-    first_seq = hk.max(_upper_bound(cu_q, row0, steps) - 1, 0)
-    last_seq = hk.min(_upper_bound(cu_q, row_end - 1, steps), n_seq)
+    row0, row_end, first_seq, last_seq = block_sequences(cu_q, m, BM, total_q, steps, n_seq)
 
     def sequence(b, dq_acc):
-        qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
-        ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
-        n_q, n_k = qe - qs, ke - ks
-        shift = bottom_right * (n_k - n_q)
+        qs, qe, ks, ke, n_q, n_k, shift = sequence_extent(cu_q, cu_k, b, bottom_right)
         r_lo = hk.max(row0, qs) - qs
         r_hi = hk.min(row_end, qe) - qs
         j_lo = hk.max(r_lo + shift - left, 0)
@@ -448,10 +436,7 @@ def sequence_query_blocks(cu_q, cu_k, b, col0, col_end, bottom_right, left, righ
     lengths (n_q, n_k), mask shift, and the query blocks [first, first + n_blocks) whose rows see one of those keys
     (none where the columns hold no key of b). The dK/dV kernels' per-sequence bounds (this file's and
     attention_bwd_wide's)."""
-    qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
-    ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
-    n_q, n_k = qe - qs, ke - ks
-    shift = bottom_right * (n_k - n_q)
+    qs, qe, ks, ke, n_q, n_k, shift = sequence_extent(cu_q, cu_k, b, bottom_right)
     c_lo = hk.max(col0, ks) - ks                     # this tile's keys of sequence b, local numbering
     c_hi = hk.min(col_end, ke) - ks
     i_lo = hk.max(c_lo - shift - right, 0)            # the query rows that see some of them, local
@@ -461,11 +446,20 @@ def sequence_query_blocks(cu_q, cu_k, b, col0, col_end, bottom_right, left, righ
     return qs, ks, n_q, n_k, shift, first, n_blocks * hk.min(hk.max(c_hi - c_lo, 0), 1)   # no key of b here: none
 
 
-def key_block_sequences(cu_k, j, BN, total_k, steps, n_seq):
-    """Key block j's columns [col0, col_end) of the packed keys and the sequences [first_seq, last_seq) that have keys
-    there (the dK/dV kernels': this file's and attention_bwd_wide's)."""
-    col0 = j * BN
-    col_end = hk.min(col0 + BN, total_k)
-    first_seq = hk.max(_upper_bound(cu_k, col0, steps) - 1, 0)
-    last_seq = hk.min(_upper_bound(cu_k, col_end - 1, steps), n_seq)
-    return col0, col_end, first_seq, last_seq
+def block_sequences(cu, j, block, total, steps, n_seq):
+    """Block j's span [start, end) of the packed rows (queries, with cu = cu_q, or keys, cu_k) and the sequences
+    [first_seq, last_seq) with rows there: every varlen kernel's block bounds."""
+    start = j * block
+    end = hk.min(start + block, total)
+    first_seq = hk.max(_upper_bound(cu, start, steps) - 1, 0)
+    last_seq = hk.min(_upper_bound(cu, end - 1, steps), n_seq)
+    return start, end, first_seq, last_seq
+
+
+def sequence_extent(cu_q, cu_k, b, bottom_right):
+    """Sequence b's query rows [qs, qe) and key rows [ks, ke) of the packed tensors, its lengths and its mask shift
+    (bottom-right alignment: n_k - n_q)."""
+    qs, qe = hk.load_scalar(cu_q, b), hk.load_scalar(cu_q, b + 1)
+    ks, ke = hk.load_scalar(cu_k, b), hk.load_scalar(cu_k, b + 1)
+    n_q, n_k = qe - qs, ke - ks
+    return qs, qe, ks, ke, n_q, n_k, bottom_right * (n_k - n_q)
