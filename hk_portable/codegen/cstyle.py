@@ -430,10 +430,14 @@ class CStyleEmitter:
         self.line(f"auto {name} = [&](int {ci}, int {cs}) {{")
         self.indent += 1
         self._bind_args(creg.args[2:], carry)
-        self.region(creg)
+        self.compute_region(creg)
         self._yield(creg, carry)
         self.indent -= 1
         self.line("};")
+
+    def compute_region(self, creg: Region) -> None:
+        """A pipeline's compute region, inside its lambda (a backend may order or bracket its ops)."""
+        self.region(creg)
 
 
 # one emitter rule per opcode of the table (`op_<opcode>`): importing this module fails if one is missing

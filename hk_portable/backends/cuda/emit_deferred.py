@@ -10,24 +10,17 @@ from . import archs, dataflow
 
 
 class DeferredWaits:
-    def compute_lambda(self, name: str, creg, carry: list[str]) -> None:
+    def compute_region(self, creg) -> None:
         pipe = next((o for o in self.p.body.walk() if o.opcode == "pipeline" and o.regions[1] is creg), None)
         order = self.plan.compute_orders.get(id(pipe)) if pipe is not None else None
         if order is None:
-            return super().compute_lambda(name, creg, carry)
+            return super().compute_region(creg)
         ops = {id(o): o for o in creg.ops}
         self._producers = {r.id: o for o in self.p.body.walk() for r in o.results}
-        ci, cs = (self.name(a) for a in creg.args[:2])
-        self.line(f"auto {name} = [&](int {ci}, int {cs}) {{")
-        self.indent += 1
-        self._bind_args(creg.args[2:], carry)
         self._pending = []
         self.emit_ops([ops[i] for i in order])
         self._retire(len(self._pending))            # the step's products, before its carry is yielded
         self._pending = None
-        self._yield(creg, carry)
-        self.indent -= 1
-        self.line("};")
 
     def _retire(self, n: int) -> None:
         """Waits for the first n products in flight (the groups issued after them may stay) and fences their
