@@ -7,13 +7,16 @@
 # D64/D128 N4096 against cuDNN, the 8192^3 GEMM in four layouts against cuBLAS), and the Llama block's training step. Results under $OUT (8 files at most); a summary last.
 #
 #   run (device tool): carry [".whl"], command: bash benchmarks/attention_bwd_check.sh
-#   STEPS picks steps (default: env static conformance bwd fwd gemm block; the limits add up past the tool's 600 s,
+#   STEPS picks steps (conformance: every attention case, forward, backward, varlen and KV cache) (default: env static conformance bwd fwd gemm block; the limits add up past the tool's 600 s,
 #   the usual run should take 6-7 minutes: where it is cut, rerun the rest on the warm machine, e.g. STEPS="gemm block");
 #   BWD_K narrows the backward cases (default "attention_bwd": all eleven).
 STEPS=${STEPS:-"env static conformance bwd fwd gemm block"}
 source benchmarks/device_steps.sh
 step static 120 python3 benchmarks/attention_bwd_static.py --json "$OUT/static.json"
-step conformance 150 $HK conformance --backend cuda -k "${CONFORMANCE_K:-kernel/attention_bwd,kernel/attention_fwd}" --json "$OUT/conformance.json"
+# the conformance cases as pytest tests in 16 workers (pytest-xdist from .whl), each compiling its own: serially the
+# 88 attention cases took over 150 s on a cold cache (2026-12-07); CONFORMANCE_K is a pytest -k expression
+step conformance 300 python3 -m pytest --pyargs hk_portable.conformance --hk-backend cuda --hk-seed random -n 16 -q -rfE \
+    -p no:cacheprovider -k "${CONFORMANCE_K:-attention}" --junitxml "$OUT/conformance.xml"
 step bwd 200 $HK bench -k "${BWD_K:-attention_bwd}" --budget 0.5 --json "$OUT/bench_bwd.json"
 step fwd 60 $HK bench -k "attention_fwd B4 H16 N4096 D" --budget 0.5 --json "$OUT/bench_fwd.json"
 step gemm 60 $HK bench -k "gemm bf16 8192x8192x8192" --budget 0.5 --json "$OUT/bench_gemm.json"
@@ -34,7 +37,7 @@ if want ncu && command -v ncu >/dev/null; then
 fi
 
 # the tables (the reply carries the end of the output)
-grep -E "attention_bwd_static:|CONFORMS|FAILED|failed " "$LOG" | tail -20
+grep -E "attention_bwd_static:|CONFORMS|FAILED|failed |passed" "$LOG" | tail -20
 grep -E "^  [a-zA-Z]|dkdv \{" "$LOG" | tail -24
 for f in bench_bwd bench_fwd bench_gemm bench_block; do
     [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'

@@ -5,8 +5,8 @@ side by both methods of hk_portable.bench (CUDA events per call, batch wall time
 the whole hk backward (atomic and deterministic) in the same run:
 
   preprocess           delta = rowsum(dO o O), the dQ accumulator zeroed
-  dkdv atomic          the main kernel: dK, dV and dQ's f32 adds (what attention_bwd runs: red.global per element)
-  dkdv tma reduce      the same compiled with tma_reduce=True: dQ by TMA reduce-add (backends/cuda/tma_writes.py)
+  dkdv atomic          the main kernel with tma_reduce=False: dK, dV and dQ's f32 adds by red.global per element
+  dkdv tma reduce      the same with tma_reduce=True (the default): dQ by TMA reduce-add (backends/cuda/tma_writes.py)
   dkdv defer dK / all  that compiled with defer_wgmma "3" / "all" as well (backends/cuda/deferred.py)
   dkdv dq-store        the same kernel with dQ's adds made plain stores (wrong results: the adds' cost by difference)
   dkdv no-dq           the deterministic form's dK/dV kernel (no dSᵀ store, no dQ product, no adds)
@@ -68,9 +68,11 @@ def _dkdv_as(name: str, doc: str):
 
 
 # kernel name -> the cuda options it compiles with (the options enter the cache key)
-OPTIONS = {"dkdv_tma_reduce_kernel": {"tma_reduce": True},
+OPTIONS = {"dkdv_atomic_kernel": {"tma_reduce": False},
+           "dkdv_tma_reduce_kernel": {"tma_reduce": True},
            "dkdv_defer3_kernel": {"defer_wgmma": "3", "tma_reduce": True},
            "dkdv_defer_all_kernel": {"defer_wgmma": "all", "tma_reduce": True}}
+dkdv_atomic_kernel = _dkdv_as("dkdv_atomic_kernel", "dQ added by one red.global per element and thread")
 dkdv_tma_reduce_kernel = _dkdv_as("dkdv_tma_reduce_kernel", "dQ added by TMA reduce-add (Plan.tma_reduces), not one "
                                   "red.global per element and thread")
 dkdv_defer3_kernel = _dkdv_as("dkdv_defer3_kernel", "dK's wgmma left in flight over dSᵀ's store and dQ (deferred.py)")
@@ -128,7 +130,7 @@ def launches(B, Hq, Hkv, N, D, causal):
     parts = {
         "preprocess": lambda i: ab.attention_bwd_preprocess_kernel(sets[i][3], sets[i][5], delta, dq_acc, grid=q_grid,
                                                                     D=D, BM=rows, ZERO_DQ=True),
-        "dkdv atomic": dkdv(ab.attention_bwd_dkdv_kernel, cfg, False),
+        "dkdv atomic": dkdv(dkdv_atomic_kernel, cfg, False),
         "dkdv tma reduce": dkdv(dkdv_tma_reduce_kernel, cfg, False),
         "dkdv defer dK": dkdv(dkdv_defer3_kernel, cfg, False),
         "dkdv defer all": dkdv(dkdv_defer_all_kernel, cfg, False),

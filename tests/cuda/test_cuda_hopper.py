@@ -489,7 +489,7 @@ def test_epilogue_stores_whole_tiles_by_tma_where_shared_memory_holds_them():
 
 
 def test_attention_bwd_adds_dq_by_tma_reduce_without_spills():
-    """Plan.tma_reduces (the option tma_reduce, off until it has run on a GPU): the backward's dQ atomic adds (an f32 wgmma accumulator tile, one 16-row block per warp,
+    """Plan.tma_reduces (the option tma_reduce, on by default since it ran on an H100, 2026-12-07): the backward's dQ atomic adds (an f32 wgmma accumulator tile, one 16-row block per warp,
     into a parameter the kernel never reads) go through the chunk buffers the epilogue's TMA stores use and one TMA
     reduce-add per 32-column chunk: two maps on the accumulator, as viewed (flag bit 4) and of the tensor its
     transposed view views (bit 8: the D128 kernel adds dQᵀ), the as-viewed chunks added from shared memory where the
@@ -508,8 +508,8 @@ def test_attention_bwd_adds_dq_by_tma_reduce_without_spills():
         args = (q, k, k, q, lse, lse, k, k, acc.transpose(-1, -2) if cfg.get("DQ_T") else acc, 1 / math.sqrt(D),
                 0, N, 0)
         program = ab.attention_bwd_dkdv_kernel.trace(*args, **cfg)
-        assert not any(m["reduce"] for m in be.compile(program, target, {}).launch["tma"])     # off by default
-        art = be.compile(program, target, {"tma_reduce": True})
+        assert not any(m["reduce"] for m in be.compile(program, target, {"tma_reduce": False}).launch["tma"])
+        art = be.compile(program, target, {})       # on by default
         maps = art.launch["tma"]
         reduces = [m for m in maps if m["reduce"]]
         # both forms: the tile is 64 columns wide (dQᵀ's 64 queries at D128, dQ's 64 head dims at D64)
@@ -525,7 +525,7 @@ def test_attention_bwd_adds_dq_by_tma_reduce_without_spills():
     f16 = (_meta(B, Hq, N, 128, dtype=torch.float16), _meta(B, Hkv, N, 128, dtype=torch.float16))
     cfg = ab.candidates(dict(D=128, MASKED=True, ATOMIC_DQ=True))[0]
     args = (f16[0], f16[1], f16[1], f16[0], lse, lse, f16[1], f16[1], acc.transpose(-1, -2), 0.1, 0, N, 0)
-    art = be.compile(ab.attention_bwd_dkdv_kernel.trace(*args, **cfg), target, {"tma_reduce": True})
+    art = be.compile(ab.attention_bwd_dkdv_kernel.trace(*args, **cfg), target, {})
     assert art.resources["spill_stores"] == 0 and "hk::reduce_" not in art.source
     assert art.options["build_tries"][-1]["change"] == "tma_reduce=False"
 

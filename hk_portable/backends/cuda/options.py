@@ -40,8 +40,9 @@ class CudaOptions(BackendOptions):
                                        # ring, each one's first copies issued while the one before computes
     heavy_first: bool = True           # base: a dispatched grid whose blocks' work grows along an axis starts its
                                        # heaviest blocks first, in runs of rows (hk::heavy_first_idx)
-    tma_reduce: bool = False           # base, specialised: atomic adds of whole f32 register tiles (attention_bwd's
-                                       # dQ) by TMA reduce-add; off until it has run on a GPU (tma_writes.reduces)
+    tma_reduce: bool = True            # base, specialised: atomic adds of whole f32 register tiles (attention_bwd's
+                                       # dQ) by TMA reduce-add (tma_writes.reduces); H100 2026-12-07: dK/dV kernel
+                                       # 18-22 % faster than one red.global per element (docs/perf-notes.md)
     defer_wgmma: str = ""              # base, specialised: staged wgmma waited for where first read (deferred.py):
                                        # "" never (the default until measured), "all", or product indices ("13")
     longest_first: int = LONGEST_FIRST_MIN   # fa3: the persistent grid walks tiles whose work grows along an axis
