@@ -14,8 +14,9 @@ Two layouts exist:
   A *narrow* strip (`lr` > 0, where the backend implements it: cuda) is for rows too short for a warp:
   each row is dealt to `lr` lanes (a power of two below the warp), so a warp holds lanes / lr rows and the
   block's thread-rows are warps * lanes / lr; warp-columns are 1. Rotary's 64-element half rows (8 lanes a
-  row, 4 rows a warp) are the case. Only components without reductions take it (their shuffles stay whole
-  warps in both libraries).
+  row, 4 rows a warp) and attention backward's rowsum(dO o O) over 128-element rows are the cases. A row
+  reduction stays inside the row's lane group (shuffles over lr lanes); components with a column reduction
+  do not take it.
 
 A backend may offer two more for mma accumulators (`WaveGrid`: a warp grid over the tile; `TFragment`: the
 fragment layout of the transpose, for components holding a register A operand, see `tfrag_components`).
@@ -226,10 +227,10 @@ def _components(program: Program, grids: bool = False) -> tuple[_UnionFind, set[
 
 
 def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: int,
-               narrow: bool = False, reduced: bool = False) -> Strip | None:
+               narrow: bool = False, col_reduced: bool = False) -> Strip | None:
     """The strip with the most warp-rows (rows stay inside a warp: row reductions need no shared memory)
-    that divides every tile of the component into whole chunks; failing that, with `narrow` and no
-    reduction in the component (`reduced`), the narrow strip with the most lanes per row that does;
+    that divides every tile of the component into whole chunks; failing that, with `narrow` and no column
+    reduction in the component (`col_reduced`), the narrow strip with the most lanes per row that does;
     None if there is none or no tile."""
     rows = {v.type.shape[0] for v in members if v.type.space == "rt"}
     cols = {v.type.shape[1] for v in members if v.type.space == "rt"}
@@ -243,7 +244,7 @@ def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: 
         if warps % wr == 0 and all(r % wr == 0 for r in rows) and all(c % (CHUNK * lanes * wc) == 0 for c in cols):
             return Strip(wr, wc)
         wr //= 2
-    if narrow and not reduced:
+    if narrow and not col_reduced:
         lr = lanes // 2
         while lr >= 1:
             thread_rows = warps * (lanes // lr)
@@ -301,12 +302,15 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
                    grids: bool = False, tfrags: bool = False,
                    narrow: bool = False) -> dict[Value, Fragment | Strip | WaveGrid]:
     """Every RT and RV value's layout for a block of `warps` warps/waves of `lanes` lanes. `strips`: whether
-    the backend's library implements Strip; `narrow`: whether it implements narrow strips (Strip.lr);
+    the backend's library implements Strip; `narrow`: whether it implements narrow strips (Strip.lr) and
+    row reductions over them;
     `grids`: whether it implements WaveGrid accumulators; `tfrags`: whether it implements TFragment
     (tfrag_components); `axes`: assign_vector_axes(program), if the caller has it."""
     axes = assign_vector_axes(program) if axes is None else axes
     uf, pinned = _components(program, grids)
-    uses = _uses(program) if (grids or narrow) else {}
+    uses = _uses(program) if grids else {}
+    col_reduced = {v for op in program.body.walk() if op.opcode == "reduce" and op.attrs["axis"] != "row"
+                   for v in (*op.operands, *op.results)} if narrow else set()
     values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
     groups: dict[Value, list[Value]] = {}
     for v in values:
@@ -319,8 +323,7 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
         elif grids and any("mma" in uses.get(v, set()) for v in members):
             layout = _grid_for(members, uses, warps, axes)    # an accumulator: a grid or the fragment layout
         elif strips:
-            reduced = narrow and any("reduce" in uses.get(v, set()) for v in members)
-            layout = _strip_for(members, axes, warps, lanes, narrow, reduced)
+            layout = _strip_for(members, axes, warps, lanes, narrow, any(v in col_reduced for v in members))
         for v in members:
             out[v] = layout or FRAGMENT
     if tfrags:

@@ -111,7 +111,8 @@ def _scale_rows(x: GL[2], v: GL[1], y: GL[2], *, TR: hk.const, TC: hk.const):
 
 def test_narrow_strips_deal_short_rows_to_lane_groups_where_the_backend_has_them():
     """Rows too short for a warp's chunks take a narrow strip (lanes per row < 32) only with `narrow` and
-    only in a component without reductions (those keep whole-warp shuffles); otherwise the fragment."""
+    only in a component without column reductions (row reductions shuffle inside a row's lane group);
+    otherwise the fragment."""
     x = torch.empty(32, 64)
     prog = _scale_rows.trace(x, torch.empty(64), x, TR=32, TC=64)
     assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {Strip(4, 1, 8)}
@@ -122,6 +123,38 @@ def test_narrow_strips_deal_short_rows_to_lane_groups_where_the_backend_has_them
     assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {FRAGMENT}
     prog = _sums.trace(x, x, torch.empty(32), torch.empty(64), TR=32, TC=64)
     assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {FRAGMENT}
+    prog = _row_stats.trace(x, torch.empty(32), torch.empty(32), TR=32, TC=64)     # row reductions only
+    assert set(assign_layouts(prog, 4, strips=True, narrow=True).values()) == {Strip(4, 1, 8)}
+    assert set(assign_layouts(prog, 4, strips=True).values()) == {FRAGMENT}
+
+
+@hk.kernel(num_warps=4)
+def _row_stats(x: GL[2], s: GL[1], m: GL[1], *, TR: hk.const, TC: hk.const):
+    t = hk.load(RT[f32, TR, TC], x, (hk.block_idx(0), 0))
+    hk.store(s, hk.row_sum(t * t), (hk.block_idx(0),))
+    hk.store(m, hk.row_max(hk.load(RT[f32, TR, TC], x, (hk.block_idx(0), 0), fill=float("-inf"))), (hk.block_idx(0),))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,
+                    reason="no host C++ compiler for the cuda emulation")
+@pytest.mark.parametrize("tile", [(32, 64), (16, 128), (64, 16), (128, 8)])
+def test_narrow_strip_row_reductions_stay_inside_each_rows_lane_group(tile):
+    """Row sums and maxima of narrow strip tiles (8, 16, 2 and 1 lanes a row) on the emulated cuda target,
+    against float64, with ragged rows and columns (read as 0 for the sum, -inf for the max; rows of negatives
+    among positive ones): a shuffle leaving the lane group would mix rows."""
+    from hk_portable.backends.cuda import CudaBackend
+    be = CudaBackend()
+    R, C = tile
+    rows, cols = 2 * R - 3, max(C - 5, 1)
+    x = -torch.rand(rows, cols, dtype=torch.float32) - 0.5
+    x[::3] *= -1.0
+    s, m = torch.full((rows,), float("nan")), torch.full((rows,), float("nan"))
+    lay = assign_layouts(_row_stats.trace(x, s, m, TR=R, TC=C), 4, strips=True, narrow=True)
+    assert all(isinstance(l, Strip) and l.lr for l in lay.values()), lay
+    _row_stats(x, s, m, grid=(2,), backend=be, target=be.target("sm_80", emulated=True), TR=R, TC=C)
+    xd = x.double()
+    torch.testing.assert_close(s.double(), (xd * xd).sum(1), rtol=1e-6, atol=1e-6)
+    assert torch.equal(m.double(), xd.max(1).values)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("clang++") is None,

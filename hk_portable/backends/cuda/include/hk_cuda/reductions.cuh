@@ -98,13 +98,14 @@ HK_DEV void reduce(rv<T, C, COL>& dst, const rt<T, R, C>& x) {
     for (int i = 0; i < RT_::CB * 2; ++i) dst.d[i] = convert<T>(part[i]);
 }
 
-// strip, ROW: a lane folds its chunks, the warp its lanes (shuffles), then the WC warps of a warp-row meet
-// in the scratch area in a fixed order (deterministic)
-template <class F, class AX, class T, int R, int C, int WR>
-HK_DEV void reduce(rv<T, R, ROW, strip<WR>>& dst, const rt<T, R, C, strip<WR>>& x) {
+// strip, ROW: a lane folds its chunks, the row's LR lanes theirs (shuffles: xor offsets below LR stay inside a
+// narrow strip's lane group), then the WC warps of a warp-row meet in the scratch area in a fixed order
+// (deterministic; a narrow strip has one warp across a row)
+template <class F, class AX, class T, int R, int C, int WR, int LR>
+HK_DEV void reduce(rv<T, R, ROW, strip<WR, LR>>& dst, const rt<T, R, C, strip<WR, LR>>& x) {
     static_assert(same<AX, ROW>::value, "a row reduction gives a row vector");
-    typedef rt<T, R, C, strip<WR>> RT_;
-    typedef strip<WR> S;
+    typedef rt<T, R, C, strip<WR, LR>> RT_;
+    typedef strip<WR, LR> S;
     typedef typename compute_t<T>::type A;
     constexpr int PER_ROW = RT_::CS * RT_::V;
     A part[RT_::RS];
@@ -114,7 +115,7 @@ HK_DEV void reduce(rv<T, R, ROW, strip<WR>>& dst, const rt<T, R, C, strip<WR>>& 
 #pragma unroll
         for (int i = 1; i < PER_ROW; ++i) v = combine<F>::apply(v, up<T>(x.d[k * PER_ROW + i]));
 #pragma unroll
-        for (int m = 16; m >= 1; m >>= 1) v = combine<F>::apply(v, shfl_xor(v, m));
+        for (int m = S::LR / 2; m >= 1; m >>= 1) v = combine<F>::apply(v, shfl_xor(v, m));
         part[k] = v;
     }
     if constexpr (S::WC > 1) {
