@@ -53,10 +53,16 @@ def main(argv=None) -> int:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--decode-stages", type=int, help="pipeline stages of attention_kvcache's decode blocks "
+                    "(an experiment: the library's choice otherwise)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     from hk_portable.nn.huggingface import register
     register()
+    if args.decode_stages:
+        from hk_portable.kernels import attention_kvcache as kv
+        chosen = kv.kvcache_config
+        kv.kvcache_config = lambda D, R, *a: {**chosen(D, R, *a), **({"STAGES": args.decode_stages} if R <= 16 else {})}
     models = {"hk": model("hk", args.layers), "sdpa": model("sdpa", args.layers)}
     models["sdpa"].load_state_dict(models["hk"].state_dict())
     rows = []
@@ -71,7 +77,8 @@ def main(argv=None) -> int:
             for name in names[r % len(names):] + names[:r % len(names)]:
                 host, gpu, outs[name] = timed(models[name], ids, args.new)
                 runs[name].append((host, gpu))
-        row = {"batch": b, "prompt": args.prompt, "new_tokens": args.new, "layers": args.layers}
+        row = {"batch": b, "prompt": args.prompt, "new_tokens": args.new, "layers": args.layers,
+               "decode_stages": args.decode_stages}
         for name, r in runs.items():
             host = statistics.median(h for h, _ in r)
             gpu = statistics.median(g for _, g in r)

@@ -248,13 +248,15 @@ def varlen_cases() -> list[Case]:
 # =================================================================== attention against a KV cache (split-KV)
 # (cache lengths, Nq, Hq, Hkv, D, page size (None: contiguous), causal, splits): decode on 16-token pages with
 # 3 splits; 4 queries on 256-token pages; 16 queries against a contiguous cache with an empty sequence
-# (o = 0, lse = -inf); prefill against 32-token pages (rows before every key).
+# (o = 0, lse = -inf); prefill against 32-token pages (rows before every key); one query per sequence in one
+# split (the kernel writes o and lse, no combine) with an empty sequence.
 KVCACHE_CONFIGS = (((1, 77, 300), 1, 8, 2, 128, 16, False, 3),
                    ((300, 40), 4, 8, 2, 64, 256, True, 2),
                    ((50, 0), 16, 4, 1, 64, None, True, None),
                    ((130, 20), 40, 4, 2, 64, 32, True, 1),
                    ((77, 40), 1, 8, 2, 256, 16, True, 2),
-                   ((50, 33), 20, 4, 2, 80, None, True, None))
+                   ((50, 33), 20, 4, 2, 80, None, True, None),
+                   ((200, 0, 5), 1, 16, 4, 128, None, False, None))     # one split: the kernel writes o and lse
 
 
 def cached_sequence(kc, vc, table, b: int, L: int):

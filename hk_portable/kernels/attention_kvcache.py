@@ -45,7 +45,8 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
                              STAGES: hk.const = 2):
     """q [B, Hkv, R, D] packed rows; k, v [num_pages, Hkv, page_size, D] views with page_size = TPP·BN (PAGED),
     or [B, Hkv, S, D] (contiguous; block_table unused); o_part [B·Hkv·splits, R, D] f32; lse_part
-    [B·Hkv·splits, R] f32 (natural log)."""
+    [B·Hkv·splits, R] f32 (natural log). With one split, o_part may be the output itself (q's dtype): nothing
+    is left to combine."""
     s, hm, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     splits = hk.num_blocks(0)
     h_kv, m = hm // row_tiles, hm % row_tiles
@@ -96,7 +97,7 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
     carry = blocks(lo, full_hi, False, carry)
     acc, row_m, row_l = blocks(full_hi, hi, True, carry)
     row_l = hk.where(row_l == 0.0, 1.0, row_l)
-    hk.store(o_part, normalised(acc, row_l), (part, m, 0))
+    hk.store(o_part, normalised(acc, row_l).to(o_part.dtype), (part, m, 0))     # f32 parts, or the output itself
     hk.store(lse_part, (row_m + hk.log2(row_l)) * LN2, (part, m))
 
 
@@ -151,7 +152,7 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     block_table None (contiguous); cache_seqlens [B] int32, the keys of sequence b being 0 .. L_b - 1 (the new
     tokens' keys already written). causal: bottom-right, query n sees keys j <= L_b - Nq + n. The KV length is
     split across `num_splits` blocks (None: enough blocks for the device) and the splits are merged by a
-    second kernel. Returns (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]); a row that sees no key gives o = 0,
+    second kernel (one split of one query per sequence: the kernel writes the outputs itself). Returns (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]); a row that sees no key gives o = 0,
     lse = -inf. Page ids outside [0, num_pages) read zeros (their keys are masked only by L_b: keep them valid)."""
     fn = "attention_kvcache"
     T = torch.Tensor
@@ -203,14 +204,19 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     # the query heads of a group as rows: [B, Hkv, Nq·g, D], row n·g + h_in_group
     q_rows = q.reshape(B, Nq, Hkv, g, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, R, D)
     table = block_table if paged else _row_pos(1, 1, dev).view(1, 1)     # contiguous: no table is read
-    o_part = torch.empty(B * Hkv * num_splits, R, D, device=dev, dtype=torch.float32)
-    lse_part = torch.empty(B * Hkv * num_splits, R, device=dev, dtype=torch.float32)
+    # one query per sequence: rows are the heads of a group, so the outputs' own memory has the rows' layout
+    direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
+    if direct and num_splits == 1:      # a short cache's decode: the kernel writes o and lse, no combine launch
+        o_part, lse_part = out.view(B * Hkv, R, D), lse.view(B * Hkv, R)
+    else:
+        o_part = torch.empty(B * Hkv * num_splits, R, D, device=dev, dtype=torch.float32)
+        lse_part = torch.empty(B * Hkv * num_splits, R, device=dev, dtype=torch.float32)
     attention_kvcache_kernel(q_rows, k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3), o_part, lse_part,
                              table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles,
                              grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
                              TPP=page_size // BN if paged else 1, **cfg)
-    # one query per sequence: rows are the heads of a group, so the outputs' own memory has the rows' layout
-    direct = Nq == 1 and out.is_contiguous() and lse.is_contiguous()
+    if direct and num_splits == 1:
+        return out, lse
     o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
     lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
     comb = combine_config(cfg)
