@@ -101,6 +101,28 @@ def test_gemm_fp8_matches_float64_with_rowwise_scales():
     assert float((out.double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
 
 
+@pytest.mark.parametrize("fmt_a,fmt_b", [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2")])
+def test_every_code_through_gfx950s_f8f6f4_mma_is_exact(fmt_a, fmt_b):
+    """A @ I at K = 128, gfx950's f8f6f4 16x16x128 form (the formats as cbsz / blgp, unit scales): every finite
+    code of A comes back as its exact value, NaN as NaN, infinities as IEEE arithmetic gives them. Code c sits in
+    row c // 32 (a row holding NaN or inf is NaN throughout, so those codes share two rows) and column
+    4 * (c % 32) + (c // 32) % 4, so the codes reach all 128 k of the instruction's two runs a lane."""
+    _emulated("hip:gfx950:emulated")
+    a = torch.zeros(32, 128, dtype=torch.uint8)
+    code = torch.arange(256)
+    a[code // 32, 4 * (code % 32) + (code // 32) % 4] = code.to(torch.uint8)
+    a = a.view(FORMATS[fmt_a])
+    b = (torch.eye(128, dtype=torch.uint8) * ONE[fmt_b]).view(FORMATS[fmt_b])
+    c = torch.zeros(32, 128)
+    d = torch.full((32, 128), 12345.0)
+    _mma_kernel(False, False, "st", "st")(a, b, c, d, grid=(1, 1), backend="hip:gfx950:emulated", BN=128, BK=128)
+    want = (a.double() @ b.double()).float()
+    assert torch.equal(torch.isnan(d), torch.isnan(want))
+    finite = ~torch.isnan(want)
+    assert int(finite[:8].all(dim=1).sum()) == 6            # only the rows of NaN / inf codes (3 and 7) are NaN
+    assert torch.equal(d[finite], want[finite])
+
+
 @pytest.mark.parametrize("fmt_a,fmt_b", [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2"), ("e5m2", "e4m3")])
 def test_gemm_fp8_at_gfx950s_chosen_block_matches_float64(fmt_a, fmt_b):
     """The block a call on gfx950 takes, 128x128x128, whose mma K of 128 runs on the f8f6f4 16x16x128 MFMA
