@@ -11,7 +11,7 @@ import hk_portable as hk
 from hk_portable import torch_ops  # noqa: F401 - registers hk::gemm_fp8
 from hk_portable.conformance.op_cases import _mma_kernel
 from hk_portable.interface import ArgumentError
-from hk_portable.kernels.gemm_fp8 import gemm_fp8, reference
+from hk_portable.kernels.gemm_fp8 import candidates, gemm_fp8, gemm_fp8_kernel, reference
 
 FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 ONE = {"e4m3": 0x38, "e5m2": 0x3C}
@@ -97,6 +97,48 @@ def test_gemm_fp8_matches_float64_with_rowwise_scales():
     sa, sb = torch.rand(70, generator=g) + 0.5, torch.rand(1, generator=g) + 0.5
     out = torch.full((70, 50), float("nan"))
     gemm_fp8(a, b, sa, sb, out)
+    ref = reference(a, b, sa, sb)
+    assert float((out.double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+
+
+@pytest.mark.parametrize("fmt_a,fmt_b", [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2")])
+def test_every_code_through_gfx950s_f8f6f4_mma_is_exact(fmt_a, fmt_b):
+    """A @ I at K = 128, gfx950's f8f6f4 16x16x128 form (the formats as cbsz / blgp, unit scales): every finite
+    code of A comes back as its exact value, NaN as NaN, infinities as IEEE arithmetic gives them. Code c sits in
+    row c // 32 (a row holding NaN or inf is NaN throughout, so those codes share two rows) and column
+    4 * (c % 32) + (c // 32) % 4, so the codes reach all 128 k of the instruction's two runs a lane."""
+    _emulated("hip:gfx950:emulated")
+    a = torch.zeros(32, 128, dtype=torch.uint8)
+    code = torch.arange(256)
+    a[code // 32, 4 * (code % 32) + (code // 32) % 4] = code.to(torch.uint8)
+    a = a.view(FORMATS[fmt_a])
+    b = (torch.eye(128, dtype=torch.uint8) * ONE[fmt_b]).view(FORMATS[fmt_b])
+    c = torch.zeros(32, 128)
+    d = torch.full((32, 128), 12345.0)
+    _mma_kernel(False, False, "st", "st")(a, b, c, d, grid=(1, 1), backend="hip:gfx950:emulated", BN=128, BK=128)
+    want = (a.double() @ b.double()).float()
+    assert torch.equal(torch.isnan(d), torch.isnan(want))
+    finite = ~torch.isnan(want)
+    assert int(finite[:8].all(dim=1).sum()) == 6            # only the rows of NaN / inf codes (3 and 7) are NaN
+    assert torch.equal(d[finite], want[finite])
+
+
+@pytest.mark.parametrize("fmt_a,fmt_b", [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2"), ("e5m2", "e4m3")])
+def test_gemm_fp8_at_gfx950s_chosen_block_matches_float64(fmt_a, fmt_b):
+    """The block a call on gfx950 takes, 128x128x128, whose mma K of 128 runs on the f8f6f4 16x16x128 MFMA
+    (hk_hip/mma.h: formats by cbsz / blgp, unit scales), emulated against float64: ragged M and N, K over two
+    whole tiles and a partial one. (The conformance runner's pinned backend does not forward choose_config,
+    so its gemm_fp8 cases run the 64x64x64 baseline, whose K of 64 takes 16x16x32.)"""
+    _emulated("hip:gfx950:emulated")
+    g = torch.Generator().manual_seed(5)
+    a = (torch.randn(200, 320, generator=g) * 4).to(FORMATS[fmt_a])
+    b = (torch.randn(136, 320, generator=g) * 4).to(FORMATS[fmt_b]).t()
+    sa, sb = torch.rand(200, generator=g) + 0.5, torch.rand(136, generator=g) + 0.5
+    out = torch.full((200, 136), float("nan"))
+    cfg = gemm_fp8_kernel.choose_config(candidates({"B_NK": True}), a, b.t(), out, sa.reshape(200, 1).expand(200, 136),
+                                        sb.reshape(1, 136).expand(200, 136), backend="hip:gfx950:emulated")
+    assert (cfg["BM"], cfg["BN"], cfg["BK"]) == (128, 128, 128), cfg
+    gemm_fp8(a, b, sa, sb, out, backend="hip:gfx950:emulated")
     ref = reference(a, b, sa, sb)
     assert float((out.double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
 

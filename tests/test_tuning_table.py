@@ -90,5 +90,7 @@ def test_the_hip_table_follows_the_arch_rows():
     for row in archs.ARCHS.values():
         c = row.mfma_cycles
         assert row.mfma_16bit_k32 == ((16, 16, 32, "f16") in c and c[16, 16, 32, "f16"] <= c[16, 16, 16, "f16"])
+        # mma.h's f8f6f4 fp8 form: 4x the 16x16x32 fp8 form's work in fewer than 4x its cycles
+        assert row.mfma_f8f6f4 == ((16, 16, 128, "f8f6f4") in c and c[16, 16, 128, "f8f6f4"] < 4 * c[16, 16, 32, "f8"])
     assert preferences.SKINNY_ROWS == gemm.SKINNY_ROWS
     assert preferences.GEMM_DEEP_K in gemm.CONFIGS

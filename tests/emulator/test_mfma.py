@@ -259,3 +259,106 @@ def test_mfma_matches_amd_calculator_layout(instr):
         assert torch.equal(D, ref.to(torch.int64).to(torch.int32))
     else:
         torch.testing.assert_close(D, ref.float(), rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# gfx950's f8f6f4 forms with fp8 operands (__builtin_amdgcn_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4): operands
+# placed by tests/emulator/data/cdna4_f8f6f4_layouts.json (AMD's CDNA4 layout; its "source" says where from), the
+# A / B formats by cbsz / blgp (0 e4m3, 1 e5m2), E8M0 scales 2^(e - 127). With one scale per operand the order of
+# k inside a lane group is invisible in D (A and B share it: any consistent relabelling of k sums the same
+# products), so these tests pin rows, columns, D's layout, the formats and the scales; the k order matters to
+# device code only as A and B agreeing (hk_hip/mma.h reads both by one lane map).
+# --------------------------------------------------------------------------------------------------
+F8F6F4 = json.loads((Path(__file__).parent / "data" / "cdna4_f8f6f4_layouts.json").read_text())["instructions"]
+F8F6F4_BUILTIN = {"v_mfma_scale_f32_16x16x128_f8f6f4": "__builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4",
+                  "v_mfma_scale_f32_32x32x64_f8f6f4": "__builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4"}
+FORMATS = {0: "fp8", 1: "bf8"}
+
+
+def f8f6f4_source(builtin: str, M: int, fa: int, fb: int) -> str:
+    ctype = "float4_t" if M == 16 else "float16_t"
+    return PRELUDE + f"""
+typedef int int8_t_ __attribute__((ext_vector_type(8)));
+extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(1, 64)))
+void mfma_test(const int8_t_* a, const int8_t_* b, const {ctype}* c, {ctype}* d, const int* sa, const int* sb) {{
+  unsigned l = tid();
+  d[l] = {builtin}(a[l], b[l], c[l], {fa}, {fb}, 1, sa[l], 2, sb[l]);
+}}
+"""
+
+
+def run_f8f6f4(instr: str, fa: int, fb: int, scale_a, scale_b, seed: int = 11):
+    """(D from the emulator, A, B, C as float64): scale_a / scale_b are the 64 lanes' scale words."""
+    t = F8F6F4[instr]
+    M, N, K = t["M"], t["N"], t["K"]
+    gen = torch.Generator().manual_seed(seed)
+    a_raw, a_val = random_operand(FORMATS.get(fa, "fp8"), (M, K), "gfx950", gen)   # bytes for any format
+    b_raw, b_val = random_operand(FORMATS[fb], (K, N), "gfx950", gen)
+    C = torch.randn((M, N), generator=gen)
+    pa, pb = torch.zeros((64, 32), dtype=torch.uint8), torch.zeros((64, 32), dtype=torch.uint8)
+    pc = torch.zeros((64, M * N // 64))
+    for i in range(M):
+        for k in range(K):
+            ln, s = t["A"][i * K + k]
+            pa[ln, s] = a_raw[i, k]
+    for k in range(K):
+        for j in range(N):
+            ln, s = t["B"][k * N + j]
+            pb[ln, s] = b_raw[k, j]
+    for i in range(M):
+        for j in range(N):
+            ln, r = t["D"][i * N + j]
+            pc[ln, r] = C[i, j]
+    d = torch.zeros_like(pc)
+    mod = emulator.load(f8f6f4_source(F8F6F4_BUILTIN[instr], M, fa, fb), "gfx950")
+    mod.launch("mfma_test", 1, 64, [pa.view(torch.int32), pb.view(torch.int32), pc, d,
+                                    torch.tensor(scale_a, dtype=torch.int32), torch.tensor(scale_b, dtype=torch.int32)])
+    D = torch.zeros((M, N))
+    for i in range(M):
+        for j in range(N):
+            ln, r = t["D"][i * N + j]
+            D[i, j] = d[ln, r]
+    return D, a_val, b_val, C.double()
+
+
+@pytest.mark.parametrize("fa,fb", [(0, 0), (0, 1), (1, 0), (1, 1)], ids=["fp8_fp8", "fp8_bf8", "bf8_fp8", "bf8_bf8"])
+@pytest.mark.parametrize("instr", sorted(F8F6F4))
+def test_f8f6f4_matches_reference(instr, fa, fb):
+    """Unit scales (127 in the byte opsel picks: byte 1 of A's word, byte 2 of B's)."""
+    D, a, b, C = run_f8f6f4(instr, fa, fb, [0x7F << 8] * 64, [0x7F << 16] * 64)
+    torch.testing.assert_close(D, (a @ b + C).float(), rtol=1e-6, atol=1e-6)
+
+
+def test_f8f6f4_scales_the_products_not_c():
+    """E8M0 130 and 125: the sum of products times 2^(3 - 2); C added unscaled."""
+    instr = "v_mfma_scale_f32_16x16x128_f8f6f4"
+    D, a, b, C = run_f8f6f4(instr, 0, 0, [130 << 8] * 64, [125 << 16] * 64)
+    torch.testing.assert_close(D, (2.0 * (a @ b) + C).float(), rtol=1e-6, atol=1e-6)
+
+
+def test_f8f6f4_refuses_per_lane_scales_and_fp4():
+    instr = "v_mfma_scale_f32_16x16x128_f8f6f4"
+    with pytest.raises(emulator.EmulatorError, match="different E8M0 scales"):
+        run_f8f6f4(instr, 0, 0, [0x7F << 8] * 63 + [0x80 << 8], [0x7F << 16] * 64)
+    with pytest.raises(emulator.EmulatorError, match="FP6 / FP4"):
+        run_f8f6f4(instr, 4, 0, [0x7F << 8] * 64, [0x7F << 16] * 64)
+
+
+def test_f8f6f4_does_not_compile_for_gfx942():
+    src = f8f6f4_source(F8F6F4_BUILTIN["v_mfma_scale_f32_16x16x128_f8f6f4"], 16, 0, 0)
+    with pytest.raises(emulator.CompileError, match="mfma_scale_f32_16x16x128_f8f6f4"):
+        emulator.load(src, "gfx942")
+
+
+@pytest.mark.skipif(not ziglang_available(), reason="ziglang (clang 22 for amdgcn) not installed")
+@pytest.mark.parametrize("instr", sorted(F8F6F4))
+def test_f8f6f4_test_kernels_are_real_amd_code(instr):
+    """clang 22 lowers the builtin to the scaled instruction, 8 VGPRs of A and of B, the formats as cbsz / blgp."""
+    t = F8F6F4[instr]
+    asm = offline_compile(f8f6f4_source(F8F6F4_BUILTIN[instr], t["M"], 1, 0), "gfx950")
+    line = next(x for x in asm.splitlines() if instr in x)
+    ops = [o.strip() for o in line.split(instr, 1)[1].split(",")]
+    for reg in ops[1:3]:
+        lo, hi = (int(x) for x in reg.strip("v[]").split(":"))
+        assert hi - lo + 1 == 8, line
+    assert "cbsz:1" in line and "blgp" not in line, line

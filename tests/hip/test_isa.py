@@ -34,11 +34,12 @@ MFMA = {("gfx942", 16): "v_mfma_f32_16x16x16_{}", ("gfx950", 16): "v_mfma_f32_16
         ("gfx950", 32): "v_mfma_f32_16x16x32_{}"}
 
 
-def _fp8_mfma(arch: str, a: str, b: str) -> str:
-    """docs/fp8.md: gfx950 reads OCP natively; gfx942 maps e4m3 x e4m3 onto FNUZ and widens any e5m2 to f16."""
+def _fp8_mfma(arch: str, a: str, b: str, k: int) -> str:
+    """docs/fp8.md: gfx950 reads OCP natively (the f8f6f4 16x16x128 form, formats as cbsz / blgp, when K is a
+    multiple of 128); gfx942 maps e4m3 x e4m3 onto FNUZ and widens any e5m2 to f16."""
     name = {"fp8e4m3": "fp8", "fp8e5m2": "bf8"}
     if arch == "gfx950":
-        return f"v_mfma_f32_16x16x32_{name[a]}_{name[b]}"
+        return "v_mfma_scale_f32_16x16x128_f8f6f4" if k % 128 == 0 else f"v_mfma_f32_16x16x32_{name[a]}_{name[b]}"
     return "v_mfma_f32_16x16x32_fp8_fp8" if a == b == "fp8e4m3" else "v_mfma_f32_16x16x16_f16"
 
 
@@ -48,10 +49,10 @@ def intended_mfma(program: Program, arch: str) -> set[str]:
     for op in program.body.walk():
         if op.opcode == "mma":
             a, b = op.operands[0].type, op.operands[1].type
-            if a.dtype.name.startswith("fp8"):
-                out.add(_fp8_mfma(arch, a.dtype.name, b.dtype.name))
-                continue
             k = a.rows if op.attrs["trans_a"] else a.cols
+            if a.dtype.name.startswith("fp8"):
+                out.add(_fp8_mfma(arch, a.dtype.name, b.dtype.name, k))
+                continue
             ks = 32 if arch == "gfx950" and k % 32 == 0 else 16
             out.add(MFMA[arch, ks].format(a.dtype.name))
     return out

@@ -66,6 +66,10 @@ class Arch:
     # mfma_cycles above). The device library takes it for a 16-bit mma whose K is a multiple of 32 (mma.h kv_for);
     # the tuning table (preferences.py) ranks first the configurations whose k-step feeds it
     mfma_16bit_k32: bool = False
+    # v_mfma_scale_f32_16x16x128_f8f6f4 on fp8 operands (unit E8M0 scales): 4x the work of 16x16x32 fp8 in 2x its
+    # cycles, CDNA4's fp8 peak (mfma_cycles above). The device library takes it for an fp8 mma whose K is a
+    # multiple of 128 (mma.h mfma_for), two 16-byte LDS reads a lane per operand
+    mfma_f8f6f4: bool = False
     # v_cvt_pk_bf16_f32: f32 -> bf16 in one instruction (CDNA4). Without it the device library rounds in software
     # (elementwise.h), where attention's P takes the form without the NaN arm (patterns.nan_row_casts)
     bf16_convert: bool = False
@@ -81,10 +85,11 @@ ARCHS = {a.name: a for a in (
          "FNUZ hardware: e4m3 x e4m3 mapped onto FNUZ codes (value halved, -0/NaN remapped, accumulator "
          "rescaled by 4); any e5m2 widened to f16 (FNUZ has no infinity)", fnuz_e4m3=True,
          emulator_id=942, mfma_cycles=CDNA3_MFMA_CYCLES, mfma_peak=CDNA3_MFMA_PEAK, lds_bytes_per_clock=128),
-    Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32", "16x16x32 fp8"),   # CDNA4: MI350X / MI355X
-         "native OCP e4m3/e5m2 (v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})", emulator_id=950,
+    Arch("gfx950", 160 * 1024, ("16x16x16", "16x16x32", "16x16x32 fp8", "16x16x128 fp8"),   # CDNA4: MI350X / MI355X
+         "native OCP e4m3/e5m2 (v_mfma_scale_f32_16x16x128_f8f6f4 where K is a multiple of 128, else "
+         "v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8})", emulator_id=950,
          mfma_cycles=CDNA4_MFMA_CYCLES, mfma_peak=CDNA4_MFMA_PEAK, lds_bytes_per_clock=256,
-         lds_transpose_read=True, lds_dma_wide=True, mfma_16bit_k32=True, bf16_convert=True),
+         lds_transpose_read=True, lds_dma_wide=True, mfma_16bit_k32=True, mfma_f8f6f4=True, bf16_convert=True),
 )}
 NAMES = tuple(ARCHS)
 

@@ -76,6 +76,7 @@ typedef float hk_emu_f2 __attribute__((ext_vector_type(2)));
 typedef float hk_emu_f4 __attribute__((ext_vector_type(4)));
 typedef float hk_emu_f16 __attribute__((ext_vector_type(16)));
 typedef int hk_emu_i4 __attribute__((ext_vector_type(4)));
+typedef int hk_emu_i8 __attribute__((ext_vector_type(8)));
 typedef int hk_emu_i16 __attribute__((ext_vector_type(16)));
 typedef unsigned hk_emu_u2 __attribute__((ext_vector_type(2)));
 typedef unsigned hk_emu_u3 __attribute__((ext_vector_type(3)));
@@ -378,6 +379,39 @@ HK_EMU_MFMA(__builtin_amdgcn_mfma_f32_16x16x32_f16, HK_EMU_MFMA_F32_16X16X32_F16
 HK_EMU_MFMA(__builtin_amdgcn_mfma_f32_16x16x32_f16, HK_EMU_MFMA_F32_16X16X32_F16, hk_emu_hp8, hk_emu_f4)
 HK_EMU_MFMA(__builtin_amdgcn_mfma_f32_32x32x16_f16, HK_EMU_MFMA_F32_32X32X16_F16, hk_emu_h8, hk_emu_f16)
 HK_EMU_MFMA(__builtin_amdgcn_mfma_f32_32x32x16_f16, HK_EMU_MFMA_F32_32X32X16_F16, hk_emu_hp8, hk_emu_f16)
+// The f8f6f4 forms (32 bytes of A and B a lane; fmt_a / fmt_b, the cbsz / blgp fields: 0 e4m3, 1 e5m2, 2-4 FP6 /
+// FP4) with E8M0 scales: opsel picks a byte of each lane's scale word, as the instruction does.
+namespace hk_emu {
+template <class C>
+static inline C mfma_scale(int variant, hk_emu_i8 a, hk_emu_i8 b, C c, int fmt_a, int fmt_b, int opsel_a,
+                           int scale_a, int opsel_b, int scale_b, const char* f, int l) {
+  // A, B, C, then the two scale bytes: per-lane values (VGPRs on the device), so not immediates
+  unsigned char in[2 * sizeof(hk_emu_i8) + sizeof(C) + 2];
+  memcpy(in, &a, sizeof(a));
+  memcpy(in + sizeof(a), &b, sizeof(b));
+  memcpy(in + 2 * sizeof(a), &c, sizeof(C));
+  in[2 * sizeof(a) + sizeof(C)] = (unsigned char)((unsigned)scale_a >> (8 * (opsel_a & 3)));
+  in[2 * sizeof(a) + sizeof(C) + 1] = (unsigned char)((unsigned)scale_b >> (8 * (opsel_b & 3)));
+  int32_t imm[8] = {variant, fmt_a, 0, fmt_b, (int)sizeof(a), (int)sizeof(C)};
+  C out;
+  hk_emu_xlane(HK_EMU_OP_MFMA, in, sizeof(in), &out, sizeof(C), imm, f, l);
+  return out;
+}
+}  // namespace hk_emu
+static inline hk_emu_f4 __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(hk_emu_i8 a, hk_emu_i8 b, hk_emu_f4 c,
+                                                                          int fmt_a, int fmt_b, int opsel_a,
+                                                                          int scale_a, int opsel_b, int scale_b,
+                                                                          HK_EMU_LOC) {
+  return hk_emu::mfma_scale(HK_EMU_MFMA_SCALE_F32_16X16X128_F8F6F4, a, b, c, fmt_a, fmt_b, opsel_a, scale_a,
+                            opsel_b, scale_b, HK_EMU_AT);
+}
+static inline hk_emu_f16 __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(hk_emu_i8 a, hk_emu_i8 b, hk_emu_f16 c,
+                                                                         int fmt_a, int fmt_b, int opsel_a,
+                                                                         int scale_a, int opsel_b, int scale_b,
+                                                                         HK_EMU_LOC) {
+  return hk_emu::mfma_scale(HK_EMU_MFMA_SCALE_F32_32X32X64_F8F6F4, a, b, c, fmt_a, fmt_b, opsel_a, scale_a,
+                            opsel_b, scale_b, HK_EMU_AT);
+}
 #endif
 #undef HK_EMU_MFMA
 

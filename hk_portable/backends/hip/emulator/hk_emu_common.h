@@ -176,7 +176,11 @@ enum {
   HK_EMU_MFMA_F32_32X32X2_F32 = 17,
   HK_EMU_MFMA_I32_16X16X32_I8 = 18,
   HK_EMU_MFMA_I32_32X32X16_I8 = 19,
-  HK_EMU_MFMA__COUNT = 20,
+  // gfx950: mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4; imm[1] / imm[3] hold the A / B formats (cbsz, blgp),
+  // the payload ends with the two E8M0 scale bytes opsel picked
+  HK_EMU_MFMA_SCALE_F32_16X16X128_F8F6F4 = 20,
+  HK_EMU_MFMA_SCALE_F32_32X32X64_F8F6F4 = 21,
+  HK_EMU_MFMA__COUNT = 22,
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ struct Lane {
   int line;
   int32_t imm[8];
   uint32_t in_bytes, out_bytes;
-  alignas(16) unsigned char in[128];
+  alignas(16) unsigned char in[144];   // the largest: a 32x32x64 f8f6f4 MFMA (A, B, C, two scale words)
   alignas(16) unsigned char out[64];
   hk_emu_lane_info info;
   char* stack_lo;
@@ -506,6 +506,10 @@ struct MfmaInfo {
   int M, N, K, kp;   // kp: A (and B) elements per lane
   int ta, tb;
   int arch_min;      // 942 or 950
+  // f8f6f4: a lane's kp fp8 values are runs of 16 consecutive k, the runs K/2 apart (lane l: k = 16*(l/M) + s
+  // for s < 16, K/2 + 16*(l/M) + s - 16 after; AMD's CDNA4 layout for fp8 operands, tests/emulator/data/
+  // cdna4_f8f6f4_layouts.json); the operand types come from cbsz / blgp, the scale bytes follow C in the payload
+  bool f8f6f4 = false;
 };
 const MfmaInfo kMfma[HK_EMU_MFMA__COUNT] = {
     {"v_mfma_f32_16x16x16_bf16", 16, 16, 16, 4, T_BF16, T_BF16, 942},
@@ -528,7 +532,14 @@ const MfmaInfo kMfma[HK_EMU_MFMA__COUNT] = {
     {"v_mfma_f32_32x32x2_f32", 32, 32, 2, 1, T_F32, T_F32, 942},
     {"v_mfma_i32_16x16x32_i8", 16, 16, 32, 8, T_I8, T_I8, 942},
     {"v_mfma_i32_32x32x16_i8", 32, 32, 16, 8, T_I8, T_I8, 942},
+    {"v_mfma_scale_f32_16x16x128_f8f6f4", 16, 16, 128, 32, T_FP8, T_FP8, 950, true},
+    {"v_mfma_scale_f32_32x32x64_f8f6f4", 32, 32, 64, 32, T_FP8, T_FP8, 950, true},
 };
+// k of slot s of lane ln's A (or B) operand
+inline int mfma_k(const MfmaInfo& mi, int ln, int s) {
+  if (mi.f8f6f4) return 16 * (ln / mi.M) + (s / 16) * (mi.K / 2) + s % 16;
+  return (ln / mi.M) * mi.kp + s;
+}
 int elem_bytes(int t) { return (t == T_BF16 || t == T_F16) ? 2 : (t == T_F32 ? 4 : 1); }
 double decode(int t, const unsigned char* p, int s, uint32_t arch) {
   using namespace hk_emu_num;
@@ -561,23 +572,44 @@ void do_mfma(Worker* w, Lane** lanes) {
     if (!lanes[i])
       failf(w, "%s at %s:%d executed by a partial wave (lane %d is inactive or absent): MFMA needs all 64 lanes",
             mi.name, f->file, f->line, i);
-  if (f->imm[1] || f->imm[2] || f->imm[3])
+  int ta = mi.ta, tb = mi.tb;
+  double scale = 1.0;   // the f8f6f4 forms' E8M0 scales, applied to the products' sum before C is added
+  if (mi.f8f6f4) {
+    if (f->imm[1] < 0 || f->imm[1] > 1 || f->imm[3] < 0 || f->imm[3] > 1)
+      failf(w, "%s at %s:%d takes A format %d, B format %d: only fp8 (0, e4m3) and bf8 (1, e5m2) operands are "
+               "emulated, not FP6 / FP4 (2-4)", mi.name, f->file, f->line, f->imm[1], f->imm[3]);
+    ta = f->imm[1] ? T_BF8 : T_FP8;
+    tb = f->imm[3] ? T_BF8 : T_FP8;
+    // The scale bytes opsel picked, after A, B and C in each lane's payload. Each lane passes a scale for its row
+    // or column and a block of 32 k; which block a lane's scale covers is not in the sources cited for fp8
+    // operands, so only one scale per operand (all lanes equal) is modeled.
+    const int so = 64 + mi.M * mi.N / 16;
+    const unsigned char sa = f->in[so], sb = f->in[so + 1];
+    for (int i = 0; i < 64; ++i)
+      if (lanes[i]->in[so] != sa || lanes[i]->in[so + 1] != sb)
+        failf(w, "%s at %s:%d: lanes pass different E8M0 scales (lane 0: %d/%d, lane %d: %d/%d); only one scale "
+                 "per operand for the whole wave is emulated", mi.name, f->file, f->line, sa, sb, i,
+              lanes[i]->in[so], lanes[i]->in[so + 1]);
+    // E8M0: 2^(e - 127); 0xFF is NaN
+    scale = (sa == 0xFF || sb == 0xFF) ? NAN : ldexp(1.0, sa + sb - 254);
+  } else if (f->imm[1] || f->imm[2] || f->imm[3]) {
     failf(w, "%s at %s:%d uses cbsz=%d abid=%d blgp=%d: the broadcast modifiers are not emulated (use 0, 0, 0)",
           mi.name, f->file, f->line, f->imm[1], f->imm[2], f->imm[3]);
+  }
   uint32_t arch = w->L->arch;
   if ((int)arch < mi.arch_min) failf(w, "%s is not available on gfx%u", mi.name, arch);
   const int M = mi.M, N = mi.N, K = mi.K, kp = mi.kp;
-  const int ab = kp * elem_bytes(mi.ta);
+  const int ab = kp * elem_bytes(ta);
   const int creg = M * N / 64;
   if (f->imm[4] != ab || f->imm[5] != creg * 4)
     failf(w, "%s: operand sizes %d/%d bytes, expected %d/%d", mi.name, f->imm[4], f->imm[5], ab, creg * 4);
-  double A[32][32], B[32][32];
+  static thread_local double A[32][128], B[128][32];
   for (int ln = 0; ln < 64; ++ln) {
     const unsigned char* in = lanes[ln]->in;
     for (int s = 0; s < kp; ++s) {
-      int k = (ln / M) * kp + s;
-      A[ln % M][k] = decode(mi.ta, in, s, arch);
-      B[k][ln % N] = decode(mi.tb, in + ab, s, arch);
+      int k = mfma_k(mi, ln, s);
+      A[ln % M][k] = decode(ta, in, s, arch);
+      B[k][ln % N] = decode(tb, in + ab, s, arch);
     }
   }
   for (int ln = 0; ln < 64; ++ln) {
@@ -596,9 +628,10 @@ void do_mfma(Worker* w, Lane** lanes) {
       } else {
         float c;
         memcpy(&c, cin + 4 * r, 4);
-        double acc = c;
+        // the scaled forms scale the products' sum before adding C; the others sum onto C (unchanged order)
+        double acc = mi.f8f6f4 ? 0.0 : (double)c;
         for (int k = 0; k < K; ++k) acc += A[i][k] * B[k][j];
-        float d = (float)acc;
+        float d = (float)(mi.f8f6f4 ? (double)c + acc * scale : acc);
         memcpy(l->out + 4 * r, &d, 4);
       }
     }

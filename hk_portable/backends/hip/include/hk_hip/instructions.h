@@ -130,6 +130,7 @@ template<> struct mfma_t<f16, 8> {             // v_mfma_f32_16x16x32_f16 (gfx95
 //   for A and B, so the sum is unchanged).
 typedef frag<8, unsigned char> frag8;
 template<class TA_, class TB_> struct mfma8;
+template<class TA_, class TB_> struct mfma_f8f6f4;      // gfx950 only
 // OCP e4m3 codes -> the FNUZ codes of half their values, bytewise (SWAR over 32 or 64 bits): the magnitude
 // 0x7F (NaN) becomes 0x80, magnitude 0 (+0, -0) becomes 0x00, every other code is unchanged. Nine full-rate
 // VALU per dword (the selects are v_bfi_b32; a multiply by 0xFF would be a quarter-rate v_mul_lo_u32).
@@ -158,6 +159,21 @@ HK_MFMA8(fp8e4m3, fp8e5m2, __builtin_amdgcn_mfma_f32_16x16x32_fp8_bf8)
 HK_MFMA8(fp8e5m2, fp8e4m3, __builtin_amdgcn_mfma_f32_16x16x32_bf8_fp8)
 HK_MFMA8(fp8e5m2, fp8e5m2, __builtin_amdgcn_mfma_f32_16x16x32_bf8_bf8)
 #undef HK_MFMA8
+// v_mfma_scale_f32_16x16x128_f8f6f4 on fp8 operands (32 a lane, two runs of 16 k: mma.h st_src): 4x the work of
+// 16x16x32 in 2x its cycles (archs.py). Formats by cbsz / blgp (0 e4m3, 1 e5m2); unit E8M0 scales (127 = 1.0):
+// clang emits the unscaled v_mfma_f32_16x16x128_f8f6f4 only for scale operands 0, whose meaning as a scale no
+// source here states
+typedef frag<32, unsigned char> frag32;
+typedef int i32x8 __attribute__((ext_vector_type(8)));
+template<class T> constexpr int f8f6f4_format() { return same<T, fp8e5m2>::value ? 1 : 0; }
+template<class TA_, class TB_> struct mfma_f8f6f4 {
+  static constexpr float PRE = 1.0f, POST = 1.0f;
+  template<bool AF = false, bool BF = false> HK_DEV static f32x4 run(const frag32& a, const frag32& b, f32x4 c) {
+    static_assert(!AF && !BF, "gfx950 reads OCP codes: no tile is stored as FNUZ");
+    return __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(__builtin_bit_cast(i32x8, a), __builtin_bit_cast(i32x8, b),
+                                                           c, f8f6f4_format<TA_>(), f8f6f4_format<TB_>(), 0, 127, 0, 127);
+  }
+};
 #else
 template<> struct mfma8<fp8e4m3, fp8e4m3> {
   static constexpr float PRE = 0.25f, POST = 4.0f;         // (a/2)(b/2) = ab/4

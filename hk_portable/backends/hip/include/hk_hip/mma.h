@@ -1,36 +1,46 @@
 // hk_hip/mma.h -- matrix multiply-accumulate: operand fragments from LDS or registers, MFMA
-// 16x16x16 (16x16x32 on gfx950; 16x16x32 fp8 on both) with f32 accumulation.
+// 16x16x16 (16x16x32 on gfx950; 16x16x32 fp8 on both, f8f6f4 16x16x128 on gfx950) with f32 accumulation.
 namespace hk {
 
 namespace detail {
 // An operand fragment of a 16 x KS step: lane l holds element (m0 + l%16, kbase + KV*(l/16) + s),
-// s < KV, of a matrix viewed as [m][k] -- A as op(a), B as op(b) transposed. KC: the tile is [m][k]
+// s < KV, of a matrix viewed as [m][k] -- A as op(a), B as op(b) transposed. KV = 32 (gfx950's f8f6f4 MFMA
+// on fp8) lays a lane's k out as the instruction does: two runs of 16, 64 apart (slot s: k = kbase +
+// 64*(s/16) + 16*(l/16) + s%16; tests/emulator/data/cdna4_f8f6f4_layouts.json). KC: the tile is [m][k]
 // rather than [k][m]. Stored k-contiguous (a row-major [m][k] or a column-major [k][m] tile: KC != S::COL)
-// a fragment is one vector read, else KV scalar reads. Elements outside the tile read 0, so ragged K
+// a run is one vector read, else scalar reads. Elements outside the tile read 0, so ragged K
 // never mixes in stale LDS.
 template<bool KC, int KV, class S> struct st_src {
   using T = typename S::dtype;
   using E = raw_bits_t<T>;
   using F = frag<KV, E>;
-  static constexpr int FRAG_BYTES = KV * (int)sizeof(E);
+  static constexpr int RUN = KV > 16 ? 16 : KV, NRUN = KV / RUN;   // a lane's runs of consecutive k
+  static constexpr int RUN_BYTES = RUN * (int)sizeof(E);
   static constexpr bool FNUZ = S::FNUZ;      // the fragments are FNUZ codes (shared_tiles.h, fnuz<L>)
   S s;
   static constexpr int MM = KC ? S::rows : S::cols, KK = KC ? S::cols : S::rows;
   HK_DEV F get(int m0, int kbase) const {
-    const int m = m0 + col_in_blk(), k0 = kbase + KV * (lane() >> 4);
+    const int m = m0 + col_in_blk();
     F f;
-    if constexpr (KC != S::COL && S::ROWB % FRAG_BYTES == 0) {
-      if ((MM % 16 == 0 && KK % (4 * KV) == 0) || (m < MM && k0 + KV <= KK)) {
-        using V = typename vec_bytes<FRAG_BYTES>::type;
-        const unsigned char* at = s.p + (KC ? S::offset(m, k0) : S::offset(k0, m));
-        return __builtin_bit_cast(F, HK_LDS_LOAD(V, at));
-      }
-    }
 #pragma unroll
-    for (int e = 0; e < KV; ++e) {
-      const int k = k0 + e;
-      const bool in = (MM % 16 == 0 || m < MM) && (KK % (4 * KV) == 0 || k < KK);
-      f.v[e] = in ? (KC ? s.get(m, k) : s.get(k, m)).bits : (E)0;
+    for (int r = 0; r < NRUN; ++r) {
+      const int k0 = kbase + 4 * RUN * r + RUN * (lane() >> 4);
+      if constexpr (KC != S::COL && S::ROWB % RUN_BYTES == 0) {
+        if ((MM % 16 == 0 && KK % (4 * KV) == 0) || (m < MM && k0 + RUN <= KK)) {
+          using V = typename vec_bytes<RUN_BYTES>::type;
+          const unsigned char* at = s.p + (KC ? S::offset(m, k0) : S::offset(k0, m));
+          const auto run = __builtin_bit_cast(frag<RUN, E>, HK_LDS_LOAD(V, at));
+#pragma unroll
+          for (int e = 0; e < RUN; ++e) f.v[RUN * r + e] = run.v[e];
+          continue;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < RUN; ++e) {
+        const int k = k0 + e;
+        const bool in = (MM % 16 == 0 || m < MM) && (KK % (4 * KV) == 0 || k < KK);
+        f.v[RUN * r + e] = in ? (KC ? s.get(m, k) : s.get(k, m)).bits : (E)0;
+      }
     }
     return f;
   }
@@ -125,8 +135,13 @@ template<class TA_, class TB_, int K, bool FP8 = is_fp8<TA_>::value> struct mfma
     return mfma_t<TA_, KV>::run(a, b, c);
   }
 };
-template<class TA_, class TB_, int K> struct mfma_for<TA_, TB_, K, true> : mfma8<TA_, TB_> {
-  static constexpr int KV = 8;
+// fp8: gfx950's f8f6f4 16x16x128 (full rate on CDNA4, twice 16x16x32's) when K is a multiple of 128, else 16x16x32
+template<int K> constexpr bool f8f6f4_for() { return HK_GFX950 && K % 128 == 0; }
+template<bool C, class X, class Y> struct pick { using type = X; };
+template<class X, class Y> struct pick<false, X, Y> { using type = Y; };
+template<class TA_, class TB_, int K> struct mfma_for<TA_, TB_, K, true>
+    : pick<f8f6f4_for<K>(), mfma_f8f6f4<TA_, TB_>, mfma8<TA_, TB_>>::type {
+  static constexpr int KV = f8f6f4_for<K>() ? 32 : 8;
 };
 template<class TA_, class TB_> constexpr bool mma_pair_ok() {
   return is_fp8<TA_>::value ? is_fp8<TB_>::value
