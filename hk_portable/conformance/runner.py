@@ -109,6 +109,19 @@ class OnTarget(Backend):
     def emit(self, artifact: Artifact, kind: str):
         return self.inner.emit(artifact, kind)
 
+    # the configuration a call chooses (tuning table, proposals, rejected builds): a case runs what users run
+    def choose_config(self, candidates: list, target: Target) -> dict:
+        return self.inner.choose_config(candidates, target)
+
+    def preferred(self, kernel: str, consts: dict, args: tuple, target: Target) -> list[dict] | None:
+        return self.inner.preferred(kernel, consts, args, target)
+
+    def propose(self, roles: tuple[str, ...], target: Target) -> list[dict]:
+        return self.inner.propose(roles, target)
+
+    def rejects(self, artifact: Artifact, target: Target) -> str | None:
+        return self.inner.rejects(artifact, target)
+
     def __getattr__(self, item):                 # backend-specific extras
         return getattr(self.inner, item)
 
