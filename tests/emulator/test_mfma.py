@@ -41,6 +41,24 @@ VARIANTS = {
 CASES = [(v, a) for v, spec in VARIANTS.items() for a in spec[6]]
 
 
+def _deal(t, a_raw, b_raw, C, pa, pb, pc):
+    """A [M, K], B [K, N] and C [M, N] into per-lane registers by a layout table (t["A"|"B"|"D"]: element ->
+    (lane, slot))."""
+    (M, K), N = a_raw.shape, b_raw.shape[1]
+    for i in range(M):
+        for k in range(K):
+            ln, s = t["A"][i * K + k]
+            pa[ln, s] = a_raw[i, k]
+    for k in range(K):
+        for j in range(N):
+            ln, s = t["B"][k * N + j]
+            pb[ln, s] = b_raw[k, j]
+    for i in range(M):
+        for j in range(N):
+            ln, r = t["D"][i * N + j]
+            pc[ln, r] = C[i, j]
+
+
 def fp8_dtype(kind: str, arch: str) -> torch.dtype:
     """fp8 = e4m3, bf8 = e5m2; FNUZ encodings on gfx942 (CDNA3), OCP on gfx950 (CDNA4)."""
     if arch == "gfx942":
@@ -235,18 +253,7 @@ def test_mfma_matches_amd_calculator_layout(instr):
     pa = torch.zeros((64, kp), dtype=a_raw.dtype)
     pb = torch.zeros((64, kp), dtype=b_raw.dtype)
     pc = torch.zeros((64, M * N // 64), dtype=C.dtype)
-    for i in range(M):
-        for k in range(K):
-            ln, s = t["A"][i * K + k]
-            pa[ln, s] = a_raw[i, k]
-    for k in range(K):
-        for j in range(N):
-            ln, s = t["B"][k * N + j]
-            pb[ln, s] = b_raw[k, j]
-    for i in range(M):
-        for j in range(N):
-            ln, r = t["D"][i * N + j]
-            pc[ln, r] = C[i, j]
+    _deal(t, a_raw, b_raw, C, pa, pb, pc)
     d = torch.zeros_like(pc)
     emulator.load(kernel_source(builtin, atype, M, is_int), "gfx942").launch("mfma_test", 1, 64, [pa, pb, pc, d])
     D = torch.zeros((M, N), dtype=C.dtype)
@@ -297,18 +304,7 @@ def run_f8f6f4(instr: str, fa: int, fb: int, scale_a, scale_b, seed: int = 11):
     C = torch.randn((M, N), generator=gen)
     pa, pb = torch.zeros((64, 32), dtype=torch.uint8), torch.zeros((64, 32), dtype=torch.uint8)
     pc = torch.zeros((64, M * N // 64))
-    for i in range(M):
-        for k in range(K):
-            ln, s = t["A"][i * K + k]
-            pa[ln, s] = a_raw[i, k]
-    for k in range(K):
-        for j in range(N):
-            ln, s = t["B"][k * N + j]
-            pb[ln, s] = b_raw[k, j]
-    for i in range(M):
-        for j in range(N):
-            ln, r = t["D"][i * N + j]
-            pc[ln, r] = C[i, j]
+    _deal(t, a_raw, b_raw, C, pa, pb, pc)
     d = torch.zeros_like(pc)
     mod = emulator.load(f8f6f4_source(F8F6F4_BUILTIN[instr], M, fa, fb), "gfx950")
     mod.launch("mfma_test", 1, 64, [pa.view(torch.int32), pb.view(torch.int32), pc, d,
