@@ -15,8 +15,8 @@ Two layouts exist:
   each row is dealt to `lr` lanes (a power of two below the warp), so a warp holds lanes / lr rows and the
   block's thread-rows are warps * lanes / lr; warp-columns are 1. Rotary's 64-element half rows (8 lanes a
   row, 4 rows a warp) and attention backward's rowsum(dO o O) over 128-element rows are the cases. A row
-  reduction stays inside the row's lane group (shuffles over lr lanes); components with a column reduction
-  do not take it.
+  reduction stays inside the row's lane group (shuffles over lr lanes); components with a column reduction,
+  or with a row reduction and a vector spread back over a tile (the norms: they spilled), do not take it.
 
 A backend may offer two more for mma accumulators (`WaveGrid`: a warp grid over the tile; `TFragment`: the
 fragment layout of the transpose, for components holding a register A operand, see `tfrag_components`).
@@ -227,10 +227,10 @@ def _components(program: Program, grids: bool = False) -> tuple[_UnionFind, set[
 
 
 def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: int,
-               narrow: bool = False, col_reduced: bool = False) -> Strip | None:
+               narrow: bool = False, refused: bool = False) -> Strip | None:
     """The strip with the most warp-rows (rows stay inside a warp: row reductions need no shared memory)
-    that divides every tile of the component into whole chunks; failing that, with `narrow` and no column
-    reduction in the component (`col_reduced`), the narrow strip with the most lanes per row that does;
+    that divides every tile of the component into whole chunks; failing that, with `narrow` and a component
+    _narrow_refused does not refuse (`refused`), the narrow strip with the most lanes per row that does;
     None if there is none or no tile."""
     rows = {v.type.shape[0] for v in members if v.type.space == "rt"}
     cols = {v.type.shape[1] for v in members if v.type.space == "rt"}
@@ -244,7 +244,7 @@ def _strip_for(members: list[Value], axes: dict[Value, str], warps: int, lanes: 
         if warps % wr == 0 and all(r % wr == 0 for r in rows) and all(c % (CHUNK * lanes * wc) == 0 for c in cols):
             return Strip(wr, wc)
         wr //= 2
-    if narrow and not col_reduced:
+    if narrow and not refused:
         lr = lanes // 2
         while lr >= 1:
             thread_rows = warps * (lanes // lr)
@@ -283,6 +283,21 @@ def _grid_for(members: list[Value], uses: dict[Value, set[str]], warps: int,
     return best[1] if best is not None and best[1].wn > 1 else None
 
 
+def _narrow_refused(program: Program) -> set[Value]:
+    """Values whose component may not take a narrow strip: those of a column reduction, and of a row reduction in a
+    component that also spreads a vector over a tile (assign_layouts says why)."""
+    uf, _ = _components(program)
+    reduced, spread, out = set(), set(), set()
+    for op in program.body.walk():
+        regs = [v for v in (*op.operands, *op.results) if is_tile(v, "rt", "rv")]
+        if op.opcode == "reduce":
+            (out if op.attrs["axis"] != "row" else reduced).update(regs)
+        elif op.opcode == "broadcast":
+            spread.update(regs)
+    roots = {uf.find(v) for v in reduced} & {uf.find(v) for v in spread}
+    return out | {v for v in reduced | spread if uf.find(v) in roots}
+
+
 def _uses(program: Program) -> dict[Value, set[str]]:
     """The opcodes that define or use each tile value."""
     out: dict[Value, set[str]] = {}
@@ -309,8 +324,10 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
     axes = assign_vector_axes(program) if axes is None else axes
     uf, pinned = _components(program, grids)
     uses = _uses(program) if grids else {}
-    col_reduced = {v for op in program.body.walk() if op.opcode == "reduce" and op.attrs["axis"] != "row"
-                   for v in (*op.operands, *op.results)} if narrow else set()
+    # a narrow strip takes a row reduction whose vector is not spread back over tiles (rowsum(dO o O) stored as is),
+    # not column reductions: the norms (mean and variance broadcast back onto the row) spilled 24-252 bytes at 255
+    # registers on sm_80 and sm_90a in narrow strips (2026-12-07), where the fragment layout spilled nothing
+    no_narrow = _narrow_refused(program) if narrow else set()
     values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
     groups: dict[Value, list[Value]] = {}
     for v in values:
@@ -323,7 +340,7 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
         elif grids and any("mma" in uses.get(v, set()) for v in members):
             layout = _grid_for(members, uses, warps, axes)    # an accumulator: a grid or the fragment layout
         elif strips:
-            layout = _strip_for(members, axes, warps, lanes, narrow, any(v in col_reduced for v in members))
+            layout = _strip_for(members, axes, warps, lanes, narrow, any(v in no_narrow for v in members))
         for v in members:
             out[v] = layout or FRAGMENT
     if tfrags:

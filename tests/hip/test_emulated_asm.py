@@ -54,7 +54,8 @@ def test_bugs_planted_in_the_asm_binding_are_caught(name):
                                      "kernel/gemm/bf16-f32/256x256x256"])
 def test_library_kernels_on_gfx950_run_the_asm_and_a_wrong_m0_fails_them(case_id, monkeypatch):
     """The conformance case passes as generated, through the asm (its source holds the binding once and the
-    launch runs it); with M0 one chunk high the same case fails in the emulator."""
+    launch runs it); with M0 one chunk high the same case fails in the emulator (gemm's chosen 256x256x32 block, which
+    the case runs since the conformance runner forwards the backend's choice, fails by its values, not the race check)."""
     from hk_portable.backends.hip import backend as hip_backend, emulator
     from hk_portable.conformance.cases import all_cases
     from hk_portable.conformance.runner import PASSED, Session
@@ -79,4 +80,5 @@ def test_library_kernels_on_gfx950_run_the_asm_and_a_wrong_m0_fails_them(case_id
     assert launched and all(n == 1 for n in launched)
     plant(True)
     r = Session("hip", "gfx950", emulate=True, seed=11).run_case(case)
-    assert r.status != PASSED and "LDS race" in r.reason, r.reason
+    # caught by the emulator's race check or, where the misplaced copy lands in a buffer read later, by the values
+    assert r.status != PASSED and ("LDS race" in r.reason or "outside the bound" in r.reason), r.reason
