@@ -283,10 +283,9 @@ def _grid_for(members: list[Value], uses: dict[Value, set[str]], warps: int,
     return best[1] if best is not None and best[1].wn > 1 else None
 
 
-def _narrow_refused(program: Program) -> set[Value]:
-    """Values whose component may not take a narrow strip: those of a column reduction, and of a row reduction in a
-    component that also spreads a vector over a tile (assign_layouts says why)."""
-    uf, _ = _components(program)
+def _narrow_refused(program: Program, uf: _UnionFind) -> set[Value]:
+    """Values whose component (in `uf`, the layout pass's) may not take a narrow strip: those of a column reduction,
+    and of a row reduction in a component that also spreads a vector over a tile (assign_layouts says why)."""
     reduced, spread, out = set(), set(), set()
     for op in program.body.walk():
         regs = [v for v in (*op.operands, *op.results) if is_tile(v, "rt", "rv")]
@@ -327,7 +326,7 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
     # a narrow strip takes a row reduction whose vector is not spread back over tiles (rowsum(dO o O) stored as is),
     # not column reductions: the norms (mean and variance broadcast back onto the row) spilled 24-252 bytes at 255
     # registers on sm_80 and sm_90a in narrow strips (2026-12-07), where the fragment layout spilled nothing
-    no_narrow = _narrow_refused(program) if narrow else set()
+    no_narrow = _narrow_refused(program, uf) if narrow else set()
     values = {v for v in all_values(program) if is_tile(v, "rt", "rv")}
     groups: dict[Value, list[Value]] = {}
     for v in values:
