@@ -86,7 +86,7 @@ def test_library_kernels_compile_for_sm80_and_sm90a():
 
 
 # ~790 Programs per target, over 10 minutes on a 2-core runner for hk_test_sampling's old sample (304) alone: the
-# default run compiles hk_test_sampling.split's part (129: every library kernel and mma form, a third of their
+# default run compiles hk_test_sampling.split's part (106: every library kernel and mma form, a fifth of their
 # Programs), the `slow` part the rest (HK_EXHAUSTIVE=1 or `pytest -m slow`: both parts, every Program)
 @pytest.mark.parametrize("part", ["sample", pytest.param("rest", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("arch", ARCHS)

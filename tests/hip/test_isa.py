@@ -90,7 +90,7 @@ def problems(program: Program, arch: str, be: HipBackend) -> list[str]:
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_every_program_compiles_clean(arch, part):
     """Every Program compiles clean for the arch: the default run compiles hk_test_sampling.split's part (every
-    library kernel and mma form, a third of their Programs, every twelfth other; several minutes per arch on a busy 2-core
+    library kernel and mma form, a fifth of their Programs, every twelfth other; several minutes per arch on a busy 2-core
     runner with a cold cache), the `slow` part the rest (HK_EXHAUSTIVE=1 or `pytest -m slow`)."""
     be = HipBackend()
     everything = all_programs()
