@@ -31,6 +31,7 @@ import platform
 import random
 import statistics
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -471,6 +472,35 @@ def layernorm_bwd_case(rows: int, d: int, p: float = 0.1) -> Case:
                 (d, p, "bwd"))
 
 
+TUTORIAL = Path(__file__).resolve().parents[1] / "examples" / "gelu_linear.py"   # the README's tunable kernel
+
+
+def tunable_case(M: int, N: int, K: int) -> Case:
+    """The README's tunable kernel (examples/gelu_linear.py: gelu(x @ w^T + bias), its tiles declared tunable and
+    chosen by the backend) against the same expression under torch.compile (first: the issue's bar) and eager."""
+    def make(device):
+        from .cli import _user_kernel
+        if not TUTORIAL.is_file():
+            raise FileNotFoundError(f"{TUTORIAL}: the tutorial kernel ships with the repository, not the wheel")
+        module, _ = _user_kernel(f"{TUTORIAL}:gelu_linear")
+        n = n_sets_for(2 * (M * K + N * K + M * N), device)
+        sets = [(_randn((M, K), device, torch.bfloat16), _randn((N, K), device, torch.bfloat16) / K ** 0.5,
+                 _randn((N,), device, torch.bfloat16)) for _ in range(n)]
+        outs = [torch.empty(M, N, device=device, dtype=torch.bfloat16) for _ in range(n)]
+
+        def expression(x, w, b):
+            return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")
+        compiled = torch.compile(expression, dynamic=False)
+
+        def check():
+            return rel_error(module.linear_gelu(*sets[0], out=outs[0]), module.reference(*sets[0]))
+        return Bound(lambda i: module.linear_gelu(*sets[i], out=outs[i]),
+                     {"torch.compile": lambda i: compiled(*sets[i]), "torch eager": lambda i: expression(*sets[i])},
+                     check, n)
+    return Case("tunable", f"gelu_linear (tunable) {M}x{N}x{K}", 2.0 * M * N * K, "TFLOP/s", make,
+                dict(M=M, N=N, K=K))
+
+
 def copy_case(nbytes: int) -> Case:
     """The device's copy bandwidth (bytes read + bytes written): the memory-bound kernels' ceiling."""
     def make(device):
@@ -497,7 +527,7 @@ def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
                 attention_case(1, 2, 2, 128, 64, False), attention_bwd_case(1, 2, 2, 64, 64, False),
                 attention_bwd_case(1, 2, 2, 128, 64, False), layernorm_case(64, 256), layernorm_case(256, 256),
                 layernorm_bwd_case(64, 256), layernorm_bwd_case(256, 256), rotary_case(1, 64, 2, 64),
-                rotary_case(1, 128, 2, 64)]
+                rotary_case(1, 128, 2, 64), tunable_case(64, 64, 64), tunable_case(128, 128, 128)]
     gemms = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 14336), (16384, 14336, 4096), (4000, 4000, 4000)]
     attn = [(16384 // N, H, Hkv, N, D, c) for N in (1024, 4096, 16384) for D in (64, 128) for c in (False, True)
             for H, Hkv in ((16, 16),)] + [(4, 32, 8, 4096, 128, c) for c in (False, True)]
@@ -522,7 +552,8 @@ def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
             + [attention_case(*a) for a in attn] + [attention_bwd_case(*a) for a in attn_bwd]
             + [layernorm_case(16384, 4096), layernorm_case(32768, 4096)]
             + [layernorm_bwd_case(16384, 4096), layernorm_bwd_case(32768, 4096)]
-            + [rotary_case(4, 4096, 32, 128), rotary_case(8, 4096, 32, 128)])
+            + [rotary_case(4, 4096, 32, 128), rotary_case(8, 4096, 32, 128)]
+            + [tunable_case(4096, 4096, 4096), tunable_case(8192, 5632, 2048)])     # issue 42's shapes
 
 
 # ---------------------------------------------------------------------------------------------- run

@@ -151,3 +151,19 @@ def test_random_gemm_shapes_and_their_summary():
     assert sweep["shapes"] == 3 and sweep["reaching"] == sum(r >= 0.9 for r in ratios)
     assert [w["ratio"] for w in sweep["worst"]] == ratios and "random GEMM shapes: " in B.table(report)
     assert not report["scaling_problems"]            # shapes of every aspect form no size sweep
+
+
+def test_the_tutorial_kernel_case_checks_itself_against_eager_torch():
+    """issue 42's case (the README's tunable kernel against torch.compile and eager): its check is the error against
+    float64, and hk's output agrees with the eager baseline on the same inputs (torch.compile is left to the GPU run:
+    its CPU build is slow and checks nothing more)."""
+    import hk_portable as hk
+    case = B.tunable_case(48, 40, 64)
+    assert case.family == "tunable" and case.work == 2.0 * 48 * 40 * 64
+    with hk.use_backend("reference"):
+        bound = case.make("cpu")
+        assert list(bound.baselines) == ["torch.compile", "torch eager"]
+        assert bound.check() < 1e-2
+        out = bound.hk(0).clone()
+    eager = bound.baselines["torch eager"](0)
+    assert torch.allclose(out.float(), eager.float(), atol=3e-2, rtol=3e-2)
