@@ -265,14 +265,17 @@ def random_sweep(entries: list[dict], worst: int = 5, at_least: float = 0.90) ->
             "errors": sum(e["family"] == RANDOM_GEMMS and "error" in e for e in entries)}
 
 
-def attention_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> Case:
+def attention_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool, dv: int | None = None) -> Case:
+    """attention_fwd against SDPA's backends; dv: v's head dim where it differs from D (MLA's prefill)."""
+    Dv = D if dv is None else dv
+
     def make(device):
         from .kernels.attention import attention_fwd
         F = torch.nn.functional
-        per_set = 2 * B * N * D * (Hq * 2 + Hkv * 2)
+        per_set = 2 * B * N * (Hq * (D + Dv) + Hkv * (D + Dv))
         n = n_sets_for(per_set, device)
         sets = [(_randn((B, Hq, N, D), device, torch.bfloat16), _randn((B, Hkv, N, D), device, torch.bfloat16),
-                 _randn((B, Hkv, N, D), device, torch.bfloat16)) for _ in range(n)]
+                 _randn((B, Hkv, N, Dv), device, torch.bfloat16)) for _ in range(n)]
         gqa = Hq != Hkv
 
         def sdpa(i, which=None):
@@ -296,10 +299,11 @@ def attention_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> C
                                                  is_causal=causal, enable_gqa=gqa)
             return rel_error(attention_fwd(q, k, v, causal=causal)[0][:1, :g], ref)
         return Bound(lambda i: attention_fwd(*sets[i], causal=causal), baselines, check, n)
-    flops = 4.0 * B * Hq * N * N * D / (2 if causal else 1)
+    flops = 2.0 * B * Hq * N * N * (D + Dv) / (2 if causal else 1)
     gqa = f" GQA {Hq}/{Hkv}" if Hq != Hkv else ""
-    return Case("attention", f"attention_fwd B{B} H{Hq}{gqa} N{N} D{D}{' causal' if causal else ''}", flops,
-                "TFLOP/s", make, dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, causal=causal), (Hq, Hkv, D, causal))
+    dims = f"D{D}" + (f" Dv{Dv}" if Dv != D else "")
+    return Case("attention", f"attention_fwd B{B} H{Hq}{gqa} N{N} {dims}{' causal' if causal else ''}", flops,
+                "TFLOP/s", make, dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, Dv=Dv, causal=causal), (Hq, Hkv, D, Dv, causal))
 
 
 def gemm_fp8_case(M: int, N: int, K: int) -> Case:
@@ -325,20 +329,23 @@ def gemm_fp8_case(M: int, N: int, K: int) -> Case:
     return Case("gemm_fp8", f"gemm fp8 e4m3 {M}x{N}x{K}", 2.0 * M * N * K, "TFLOP/s", make, dict(M=M, N=N, K=K))
 
 
-def attention_bwd_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool, deterministic: bool = False) -> Case:
+def attention_bwd_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool, deterministic: bool = False,
+                       dv: int | None = None) -> Case:
     """dQ, dK, dV from dO (hk: attention_bwd given the forward's o and lse) against SDPA's backward on the
     graph its forward left (timed alone). FLOPs: 2.5x the forward's, the usual count. deterministic: hk's dQ
-    without atomics (SDPA's backends as they run)."""
+    without atomics (SDPA's backends as they run). dv: v's head dim where it differs from D."""
+    Dv = D if dv is None else dv
+
     def make(device):
         from .kernels.attention import attention_fwd
         from .kernels.attention_bwd import attention_bwd, reference
         F = torch.nn.functional
-        n = n_sets_for(2 * B * N * D * (Hq * 4 + Hkv * 2), device)
+        n = n_sets_for(2 * B * N * (D + Dv) * (Hq * 2 + Hkv), device)
         gqa = Hq != Hkv
 
         def inputs(b, n_, grad=False):
             return [_randn(s, device, torch.bfloat16).requires_grad_(grad)
-                    for s in ((b, Hq, n_, D), (b, Hkv, n_, D), (b, Hkv, n_, D))]
+                    for s in ((b, Hq, n_, D), (b, Hkv, n_, D), (b, Hkv, n_, Dv))]
         sets = []
         for _ in range(n):
             q, k, v = inputs(B, N)
@@ -370,12 +377,14 @@ def attention_bwd_case(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool, 
             got = attention_bwd(q, k, v, o, lse, do, causal=causal, deterministic=deterministic)
             return max(rel_error(g, r) for g, r in zip(got, reference(q, k, v, do, causal=causal)))
         return Bound(lambda i: attention_bwd(*sets[i], causal=causal, deterministic=deterministic), baselines, check, n)
-    flops = 2.5 * 4.0 * B * Hq * N * N * D / (2 if causal else 1)
+    flops = 2.5 * 2.0 * B * Hq * N * N * (D + Dv) / (2 if causal else 1)
     gqa = f" GQA {Hq}/{Hkv}" if Hq != Hkv else ""
-    name = f"attention_bwd B{B} H{Hq}{gqa} N{N} D{D}{' causal' if causal else ''}{' deterministic' if deterministic else ''}"
+    dims = f"D{D}" + (f" Dv{Dv}" if Dv != D else "")
+    name = (f"attention_bwd B{B} H{Hq}{gqa} N{N} {dims}{' causal' if causal else ''}"
+            f"{' deterministic' if deterministic else ''}")
     return Case("attention_bwd", name, flops, "TFLOP/s", make,
-                dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, causal=causal, deterministic=deterministic),
-                (Hq, Hkv, D, causal, deterministic))
+                dict(B=B, Hq=Hq, Hkv=Hkv, N=N, D=D, Dv=Dv, causal=causal, deterministic=deterministic),
+                (Hq, Hkv, D, Dv, causal, deterministic))
 
 
 def rotary_case(B: int, N: int, H: int, D: int) -> Case:
@@ -550,6 +559,9 @@ def kernel_bench_cases(device: str, quick: bool = False) -> list[Case]:
     return ([copy_case(1 << 30)] + [gemm_case(*g) for g in gemms] + layouts + randoms
             + [gemm_fp8_case(*g) for g in gemms[:4]]
             + [attention_case(*a) for a in attn] + [attention_bwd_case(*a) for a in attn_bwd]
+            # MLA's prefill head dims (q/k 192, v 128; issue 40), the tile of 256 with v's columns past 128 zero
+            + [attention_case(4, 16, 16, 4096, 192, True, dv=128),
+               attention_bwd_case(4, 16, 16, 4096, 192, True, dv=128)]
             + [layernorm_case(16384, 4096), layernorm_case(32768, 4096)]
             + [layernorm_bwd_case(16384, 4096), layernorm_bwd_case(32768, 4096)]
             + [rotary_case(4, 4096, 32, 128), rotary_case(8, 4096, 32, 128)]

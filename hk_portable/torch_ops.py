@@ -191,7 +191,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
               backend: str | None = None, softcap: float | None = None,
               sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse) of softmax(q kᵀ · scale [+ mask]) v; q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] (GQA),
+    """(o, lse) of softmax(q kᵀ · scale [+ mask]) v; q [B, Hq, N, D], k [B, Hkv, Nkv, D], v [B, Hkv, Nkv, Dv] (GQA;
+    Dv may differ from D: o is [B, Hq, N, Dv]),
     bf16/f16; window = [left, right] with -1 unbounded; lse f32 [B, Hq, N] (natural log). softcap c > 0: each
     scaled logit s becomes c * tanh(s / c) before the mask; sinks f32 [Hq]: a logit per head in each row's
     softmax denominator (lse includes it). Both differentiate: dS times 1 - tanh² under softcap (in the
@@ -206,7 +207,7 @@ def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None, 
     if sinks is not None:
         _attention.check_sinks(sinks, q, "hk::attention")
     B, H, N, _ = q.shape
-    return torch.empty_like(q), q.new_empty((B, H, N), dtype=torch.float32)
+    return q.new_empty((B, H, N, v.shape[-1])), q.new_empty((B, H, N), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
@@ -272,8 +273,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
                      backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlashAttention's varlen forward: q [total_q, Hq, D], k/v [total_k, Hkv, D] packed, cu_seqlens int32
-    [B + 1]; (o [total_q, Hq, D], lse f32 [Hq, total_q]). Differentiable through hk::attention_varlen_backward."""
+    """FlashAttention's varlen forward: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] packed,
+    cu_seqlens int32 [B + 1]; (o [total_q, Hq, Dv], lse f32 [Hq, total_q]). Differentiable through
+    hk::attention_varlen_backward."""
     return _attention_varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               causal=causal, window=_window(window), align=align, scale=scale,
                                               backend=backend)
@@ -282,7 +284,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 @attention_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, window=None, align=None,
       scale=None, backend=None):
-    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return q.new_empty((*q.shape[:2], v.shape[-1])), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 def _attention_varlen_setup(ctx, inputs, output):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import hk_portable.nn.functional  # noqa: F401 - registers torch.ops.hk
 from hk_portable.interface import ArgumentError
 from hk_portable.kernels.attention import (HEAD_DIMS, TILE_HEAD_DIMS, attention_fwd, check_head_dim, config_for,
                                            tile_dim)
@@ -194,3 +195,42 @@ def test_a_module_with_head_dim_80_trains():
     y.float().square().sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in attn.parameters())
     assert torch.isfinite(x.grad).all()
+
+
+# different head dims for q/k and v (DeepSeek's MLA prefill: 192/128): one tile head dim for both, v's columns past
+# Dv read 0 and o's, dv's stores drop them; the scale is q's 1/sqrt(D)
+VALUE_DIMS = [("reference", 192, 128, True), ("reference", 64, 128, False), ("reference", 128, 40, True),
+              ("cuda:sm_80:emulated", 96, 64, True), ("hip:gfx942:emulated", 64, 128, False),
+              pytest.param("hip:gfx950:emulated", 192, 128, True, marks=pytest.mark.slow),
+              pytest.param("cuda:sm_80:emulated", 192, 128, False, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("backend,D,Dv,causal", VALUE_DIMS, ids=lambda x: str(x))
+def test_value_head_dim_differs_forward_and_backward(backend, D, Dv, causal):
+    """hk::attention and its backward (the op's autograd) with v's head dim != q's, against float64 SDPA (which
+    takes them): the forward by FlashAttention's rule, the gradients by the tolerance table."""
+    _skip_unless_runs(backend)
+    B, Hq, Hkv, N, Nkv = 1, 4, 2, 70, 70 if causal else 45
+    q, k, _, _ = _bwd_inputs(B, Hq, Hkv, N, Nkv, D, seed=D + Dv)
+    _, _, v, do = _bwd_inputs(B, Hq, Hkv, N, Nkv, Dv, seed=D * Dv)
+    o, lse = torch.full((B, Hq, N, Dv), float("nan"), dtype=q.dtype), torch.full((B, Hq, N), float("nan"))
+    attention_fwd(q, k, v, causal=causal, out=o, lse=lse, backend=backend)
+    keep = _keep(N, Nkv, 0, N + Nkv, 0 if causal else N + Nkv)
+    ref = _sdpa(q, k, v, keep)
+    assert ref.shape == o.shape
+    assert (o.double() - ref).abs().max() <= 2 * (_sdpa(q, k, v, keep, torch.bfloat16) - ref).abs().max()
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    o2, _ = torch.ops.hk.attention(qg, kg, vg, causal, None, None, None, backend)
+    assert torch.equal(o2.detach(), o)
+    o2.backward(do)
+    _assert_within_table((qg.grad, kg.grad, vg.grad), q, k, v, do, causal, None)
+
+
+def test_value_head_dim_is_checked_by_name():
+    q, k = torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16), torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ArgumentError, match="v's head dim must be a multiple of 8"):
+        attention_fwd(q, k, torch.zeros(1, 2, 8, 36, dtype=torch.bfloat16))
+    with pytest.raises(ArgumentError, match=r"must agree in \[B, Hkv, Nkv\]"):
+        attention_fwd(q, k, torch.zeros(1, 2, 9, 128, dtype=torch.bfloat16))
+    with pytest.raises(ArgumentError, match="'out' must be"):
+        attention_fwd(q, k, torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16), out=torch.empty_like(q))

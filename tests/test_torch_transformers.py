@@ -246,6 +246,43 @@ def test_gpt_oss_sinks_match_eager_with_their_gradient():
     assert torch.allclose(grads[0], grads[1], rtol=0.05, atol=0.02 * grads[1].abs().max().item())
 
 
+# ------------------------------------------ DeepSeek V3's MLA: q/k and v of different head dims (64 and 32 here)
+def _deepseek_v3(impl):
+    """A random 2-layer DeepSeek V3 (a dense layer, then 4 routed experts) in f16: q/k head dim 32 + 32 (rope), v's
+    32; transformers expands the latent KV cache and hands hk k and v of different head dims."""
+    config = transformers.DeepseekV3Config(vocab_size=96, hidden_size=128, intermediate_size=128,
+                                           moe_intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                           num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=32,
+                                           qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32, n_routed_experts=4,
+                                           num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+                                           max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.DeepseekV3ForCausalLM(config).to(torch.float16)
+    model.config._attn_implementation = impl
+    return model.eval()
+
+
+def test_deepseek_v3_mla_head_dims_match_sdpa_with_and_without_padding(monkeypatch):
+    """Logits, greedy tokens (decode through the dense kernel: the KV-cache kernel takes one head dim) and a
+    left-padded batch (varlen) with v's head dim half of q's: the tokens SDPA gives."""
+    from hk_portable.nn.huggingface import register
+    register()
+    ours, theirs = _deepseek_v3("hk"), _deepseek_v3("sdpa")
+    theirs.load_state_dict(ours.state_dict())
+    calls = []
+    real = torch.ops.hk.attention
+    monkeypatch.setattr(torch.ops.hk, "attention", lambda q, k, v, *a, **kw: calls.append(
+        (q.shape[-1], v.shape[-1])) or real(q, k, v, *a, **kw), raising=False)
+    assert _logits_error(ours, theirs, IDS20) < 4e-3
+    assert (64, 32) in calls
+    mask = torch.ones_like(IDS20)
+    mask[1, :7] = 0
+    with torch.no_grad():
+        for kwargs in ({}, {"attention_mask": mask}):
+            assert torch.equal(ours.generate(IDS20, max_new_tokens=6, do_sample=False, pad_token_id=0, **kwargs),
+                               theirs.generate(IDS20, max_new_tokens=6, do_sample=False, pad_token_id=0, **kwargs))
+
+
 def test_softcap_or_sinks_over_a_padded_batch_is_refused():
     ours, _ = _same_weights(_gpt_oss)
     ids, mask = padded_batch((12, 9, 5, 11))

@@ -108,7 +108,9 @@ ATTENTION_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None), (1, 2, 1, 77, 77, 6
                      (1, 4, 2, 130, 130, 128, False, (33, 7), None),
                      # head dims past 64 and 128 (issue 40): tiles of 128 at D=80, of 256 at D=256
                      (1, 2, 1, 77, 77, 80, True, None, None),
-                     (1, 4, 2, 70, 90, 256, True, None, "bottom_right"))
+                     (1, 4, 2, 70, 90, 256, True, None, "bottom_right"),
+                     # v's head dim != q's (DeepSeek's MLA prefill, 192/128): D given as (D, Dv)
+                     (1, 4, 2, 77, 77, (192, 128), True, None, None))
 
 
 # softcap and attention sinks (issue 40): (B, Hq, Hkv, N, Nkv, D, causal, window, align, softcap, sinks): sinks
@@ -148,13 +150,21 @@ def attention_math(q, k, v, causal: bool, scale: float, window=None, align=None,
     return p @ vd, torch.logsumexp(s, -1), p @ vd.abs()
 
 
+def _head_dims(D) -> tuple[int, int, str]:
+    """A config's head dim D, or (D, Dv) where v's differs: (D, Dv, the variant's name for them)."""
+    D, Dv = D if isinstance(D, tuple) else (D, D)
+    return D, Dv, f"D{D}" + (f"v{Dv}" if Dv != D else "")
+
+
 def _attention_case(dtype: str, config) -> Case:
     B, Hq, Hkv, N, Nkv, D, causal, window, align, softcap, with_sinks = (*config, None, False)[:11]
+    D, Dv, dims = _head_dims(D)
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
 
     def make(gen):
         q = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
-        k, v = (rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        k = rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0)
+        v = rand_float(gen, (B, Hkv, Nkv, Dv), dtype, 0.05, 2.0)
         sinks = rand_float(gen, (Hq,), "f32", 0.05, 3.0) if with_sinks else None
         scale = 1.0 / math.sqrt(D)
         o_val, lse_val, o_scale = attention_math(q, k, v, causal, scale, window, align, softcap, sinks)
@@ -166,7 +176,7 @@ def _attention_case(dtype: str, config) -> Case:
                           out=t["o"], lse=t["lse"], backend=be, sinks=t.get("sinks"), **extra)
         inputs = {"q": q, "k": k, "v": v, **({"sinks": sinks} if with_sinks else {})}
         lse_bound = "attention_fwd.softcap.lse" if softcap is not None else "attention_fwd.lse"
-        return Setup(inputs, {"o": poisoned((B, Hq, N, D), tdt), "lse": poisoned((B, Hq, N), "f32")},
+        return Setup(inputs, {"o": poisoned((B, Hq, N, Dv), tdt), "lse": poisoned((B, Hq, N), "f32")},
                      launch,
                      [Check("o", "o", o_val, bound_for("attention_fwd.o", dtype), scale=o_scale),
                       Check("lse", "lse", lse_val, bound_for(lse_bound, "f32"), k=Nkv)])
@@ -174,7 +184,7 @@ def _attention_case(dtype: str, config) -> Case:
         (f"_{align}" if align else "")
     kv = f"_Nkv{Nkv}" if Nkv != N else ""
     ext = (f"_softcap{softcap:g}" if softcap is not None else "") + ("_sinks" if with_sinks else "")
-    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}{ext}"
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_{dims}_{mask}{ext}"
     return _kernel_case("attention_fwd", variant, make, "attention")
 
 
@@ -190,7 +200,8 @@ VARLEN_CONFIGS = (((37, 100, 1, 64), None, 4, 2, 64, True, None, None),
                   ((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
                   ((70, 130), (128, 30), 4, 2, 128, False, (33, 7), "top_left"),
                   ((20, 5, 9), (40, 8, 1), 2, 2, 64, False, None, None),
-                  ((37, 1, 20), None, 4, 2, 96, True, None, None))
+                  ((37, 1, 20), None, 4, 2, 96, True, None, None),
+                  ((37, 1, 20), None, 4, 2, (192, 128), True, None, None))
 
 
 def _cu(lens) -> torch.Tensor:
@@ -199,8 +210,8 @@ def _cu(lens) -> torch.Tensor:
 
 def varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align):
     """attention_math one sequence at a time on packed [total, H, D] tensors: (o, lse [H, total_q], scale)."""
-    o = torch.zeros(q.shape, dtype=torch.float64)
-    o_scale = torch.zeros(q.shape, dtype=torch.float64)
+    o = torch.zeros((*q.shape[:2], v.shape[2]), dtype=torch.float64)
+    o_scale = torch.zeros(o.shape, dtype=torch.float64)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64)
     cq, ck = _cu(lens_q).tolist(), _cu(lens_k).tolist()
     for b in range(len(lens_q)):
@@ -215,6 +226,7 @@ def varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align):
 
 def _varlen_case(dtype: str, config) -> Case:
     lens_q, lens_k, Hq, Hkv, D, causal, window, align = config
+    D, Dv, dims = _head_dims(D)
     same = lens_k is None
     lens_k = lens_q if same else lens_k
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
@@ -222,7 +234,8 @@ def _varlen_case(dtype: str, config) -> Case:
 
     def make(gen):
         q = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
-        k, v = (rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0) for _ in range(2))
+        k = rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0)
+        v = rand_float(gen, (tk, Hkv, Dv), dtype, 0.05, 2.0)
         scale = 1.0 / math.sqrt(D)
         o_val, lse_val, o_scale = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align)
         attention_varlen = _wrapper("attention_varlen", "attention_varlen")
@@ -232,12 +245,12 @@ def _varlen_case(dtype: str, config) -> Case:
                              max(lens_k), causal=causal, window=window, align=align, scale=scale, out=t["o"],
                              lse=t["lse"], backend=be)
         return Setup({"q": q, "k": k, "v": v, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)},
-                     {"o": poisoned((tq, Hq, D), tdt), "lse": poisoned((Hq, tq), "f32")}, launch,
+                     {"o": poisoned((tq, Hq, Dv), tdt), "lse": poisoned((Hq, tq), "f32")}, launch,
                      [Check("o", "o", o_val, bound_for("attention_varlen.o", dtype), scale=o_scale),
                       Check("lse", "lse", lse_val, bound_for("attention_varlen.lse", "f32"), k=max(lens_k))])
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
         (f"_{align}" if align else "")
-    variant = (f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_D{D}_{mask}")
+    variant = (f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_{dims}_{mask}")
     return _kernel_case("attention_varlen", variant, make, "attention_varlen")
 
 
@@ -337,7 +350,9 @@ ATTENTION_BWD_CONFIGS = ((1, 2, 2, 1, 1, 64, False, None, None, False),
                          # head dims past 64 and 128 (issue 40); D=256's dK/dV in column parts (attention_bwd_wide)
                          (1, 2, 1, 77, 77, 32, True, None, None, False),
                          (1, 4, 2, 70, 90, 256, True, None, "bottom_right", False),
-                         (1, 2, 1, 60, 60, 256, False, None, None, True))
+                         (1, 2, 1, 60, 60, 256, False, None, None, True),
+                         (1, 4, 2, 70, 70, (192, 128), True, None, None, False),
+                         (1, 2, 1, 50, 50, (64, 128), False, None, None, True))
 # softcap and sinks (issue 40), (..., softcap, sinks): the wrapper takes the forward's lse (the sink included) and
 # softcap; the sinks' own gradient is torch_ops' (tests/test_attention_softcap_sinks.py)
 ATTENTION_BWD_EXT_CONFIGS = ((1, 2, 1, 77, 77, 64, True, None, None, False, 30.0, True),
@@ -399,12 +414,14 @@ def attention_bwd_math(q, k, v, do, causal: bool, scale: float, window=None, ali
 
 def _attention_bwd_case(dtype: str, config) -> Case:
     B, Hq, Hkv, N, Nkv, D, causal, window, align, deterministic, softcap, with_sinks = (*config, None, False)[:12]
+    D, Dv, dims = _head_dims(D)
     tdt = TORCH[dtype]
 
     def make(gen):
         q = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
-        k, v = (rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0) for _ in range(2))
-        do = rand_float(gen, (B, Hq, N, D), dtype, 0.05, 2.0)
+        k = rand_float(gen, (B, Hkv, Nkv, D), dtype, 0.05, 2.0)
+        v = rand_float(gen, (B, Hkv, Nkv, Dv), dtype, 0.05, 2.0)
+        do = rand_float(gen, (B, Hq, N, Dv), dtype, 0.05, 2.0)
         sinks = rand_float(gen, (Hq,), "f32", 0.05, 3.0) if with_sinks else None
         scale = 1.0 / math.sqrt(D)
         o_val, lse_val, _ = attention_math(q, k, v, causal, scale, window, align, softcap, sinks)
@@ -417,17 +434,18 @@ def _attention_bwd_case(dtype: str, config) -> Case:
             attention_bwd(t["q"], t["k"], t["v"], t["o"], t["lse"], t["do"], causal=causal, window=window,
                           align=align, scale=scale, deterministic=deterministic, dq=t["dq"], dk=t["dk"],
                           dv=t["dv"], backend=be, **extra)
-        terms = {"dq": Nkv + D, "dk": (Hq // Hkv) * N + D, "dv": (Hq // Hkv) * N}
+        dots = max(D, Dv)                   # the longest dot product in S = q kᵀ (D) and dP = dO vᵀ (Dv)
+        terms = {"dq": Nkv + dots, "dk": (Hq // Hkv) * N + dots, "dv": (Hq // Hkv) * N}
         checks = [Check(name, name, value, bound_for(f"attention_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
                         scale=mag, k=terms[name]) for name, (value, mag) in grads.items()]
         outputs = {"dq": poisoned((B, Hq, N, D), tdt), "dk": poisoned((B, Hkv, Nkv, D), tdt),
-                   "dv": poisoned((B, Hkv, Nkv, D), tdt)}
+                   "dv": poisoned((B, Hkv, Nkv, Dv), tdt)}
         return Setup({"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}, outputs, launch, checks)
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
         (f"_{align}" if align else "")
     kv = f"_Nkv{Nkv}" if Nkv != N else ""
     ext = (f"_softcap{softcap:g}" if softcap is not None else "") + ("_sinks" if with_sinks else "")
-    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_D{D}_{mask}{ext}" + ("_deterministic" if deterministic else "")
+    variant = f"{dtype}/B{B}_Hq{Hq}_Hkv{Hkv}_N{N}{kv}_{dims}_{mask}{ext}" + ("_deterministic" if deterministic else "")
     case = _kernel_case("attention_bwd", variant, make, "attention_bwd")
     # the atomic dQ sums key blocks in an unspecified order: only the deterministic form must rerun bitwise
     return dataclasses.replace(case, deterministic=deterministic)
@@ -436,7 +454,8 @@ def _attention_bwd_case(dtype: str, config) -> Case:
 # varlen backward: (lens_q, lens_k, Hq, Hkv, D, causal, window, align)
 VARLEN_BWD_CONFIGS = (((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
                       ((70, 30), (40, 130), 4, 2, 128, False, (33, 7), "top_left"),
-                      ((37, 0, 20), (50, 5, 17), 2, 1, 256, True, None, "bottom_right"))
+                      ((37, 0, 20), (50, 5, 17), 2, 1, 256, True, None, "bottom_right"),
+                      ((37, 0, 20), (50, 5, 17), 4, 2, (192, 128), True, None, "bottom_right"))
 
 
 def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align):
@@ -456,13 +475,15 @@ def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align):
 
 def _varlen_bwd_case(dtype: str, config) -> Case:
     lens_q, lens_k, Hq, Hkv, D, causal, window, align = config
+    D, Dv, dims = _head_dims(D)
     tdt = TORCH[dtype]
     tq, tk = sum(lens_q), sum(lens_k)
 
     def make(gen):
         q = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
-        k, v = (rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0) for _ in range(2))
-        do = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
+        k = rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0)
+        v = rand_float(gen, (tk, Hkv, Dv), dtype, 0.05, 2.0)
+        do = rand_float(gen, (tq, Hq, Dv), dtype, 0.05, 2.0)
         scale = 1.0 / math.sqrt(D)
         o_val, lse_val, _ = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align)
         o, lse = round_to(o_val, tdt), lse_val.to(torch.float32)
@@ -473,16 +494,17 @@ def _varlen_bwd_case(dtype: str, config) -> Case:
             bwd(t["q"], t["k"], t["v"], t["o"], t["lse"], t["do"], t["cu_q"], t["cu_k"], max(lens_q), max(lens_k),
                 causal=causal, window=window, align=align, scale=scale, dq=t["dq"], dk=t["dk"], dv=t["dv"],
                 backend=be)
-        terms = {"dq": max(lens_k) + D, "dk": (Hq // Hkv) * max(lens_q) + D, "dv": (Hq // Hkv) * max(lens_q)}
+        dots = max(D, Dv)                   # the longest dot product in S = q kᵀ (D) and dP = dO vᵀ (Dv)
+        terms = {"dq": max(lens_k) + dots, "dk": (Hq // Hkv) * max(lens_q) + dots, "dv": (Hq // Hkv) * max(lens_q)}
         checks = [Check(name, name, value,
                         bound_for(f"attention_varlen_bwd.{'dv' if name == 'dv' else 'dq_dk'}", dtype),
                         scale=mag, k=terms[name]) for name, (value, mag) in grads.items()]
         outputs = {"dq": poisoned((tq, Hq, D), tdt), "dk": poisoned((tk, Hkv, D), tdt),
-                   "dv": poisoned((tk, Hkv, D), tdt)}
+                   "dv": poisoned((tk, Hkv, Dv), tdt)}
         inputs = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)}
         return Setup(inputs, outputs, launch, checks)
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + f"_{align}"
-    variant = f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_D{D}_{mask}"
+    variant = f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_{dims}_{mask}"
     return _kernel_case("attention_varlen_bwd", variant, make, "attention_varlen")
 
 

@@ -1,7 +1,8 @@
 """Attention forward (FlashAttention-2 style online softmax, exp2 domain), GQA, causal, sliding-window.
 
-q [B, Hq, N, D], k and v [B, Hkv, Nkv, D] with Hq a multiple of Hkv and D a multiple of 8 from 32 to 256
-(HEAD_DIMS; the kernel runs at tile_dim(D), see TILE_HEAD_DIMS); returns o [B, Hq, N, D] and the
+q and k [B, Hq|Hkv, N|Nkv, D], v [B, Hkv, Nkv, Dv] with Hq a multiple of Hkv and D, Dv multiples of 8 from 32 to
+256 (HEAD_DIMS; Dv may differ from D, as in MLA's prefill, 192/128; the kernel runs at tile_dim(D, Dv), see
+TILE_HEAD_DIMS); returns o [B, Hq, N, Dv] and the
 natural-log log-sum-exp per query row, f32 [B, Hq, N] (what the backward pass needs).
 
 Masks are one rule: query row i sees key j iff  i + shift - left <= j <= i + shift + right.
@@ -168,9 +169,13 @@ def check_head_dim(fn: str, d, what: str = "head dim D") -> None:
         raise ArgumentError(f"{fn}: {what} must be a multiple of 8 from 32 to 256, got {d!r}")
 
 
-def tile_dim(d: int) -> int:
-    """The tile head dim (the kernels' const D) a call with head dim d runs: the smallest of TILE_HEAD_DIMS >= d."""
-    return next(t for t in TILE_HEAD_DIMS if t >= d)
+def tile_dim(d: int, dv: int | None = None) -> int:
+    """The tile head dim (the kernels' const D) a call with head dim d (q, k) and dv (v, o; None: d) runs: the
+    smallest of TILE_HEAD_DIMS >= both. One const serves both: v's columns past dv read 0 like q's past d, and the
+    stores of o (dv) drop the columns past it, so q/k and v may differ (DeepSeek's MLA prefill: 192 and 128) at the
+    cost of the P V product running at the tile's width."""
+    need = d if dv is None else max(d, dv)
+    return next(t for t in TILE_HEAD_DIMS if t >= need)
 
 
 def config_for(d: int) -> dict:
@@ -226,8 +231,10 @@ def _check(q, k, v):
     check_qkv("attention_fwd", {"q": q, "k": k, "v": v}, 4, "4-D tensor [B, H, N, D]")
     B, Hq, N, D = q.shape
     check_head_dim("attention_fwd", D)
-    if k.shape != v.shape:
-        raise ArgumentError(f"attention_fwd: 'k' {tuple(k.shape)} and 'v' {tuple(v.shape)} must have one shape")
+    check_head_dim("attention_fwd", v.shape[3], "v's head dim")
+    if k.shape[:3] != v.shape[:3]:
+        raise ArgumentError(f"attention_fwd: 'k' {tuple(k.shape)} and 'v' {tuple(v.shape)} must agree in [B, Hkv, "
+                            "Nkv] (v's head dim may differ from q's and k's)")
     if k.shape[0] != B or k.shape[3] != D:
         raise ArgumentError(f"attention_fwd: 'k' must be [B={B}, Hkv, Nkv, D={D}], got {tuple(k.shape)}")
     if k.shape[1] == 0 or Hq % k.shape[1]:
@@ -346,7 +353,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     if plan is not None:    # a call like the last with these shapes, strides and mask: the launch alone
         mask, grid, cfg = plan
         B, Hq, N, D = q.shape
-        out, lse = torch.empty_like(q), q.new_empty((B, Hq, N), dtype=torch.float32)
+        out, lse = q.new_empty((B, Hq, N, v.shape[3])), q.new_empty((B, Hq, N), dtype=torch.float32)
         shift, left, right = mask or (0, 0, 0)
         attention_fwd_kernel(q, k, v, out, lse, scale_value(scale, D), shift, left, right, grid=grid,
                              backend=backend, **cfg)
@@ -355,7 +362,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     mask = band(q.shape[2], k.shape[2], causal, window, align)
     B, Hq, N, D = q.shape
     scale = scale_value(scale, D)
-    out, lse = _outputs(q, out, lse)
+    out, lse = _outputs(q, v, out, lse)
     if not fresh:           # fresh outputs overlap nothing: no check (host time)
         check_no_overlap("attention_fwd", {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
     shift, left, right = mask or (0, 0, 0)
@@ -365,9 +372,9 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
 
     bounded = mask is not None and left < N + k.shape[2]            # band(): an unbounded side is N + Nkv
     if config:
-        cfg = {**config_for(tile_dim(D)), **config, "MASKED": mask is not None, "LEFT_BOUND": bounded}
+        cfg = {**config_for(tile_dim(D, v.shape[3])), **config, "MASKED": mask is not None, "LEFT_BOUND": bounded}
     else:                   # tuned per shape bucket where HK_AUTOTUNE is on, else the backend's choice
-        consts = {"D": tile_dim(D), "MASKED": mask is not None, "LEFT_BOUND": bounded}
+        consts = {"D": tile_dim(D, v.shape[3]), "MASKED": mask is not None, "LEFT_BOUND": bounded}
         cfg = attention_fwd_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
                                                  launch=launch, bucket=hk.shape_bucket(B * Hq, N, k.shape[2], k.shape[1]),
                                                  key=(*consts.items(), N))     # the backend's ranking may read N
@@ -380,13 +387,15 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
 _PLANS = hk.CallPlans()     # attention_fwd's checked mask, configuration and grid per call signature
 
 
-def _outputs(q: torch.Tensor, out, lse) -> tuple[torch.Tensor, torch.Tensor]:
-    """attention_fwd's out (q's shape and dtype) and lse ([B, Hq, N] float32): the caller's, checked, or new."""
+def _outputs(q: torch.Tensor, v: torch.Tensor, out, lse) -> tuple[torch.Tensor, torch.Tensor]:
+    """attention_fwd's out ([B, Hq, N, v's head dim], q's dtype) and lse ([B, Hq, N] float32): the caller's,
+    checked, or new."""
     B, Hq, N, _ = q.shape
+    shape = (B, Hq, N, v.shape[3])
     if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype:
-        raise ArgumentError(f"attention_fwd: 'out' must be {tuple(q.shape)} {q.dtype}, got "
+        out = q.new_empty(shape)
+    elif tuple(out.shape) != shape or out.dtype != q.dtype:
+        raise ArgumentError(f"attention_fwd: 'out' must be {shape} {q.dtype}, got "
                             f"{tuple(out.shape)} {out.dtype}")
     if lse is None:
         lse = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
@@ -404,7 +413,7 @@ def _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, ou
     mask = band(q.shape[2], k.shape[2], causal, window, align)
     B, Hq, N, D = q.shape
     scale = scale_value(scale, D)
-    out, lse = _outputs(q, out, lse)
+    out, lse = _outputs(q, v, out, lse)
     check_no_overlap("attention_fwd", {"out": out, "lse": lse},
                      {"q": q, "k": k, "v": v, **({} if sinks is None else {"sinks": sinks})})
     shift, left, right = mask or (0, 0, 0)
@@ -415,10 +424,11 @@ def _attention_fwd_ext(q, k, v, causal, window, align, scale, softcap, sinks, ou
         attention_fwd_ext_kernel(*args, grid=(hk.cdiv(N, cfg["BM"]), Hq, B), backend=backend, **cfg)
 
     bounded = mask is not None and left < N + k.shape[2]            # band(): an unbounded side is N + Nkv
-    consts = {"D": tile_dim(D), "MASKED": mask is not None, "LEFT_BOUND": bounded, "SOFTCAP": cap is not None,
-              "SINKS": sinks is not None}
+    consts = {"D": tile_dim(D, v.shape[3]), "MASKED": mask is not None, "LEFT_BOUND": bounded,
+              "SOFTCAP": cap is not None, "SINKS": sinks is not None}
     if config:
-        cfg = {**config_for(tile_dim(D)), **config, **{c: consts[c] for c in ("MASKED", "LEFT_BOUND", "SOFTCAP", "SINKS")}}
+        cfg = {**config_for(consts["D"]), **config,
+               **{c: consts[c] for c in ("MASKED", "LEFT_BOUND", "SOFTCAP", "SINKS")}}
     else:
         cfg = attention_fwd_ext_kernel.choose_config(lambda: candidates(consts, args), *args, backend=backend,
                                                      launch=launch,

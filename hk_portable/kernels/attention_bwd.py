@@ -271,7 +271,7 @@ def dkdv_config(args: tuple, masked: bool, deterministic: bool, backend=None, ke
     """The dK/dV kernel's configuration for a call with these arguments: the backend's choice among candidates(),
     or where the selected target rejects its build, the next it accepts, then fallbacks_for(D) (Kernel.choose_config).
     kernel: attention_bwd_dkdv_kernel, or its softcap form."""
-    D = tile_dim(args[0].shape[-1])
+    D = tile_dim(args[0].shape[-1], args[2].shape[-1])            # q's and v's head dims
     flags = dict(MASKED=masked, ATOMIC_DQ=not deterministic)
     return (kernel or attention_bwd_dkdv_kernel).choose_config(
         lambda: candidates(dict(D=D, **flags)), *args, backend=backend, key=(D, masked, deterministic),
@@ -295,7 +295,7 @@ def dq_candidates(consts: dict) -> list[dict]:
 
 def dq_config(args: tuple, masked: bool, backend=None, kernel=None) -> dict:
     """The deterministic dQ kernel's configuration for a call (Kernel.choose_config over dq_candidates)."""
-    D = tile_dim(args[0].shape[-1])
+    D = tile_dim(args[0].shape[-1], args[2].shape[-1])            # q's and v's head dims
     return (kernel or attention_bwd_dq_kernel).choose_config(lambda: dq_candidates(dict(D=D, MASKED=masked)), *args,
                                                  backend=backend, key=(D, masked))
 
@@ -344,8 +344,8 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     _named(_check_fwd, q, k, v)
     cap = softcap_value(softcap, "attention_bwd")
     B, Hq, N, D = q.shape
-    _check_like("o", o, q.shape, q.dtype)
-    _check_like("do", do, q.shape, q.dtype)
+    _check_like("o", o, (B, Hq, N, v.shape[3]), q.dtype)       # v's head dim, which may differ from q's
+    _check_like("do", do, (B, Hq, N, v.shape[3]), q.dtype)
     _check_like("lse", lse, (B, Hq, N), torch.float32)
     mask = _named(_band_fwd, N, k.shape[2], causal, window, align)
     scale = scale_value(scale, D, "attention_bwd")
@@ -357,7 +357,7 @@ def attention_bwd(q, k, v, o, lse, do, *, causal: bool = False, window=None, ali
     delta = torch.empty(B, Hq, N, device=q.device, dtype=torch.float32)
     unused = delta.view(B, Hq, N, 1)        # the dQ accumulator argument when no kernel touches it
     dq_acc = unused if deterministic else torch.empty(B, Hq, N, D, device=q.device, dtype=torch.float32)
-    Dt = tile_dim(D)                        # the kernels' tile head dim: columns past D read 0, stores drop them
+    Dt = tile_dim(D, v.shape[3])            # the kernels' tile head dim: columns past D (Dv) read 0, stores drop them
     rows = config_for(Dt)["BM"]             # the row kernels' block; the dK/dV kernel's tiles may be smaller
     q_grid = (hk.cdiv(N, rows), Hq, B)
     attention_bwd_preprocess_kernel(o, do, delta, dq_acc, grid=q_grid, backend=backend,

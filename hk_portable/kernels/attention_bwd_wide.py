@@ -190,7 +190,7 @@ def dkdv_config(args: tuple, flags: dict, softcap: bool, backend=None) -> dict:
     last is the softcap, unused without SOFTCAP) and flags (MASKED, ATOMIC_DQ): Kernel.choose_config over
     candidates()."""
     from .attention import tile_dim
-    consts = dict(D=tile_dim(args[0].shape[-1]), **flags, SOFTCAP=softcap)
+    consts = dict(D=tile_dim(args[0].shape[-1], args[2].shape[-1]), **flags, SOFTCAP=softcap)
     return attention_bwd_dkdv_wide_kernel.choose_config(lambda: candidates(consts), *args, backend=backend,
                                                         key=tuple(consts.items()), fallbacks=[{**consts, **SMALLER}])
 

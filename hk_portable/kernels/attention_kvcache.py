@@ -236,7 +236,8 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
     check_head_dim(fn, D)
     if k_cache.shape != v_cache.shape or k_cache.shape[3] != D:
         raise _fn_error(fn, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape "
-                        f"[..., Hkv, D={D}]")
+                        f"[..., Hkv, D={D}] (this path takes one head dim for q, k and v; attention_fwd and "
+                        "attention_varlen take a v of its own)")
     Hkv = k_cache.shape[2]
     if Hkv == 0 or Hq % Hkv:
         raise _fn_error(fn, f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")

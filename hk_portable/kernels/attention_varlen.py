@@ -130,8 +130,10 @@ def _check_packed(fn: str, q, k, v):
     check_qkv(fn, {"q": q, "k": k, "v": v}, 3, "3-D packed tensor [total_tokens, H, D]", unit_last_stride=True)
     D = q.shape[2]
     check_head_dim(fn, D)
-    if k.shape != v.shape:
-        raise _fn_error(fn, f"'k' {tuple(k.shape)} and 'v' {tuple(v.shape)} must have one shape")
+    check_head_dim(fn, v.shape[2], "v's head dim")
+    if k.shape[:2] != v.shape[:2]:
+        raise _fn_error(fn, f"'k' {tuple(k.shape)} and 'v' {tuple(v.shape)} must agree in [total_k, Hkv] (v's head "
+                        "dim may differ from q's and k's)")
     if k.shape[2] != D:
         raise _fn_error(fn, f"'k' must be [total_k, Hkv, D={D}], got {tuple(k.shape)}")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
@@ -169,10 +171,11 @@ def varlen_band(fn: str, causal: bool, window, align, same_lengths: bool, reach:
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
                      causal: bool = False, window=None, align: str | None = None, scale: float | None = None,
                      out=None, lse=None, backend=None, **config):
-    """FlashAttention's varlen forward: q [total_q, Hq, D], k, v [total_k, Hkv, D] packed; cu_seqlens_q/_k int32
-    [B + 1]; returns (o [total_q, Hq, D], lse f32 [Hq, total_q]). causal/window/align as attention_fwd, per
-    sequence (align may be left out only when cu_seqlens_q is cu_seqlens_k). max_seqlen_q/_k are taken for
-    the API's sake and checked to be ints (the grid covers the packed tiles, so the kernel does not need them)."""
+    """FlashAttention's varlen forward: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] packed (Dv may
+    differ from D); cu_seqlens_q/_k int32 [B + 1]; returns (o [total_q, Hq, Dv], lse f32 [Hq, total_q]).
+    causal/window/align as attention_fwd, per sequence (align may be left out only when cu_seqlens_q is
+    cu_seqlens_k). max_seqlen_q/_k are taken for the API's sake and checked to be ints (the grid covers the packed
+    tiles, so the kernel does not need them)."""
     fn = "attention_varlen"
     _check_packed(fn, q, k, v)
     total_q, Hq, D = q.shape
@@ -188,10 +191,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     same = cu_seqlens_q is cu_seqlens_k
     masked, bottom, left, right = varlen_band(fn, causal, window, align, same, total_q + total_k)
     scale = scale_value(scale, D, fn)
+    o_shape = (total_q, Hq, v.shape[2])               # v's head dim
     if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
-        raise _fn_error(fn, f"'out' must be {tuple(q.shape)} {q.dtype} with a contiguous last dim, got "
+        out = q.new_empty(o_shape)
+    elif tuple(out.shape) != o_shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise _fn_error(fn, f"'out' must be {o_shape} {q.dtype} with a contiguous last dim, got "
                         f"{tuple(out.shape)} {out.dtype}")
     if lse is None:
         lse = torch.empty(Hq, total_q, device=q.device, dtype=torch.float32)
@@ -200,7 +204,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     check_no_overlap(fn, {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
     if total_q == 0:
         return out, lse
-    cfg = {**config_for(tile_dim(D)), **config, "MASKED": masked}
+    cfg = {**config_for(tile_dim(D, v.shape[2])), **config, "MASKED": masked}
     steps = (n_seq + 1).bit_length()
     attention_varlen_kernel(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), out.transpose(0, 1), lse,
                             cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps,
@@ -378,9 +382,10 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
     n_seq = _check_cu(fn, "cu_seqlens_q", cu_seqlens_q, total_q, q.device)
     if _check_cu(fn, "cu_seqlens_k", cu_seqlens_k, total_k, q.device) != n_seq:
         raise _fn_error(fn, "cu_seqlens_q and cu_seqlens_k must have one length (B + 1)")
-    for name, t, like in (("o", o, q), ("do", do, q)):
-        if not isinstance(t, torch.Tensor) or t.shape != like.shape or t.dtype != like.dtype or t.stride(-1) != 1:
-            raise _fn_error(fn, f"'{name}' must be {tuple(like.shape)} {like.dtype} with a contiguous last dim")
+    o_shape = (total_q, Hq, v.shape[2])               # v's head dim
+    for name, t in (("o", o), ("do", do)):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != o_shape or t.dtype != q.dtype or t.stride(-1) != 1:
+            raise _fn_error(fn, f"'{name}' must be {o_shape} {q.dtype} with a contiguous last dim")
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (Hq, total_q) or lse.dtype != torch.float32:
         raise _fn_error(fn, f"'lse' must be {(Hq, total_q)} float32")
     _max_seqlen(fn, "max_seqlen_q", max_seqlen_q)
@@ -402,7 +407,7 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
         return outs["dq"], outs["dk"], outs["dv"]
     tq = lambda t: t.transpose(0, 1)              # noqa: E731 - [total, H, D] -> [H, total, D] views
     delta = torch.empty(Hq, total_q, device=q.device, dtype=torch.float32)
-    Dt = tile_dim(D)                              # the kernels' tile head dim (columns past D read 0)
+    Dt = tile_dim(D, v.shape[2])                  # the kernels' tile head dim (columns past D, Dv read 0)
     cfg = bwd_config(Dt)
     attention_bwd_preprocess_kernel(tq(o)[None], tq(do)[None], delta[None], delta.view(1, Hq, total_q, 1),
                                     grid=(hk.cdiv(total_q, cfg["BM"]), Hq, 1), backend=backend, D=Dt, BM=cfg["BM"],

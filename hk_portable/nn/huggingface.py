@@ -87,7 +87,8 @@ class HkMask:
 def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                          attention_mask, scaling: float | None = None, dropout: float = 0.0,
                          is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function contract: q [B, Hq, N, D], k/v [B, Hkv, Nkv, D] -> ([B, N, Hq, D], None)."""
+    """transformers' attention-function contract: q [B, Hq, N, D], k [B, Hkv, Nkv, D], v [B, Hkv, Nkv, Dv] ->
+    ([B, N, Hq, Dv], None)."""
     if dropout:
         raise NotImplementedError(f"hk attention has no attention dropout (got dropout={dropout})")
     # Gemma 2's logit softcap and GPT-OSS's sinks (s_aux, a logit per query head): the dense hk::attention takes
@@ -135,8 +136,10 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
     window = None if mask.window is None else (mask.window - 1, 0)
     # one query row (decode) sees every key up to its own: causal only to count a window back from the last key
     causal = mask.causal and (n > 1 or window is not None)
-    if n == 1 and D in DECODE_HEAD_DIMS and mask.causal and softcap is None and sinks is None and not (
-            torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)):
+    # the KV-cache kernel takes one head dim for keys and values: MLA-shaped layers (v's differs) decode densely
+    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    if n == 1 and D in DECODE_HEAD_DIMS and value.shape[-1] == D and mask.causal and softcap is None and \
+            sinks is None and not grad:
         if mask.window is not None and k.shape[2] > mask.window:
             k, v = k[:, :, k.shape[2] - mask.window:], v[:, :, v.shape[2] - mask.window:]
         return decode(query, k, v, scaling), None
@@ -172,7 +175,7 @@ def _varlen(query, key, value, mask: HkMask, scaling) -> torch.Tensor:
     o, _ = torch.ops.hk.attention_varlen(q, k, v, p.cu_q, p.cu_k, p.max_q, p.max_k, mask.causal,
                                          window if mask.causal else None,
                                          "bottom_right" if mask.causal else None, scaling)
-    out = o.new_zeros(B, n, Hq, D)
+    out = o.new_zeros(B, n, Hq, value.shape[-1])          # v's head dim
     return torch.index_put(out, (p.qb, p.qi), o)
 
 
