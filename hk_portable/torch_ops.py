@@ -256,12 +256,16 @@ def _attention_backward(ctx, grad_o, grad_lse):
         dq, dk, dv = attention_backward(q, k, v, o, lse, do, dlse, causal, None if window is None else list(window),
                                         align, ctx.scale, ctx.backend, ctx.softcap)
     if sinks and ctx.needs_input_grad[9]:
-        # d lse / d sink = P_sink = exp(sink - lse); d O / d sink = -P_sink O, so dO.dO/d sink = -P_sink delta with
-        # delta = rowsum(dO * O): dsink_h = sum over batch and rows of P_sink (dlse - delta) (torch, f32)
-        delta = (do.float() * o.float()).sum(-1)
-        g = -delta if dlse is None else dlse - delta
-        dsinks = (torch.exp(sinks[0].view(1, -1, 1) - lse) * g).sum((0, 2))
+        dsinks = _sinks_grad(sinks[0].view(1, -1, 1), lse, (do.float() * o.float()).sum(-1), dlse, dim=(0, 2))
     return dq, dk, dv, None, None, None, None, None, None, dsinks
+
+
+def _sinks_grad(sink, lse, delta, dlse, dim):
+    """d loss / d sink_h = sum over rows of P_sink (dlse - delta): d lse / d sink = P_sink = exp(sink - lse), and
+    d O / d sink = -P_sink O, so dO . dO/d sink = -P_sink delta with delta = rowsum(dO * O). `sink` broadcasts
+    against lse (and delta, dlse); `dim`: the dims summed (all but the heads). torch, f32."""
+    g = -delta if dlse is None else dlse - delta
+    return (torch.exp(sink - lse) * g).sum(dim)
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup)
@@ -272,25 +276,31 @@ attention.register_autograd(_attention_backward, setup_context=_attention_setup)
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      window: Sequence[int] | None = None, align: str | None = None, scale: float | None = None,
-                     backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     backend: str | None = None, softcap: float | None = None,
+                     sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention's varlen forward: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] packed,
-    cu_seqlens int32 [B + 1]; (o [total_q, Hq, Dv], lse f32 [Hq, total_q]). Differentiable through
-    hk::attention_varlen_backward."""
+    cu_seqlens int32 [B + 1]; (o [total_q, Hq, Dv], lse f32 [Hq, total_q]). softcap, sinks: hk::attention's.
+    Differentiable through hk::attention_varlen_backward (sinks included; a softcap's backward is not built for
+    varlen yet: refused)."""
     return _attention_varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               causal=causal, window=_window(window), align=align, scale=scale,
-                                              backend=backend)
+                                              softcap=softcap, sinks=sinks, backend=backend)
 
 
 @attention_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, window=None, align=None,
-      scale=None, backend=None):
+      scale=None, backend=None, softcap=None, sinks=None):
+    _attention.softcap_value(softcap, "hk::attention_varlen")
+    if sinks is not None:
+        _attention.check_sinks(sinks, q, "hk::attention_varlen")
     return q.new_empty((*q.shape[:2], v.shape[-1])), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 def _attention_varlen_setup(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, window, align, scale, backend = inputs
-    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, window, align, scale, backend, softcap, sinks = inputs
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output, *(() if sinks is None else (sinks,)))
     ctx.args = (max_q, max_k, causal, window, align, scale, backend)
+    ctx.softcap = softcap
     ctx.same_cu = cu_q is cu_k          # one tensor for q and k: the forward needed no alignment, nor does this
 
 
@@ -314,14 +324,21 @@ def _(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
 
 
 def _attention_varlen_backward(ctx, grad_o, grad_lse):
-    q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
+    q, k, v, cu_q, cu_k, o, lse, *sinks = ctx.saved_tensors
     max_q, max_k, causal, window, align, scale, backend = ctx.args
+    if ctx.softcap is not None:
+        raise NotImplementedError("hk::attention_varlen: the backward of a softcapped forward is not built for "
+                                  "varlen yet (issue 40; the dense hk::attention has it)")
     do = torch.zeros_like(o) if grad_o is None else grad_o.to(o.dtype).contiguous()
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     cu_k_arg = cu_q if ctx.same_cu else cu_k
-    dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k_arg, max_q, max_k, dlse, causal, window,
-                                           align, scale, backend)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+    dq = dk = dv = dsinks = None
+    if any(ctx.needs_input_grad[:3]):   # with sinks: as the dense backward (lse includes the sink; dS unchanged)
+        dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k_arg, max_q, max_k, dlse, causal,
+                                               window, align, scale, backend)
+    if sinks and ctx.needs_input_grad[13]:
+        dsinks = _sinks_grad(sinks[0].view(-1, 1), lse, (do.float() * o.float()).sum(-1).t(), dlse, dim=1)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, dsinks
 
 
 attention_varlen.register_autograd(_attention_varlen_backward, setup_context=_attention_varlen_setup)

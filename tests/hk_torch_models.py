@@ -171,8 +171,8 @@ def spy_hk_attention(monkeypatch):
                         lambda q, k, v, **kw: shapes.append((q.shape[2], k.shape[2])) or attention(q, k, v, **kw))
     monkeypatch.setattr(huggingface, "decode",
                         lambda q, k, v, s: shapes.append((q.shape[2], k.shape[2], "decode")) or decode(q, k, v, s))
-    monkeypatch.setattr(huggingface, "_varlen", lambda q, k, v, mask, s: shapes.append(
-        (q.shape[2], k.shape[2], "varlen", mask.window)) or varlen(q, k, v, mask, s))
+    monkeypatch.setattr(huggingface, "_varlen", lambda q, k, v, mask, s, **kw: shapes.append(
+        (q.shape[2], k.shape[2], "varlen", mask.window)) or varlen(q, k, v, mask, s, **kw))
     return shapes
 
 

@@ -202,30 +202,38 @@ VARLEN_CONFIGS = (((37, 100, 1, 64), None, 4, 2, 64, True, None, None),
                   ((20, 5, 9), (40, 8, 1), 2, 2, 64, False, None, None),
                   ((37, 1, 20), None, 4, 2, 96, True, None, None),
                   ((37, 1, 20), None, 4, 2, (192, 128), True, None, None))
+# softcap and sinks (issue 40): (..., softcap, sinks): bottom-right with an empty sequence and rows that see no key
+# (o = 0, lse = the sink), a window with softcap alone, sinks alone at D=128
+VARLEN_EXT_CONFIGS = (((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right", 30.0, True),
+                      ((70, 130), (128, 30), 4, 2, 64, False, (33, 7), "top_left", 5.0, False),
+                      ((37, 1, 20), None, 4, 2, 128, True, None, None, None, True))
 
 
 def _cu(lens) -> torch.Tensor:
     return torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], dtype=torch.int32)
 
 
-def varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align):
-    """attention_math one sequence at a time on packed [total, H, D] tensors: (o, lse [H, total_q], scale)."""
+def varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align, softcap=None, sinks=None):
+    """attention_math one sequence at a time on packed [total, H, D] tensors: (o, lse [H, total_q], scale); a row
+    that sees no key (or no sequence): o = 0, lse = -inf, or the sink with sinks."""
     o = torch.zeros((*q.shape[:2], v.shape[2]), dtype=torch.float64)
     o_scale = torch.zeros(o.shape, dtype=torch.float64)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64)
+    if sinks is not None:
+        lse[:] = f64(sinks).view(-1, 1)
     cq, ck = _cu(lens_q).tolist(), _cu(lens_k).tolist()
     for b in range(len(lens_q)):
         if lens_q[b] == 0 or lens_k[b] == 0:
             continue
         qb, kb, vb = (t[c[b]:c[b + 1]].transpose(0, 1)[None] for t, c in ((q, cq), (k, ck), (v, ck)))
-        ob, lb, sb = attention_math(qb, kb, vb, causal, scale, window, align)
+        ob, lb, sb = attention_math(qb, kb, vb, causal, scale, window, align, softcap, sinks)
         o[cq[b]:cq[b + 1]], o_scale[cq[b]:cq[b + 1]] = ob[0].transpose(0, 1), sb[0].transpose(0, 1)
         lse[:, cq[b]:cq[b + 1]] = lb[0]
     return o, lse, o_scale
 
 
 def _varlen_case(dtype: str, config) -> Case:
-    lens_q, lens_k, Hq, Hkv, D, causal, window, align = config
+    lens_q, lens_k, Hq, Hkv, D, causal, window, align, softcap, with_sinks = (*config, None, False)[:10]
     D, Dv, dims = _head_dims(D)
     same = lens_k is None
     lens_k = lens_q if same else lens_k
@@ -236,26 +244,32 @@ def _varlen_case(dtype: str, config) -> Case:
         q = rand_float(gen, (tq, Hq, D), dtype, 0.05, 2.0)
         k = rand_float(gen, (tk, Hkv, D), dtype, 0.05, 2.0)
         v = rand_float(gen, (tk, Hkv, Dv), dtype, 0.05, 2.0)
+        sinks = rand_float(gen, (Hq,), "f32", 0.05, 3.0) if with_sinks else None
         scale = 1.0 / math.sqrt(D)
-        o_val, lse_val, o_scale = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align)
+        o_val, lse_val, o_scale = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align, softcap, sinks)
         attention_varlen = _wrapper("attention_varlen", "attention_varlen")
+        extra = {} if softcap is None else {"softcap": softcap}
 
         def launch(t, be):
             attention_varlen(t["q"], t["k"], t["v"], t["cu_q"], t["cu_q"] if same else t["cu_k"], max(lens_q),
                              max(lens_k), causal=causal, window=window, align=align, scale=scale, out=t["o"],
-                             lse=t["lse"], backend=be)
-        return Setup({"q": q, "k": k, "v": v, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)},
-                     {"o": poisoned((tq, Hq, Dv), tdt), "lse": poisoned((Hq, tq), "f32")}, launch,
+                             lse=t["lse"], backend=be, sinks=t.get("sinks"), **extra)
+        inputs = {"q": q, "k": k, "v": v, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k),
+                  **({"sinks": sinks} if with_sinks else {})}
+        lse_bound = "attention_fwd.softcap.lse" if softcap is not None else "attention_varlen.lse"
+        return Setup(inputs, {"o": poisoned((tq, Hq, Dv), tdt), "lse": poisoned((Hq, tq), "f32")}, launch,
                      [Check("o", "o", o_val, bound_for("attention_varlen.o", dtype), scale=o_scale),
-                      Check("lse", "lse", lse_val, bound_for("attention_varlen.lse", "f32"), k=max(lens_k))])
+                      Check("lse", "lse", lse_val, bound_for(lse_bound, "f32"), k=max(lens_k))])
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + \
         (f"_{align}" if align else "")
-    variant = (f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_{dims}_{mask}")
+    ext = (f"_softcap{softcap:g}" if softcap is not None else "") + ("_sinks" if with_sinks else "")
+    variant = (f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_{dims}_{mask}"
+               f"{ext}")
     return _kernel_case("attention_varlen", variant, make, "attention_varlen")
 
 
 def varlen_cases() -> list[Case]:
-    return [_varlen_case(dt, c) for dt in ("bf16", "f16") for c in VARLEN_CONFIGS]
+    return [_varlen_case(dt, c) for dt in ("bf16", "f16") for c in VARLEN_CONFIGS + VARLEN_EXT_CONFIGS]
 
 
 # =================================================================== attention against a KV cache (split-KV)

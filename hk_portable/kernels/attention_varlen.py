@@ -28,8 +28,8 @@ from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
 from .attention import (
-    TUNABLE, ALIGNS, LN2, LOG2E, _window, check_head_dim, check_qkv, config_for, normalised, scale_value, softmax_step,
-    tile_dim)
+    TUNABLE, ALIGNS, LN2, LOG2E, SINK_ROW, _window, check_head_dim, check_qkv, check_sinks, config_for, normalised,
+    scale_value, sink_rows, softcap_value, softmax_step, tile_dim)
 
 BIG = 2**31 - 1
 
@@ -53,6 +53,27 @@ def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], 
                             D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
                             STAGES: hk.const = 2):
     """q, o: [Hq, total_q, D] views; k, v: [Hkv, total_k, D] views; lse [Hq, total_q]."""
+    varlen_forward_body(q, k, v, o, lse, cu_q, cu_k, scale, bottom_right, left, right, steps, None, None, D=D, BM=BM,
+                        BN=BN, MASKED=MASKED, STAGES=STAGES, SOFTCAP=False, SINKS=False)
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
+def attention_varlen_ext_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], cu_q: GL[1], cu_k: GL[1],
+                                scale: float, bottom_right: int, left: int, right: int, steps: int, softcap: float,
+                                sinks: GL[2], *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
+                                MASKED: hk.const = False, STAGES: hk.const = 2, SOFTCAP: hk.const = False,
+                                SINKS: hk.const = False):
+    """attention_varlen_kernel with softcap (SOFTCAP) and/or sinks (SINKS, a [Hq, SINK_ROW] f32 table: each head's
+    logit along its row), attention.forward_body's definitions of both: a kernel of its own so that the plain one
+    keeps its signature and generated code."""
+    varlen_forward_body(q, k, v, o, lse, cu_q, cu_k, scale, bottom_right, left, right, steps, softcap, sinks, D=D,
+                        BM=BM, BN=BN, MASKED=MASKED, STAGES=STAGES, SOFTCAP=SOFTCAP, SINKS=SINKS)
+
+
+def varlen_forward_body(q, k, v, o, lse, cu_q, cu_k, scale, bottom_right, left, right, steps, softcap, sinks, *, D,
+                        BM, BN, MASKED, STAGES, SOFTCAP, SINKS):
+    """The varlen forward, written once (the module docstring); SOFTCAP and SINKS gate the two features as in the
+    dense forward_body: with both False the Program is the plain kernel's."""
     m, h = hk.block_idx(0), hk.block_idx(1)
     h_kv = h // (q.shape[0] // k.shape[0])
     total_q = q.shape[1]
@@ -62,6 +83,8 @@ def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], 
     v_s = hk.shared(ST[v.dtype, BN, D], stages=STAGES)
     hk.load(q_s, q, (h, m, 0))
     scale_log2 = scale * LOG2E
+    if SOFTCAP:                                       # c * tanh(scale * s / c), in base 2 (attention.forward_body)
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
     row0, row_end, first_seq, last_seq = block_sequences(cu_q, m, BM, total_q, steps, n_seq)    # last exclusive
 
     def sequence(b, acc, row_m, row_l):
@@ -85,7 +108,10 @@ def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], 
 
             def compute(i, s, acc, row_m, row_l):
                 j = lo + i
-                scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
+                if SOFTCAP:
+                    scores = hk.tanh(hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * cap_in) * cap_out
+                else:
+                    scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
                 if edge:
                     keep = hk.bounds_mask(scores, row0 - qs, j * BN - ks, n_q, n_k)
                     if MASKED:
@@ -102,8 +128,16 @@ def attention_varlen_kernel(q: GL[3], k: GL[3], v: GL[3], o: GL[3], lse: GL[2], 
 
     carry = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
     acc, row_m, row_l = hk.fori_loop(first_seq, last_seq, sequence, carry)
-    row_l = hk.where(row_l == 0.0, 1.0, row_l)           # a row that saw no key: o = 0, lse = -inf
-    hk.store(o, normalised(acc, row_l).to(o.dtype), (h, m, 0))
+    if SINKS:                                         # the sink joins every row's denominator (and max)
+        sink = hk.load(RV[f32, BM], sinks, (h, 0)) * LOG2E
+        sink_m = hk.maximum(row_m, sink)              # finite: a row that saw no key gets o = 0, lse = sink
+        alpha = hk.exp2(row_m - sink_m)
+        row_l = row_l * alpha + hk.exp2(sink - sink_m)
+        row_m = sink_m
+        hk.store(o, (acc * (alpha * (1.0 / row_l))[:, None]).to(o.dtype), (h, m, 0))
+    else:
+        row_l = hk.where(row_l == 0.0, 1.0, row_l)       # a row that saw no key: o = 0, lse = -inf
+        hk.store(o, normalised(acc, row_l).to(o.dtype), (h, m, 0))
     hk.store(lse, (row_m + hk.log2(row_l)) * LN2, (h, m))
 
 
@@ -170,14 +204,18 @@ def varlen_band(fn: str, causal: bool, window, align, same_lengths: bool, reach:
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
                      causal: bool = False, window=None, align: str | None = None, scale: float | None = None,
-                     out=None, lse=None, backend=None, **config):
+                     softcap: float | None = None, sinks=None, out=None, lse=None, backend=None, **config):
     """FlashAttention's varlen forward: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] packed (Dv may
     differ from D); cu_seqlens_q/_k int32 [B + 1]; returns (o [total_q, Hq, Dv], lse f32 [Hq, total_q]).
     causal/window/align as attention_fwd, per sequence (align may be left out only when cu_seqlens_q is
     cu_seqlens_k). max_seqlen_q/_k are taken for the API's sake and checked to be ints (the grid covers the packed
-    tiles, so the kernel does not need them)."""
+    tiles, so the kernel does not need them). softcap, sinks: attention_fwd's (a logit cap; a logit per query head in
+    each row's softmax denominator, lse including it; rows no sequence covers get lse = the sink then)."""
     fn = "attention_varlen"
     _check_packed(fn, q, k, v)
+    cap = softcap_value(softcap, fn)
+    if sinks is not None:
+        check_sinks(sinks, q, fn)                     # [Hq]: q [total_q, Hq, D] has its heads in dim 1
     total_q, Hq, D = q.shape
     total_k = k.shape[0]
     n_seq = _check_cu(fn, "cu_seqlens_q", cu_seqlens_q, total_q, q.device)
@@ -201,22 +239,35 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
         lse = torch.empty(Hq, total_q, device=q.device, dtype=torch.float32)
     elif tuple(lse.shape) != (Hq, total_q) or lse.dtype != torch.float32:
         raise _fn_error(fn, f"'lse' must be {(Hq, total_q)} float32, got {tuple(lse.shape)} {lse.dtype}")
-    check_no_overlap(fn, {"out": out, "lse": lse}, {"q": q, "k": k, "v": v})
+    check_no_overlap(fn, {"out": out, "lse": lse},
+                     {"q": q, "k": k, "v": v, **({} if sinks is None else {"sinks": sinks})})
     if total_q == 0:
         return out, lse
     cfg = {**config_for(tile_dim(D, v.shape[2])), **config, "MASKED": masked}
     steps = (n_seq + 1).bit_length()
-    attention_varlen_kernel(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), out.transpose(0, 1), lse,
-                            cu_seqlens_q, cu_seqlens_k, scale, bottom, left, right, steps,
-                            grid=(hk.cdiv(total_q, cfg["BM"]), Hq, 1), backend=backend, **cfg)
+    args = (q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), out.transpose(0, 1), lse, cu_seqlens_q,
+            cu_seqlens_k, scale, bottom, left, right, steps)
+    grid = (hk.cdiv(total_q, cfg["BM"]), Hq, 1)
+    if cap is None and sinks is None:
+        attention_varlen_kernel(*args, grid=grid, backend=backend, **cfg)
+    else:                   # without sinks the kernel reads none (SINKS False): lse stands in for the table
+        if cfg["BM"] > SINK_ROW:
+            raise _fn_error(fn, f"sinks take query blocks of at most {SINK_ROW} rows, got BM={cfg['BM']}")
+        table = lse if sinks is None else sink_rows(sinks)
+        attention_varlen_ext_kernel(*args, 1.0 if cap is None else cap, table, grid=grid, backend=backend, **cfg,
+                                    SOFTCAP=cap is not None, SINKS=sinks is not None)
     return out, lse
 
 
-def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=None, align=None, scale=None):
-    """float64, one sequence at a time through attention.reference: (o [total_q, Hq, D], lse [Hq, total_q])."""
+def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=None, align=None, scale=None,
+                     softcap=None, sinks=None):
+    """float64, one sequence at a time through attention.reference: (o [total_q, Hq, Dv], lse [Hq, total_q]); a row
+    that sees no key: o = 0, lse = -inf (with sinks: the sink)."""
     from .attention import reference
-    o = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    o = torch.zeros((*q.shape[:2], v.shape[2]), dtype=torch.float64, device=q.device)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float64, device=q.device)
+    if sinks is not None:
+        lse[:] = sinks.double().view(-1, 1)
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     for b in range(len(cq) - 1):
         if cq[b + 1] == cq[b]:
@@ -228,7 +279,7 @@ def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window=N
             continue                                   # no key: o = 0, lse = -inf
         masked = causal or window is not None
         ob, lb = reference(qb, kb, vb, causal=causal, scale=scale, window=window,
-                           align=(align or "top_left") if masked else None)
+                           align=(align or "top_left") if masked else None, softcap=softcap, sinks=sinks)
         o[cq[b]:cq[b + 1]] = ob[0].transpose(0, 1)
         lse[:, cq[b]:cq[b + 1]] = lb[0]
     return o, lse
@@ -244,6 +295,13 @@ def example_args(device="cpu", lens=(37, 100, 1, 64), Hq=4, Hkv=2, D=64, causal=
     lse = torch.empty(Hq, T, device=device, dtype=torch.float32)
     return ((q, k, v, o, lse, cu, cu, D ** -0.5, 1, 2 * T, 0, len(lens).bit_length() + 1),
             {**config_for(D), "MASKED": causal})
+
+
+def example_args_attention_varlen_ext_kernel(device="cpu", softcap=30.0, **kw):
+    """example_args with softcap and a [Hq, SINK_ROW] sinks table (the softcap/sinks kernel's own arguments)."""
+    args, cfg = example_args(device, **kw)
+    sinks = torch.randn(args[0].shape[0], 1, device=device).expand(-1, SINK_ROW).contiguous()
+    return (*args, softcap, sinks), {**cfg, "SOFTCAP": True, "SINKS": True}
 
 
 # ============================================================================================ backward
