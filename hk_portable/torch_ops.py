@@ -280,8 +280,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention's varlen forward: q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] packed,
     cu_seqlens int32 [B + 1]; (o [total_q, Hq, Dv], lse f32 [Hq, total_q]). softcap, sinks: hk::attention's.
-    Differentiable through hk::attention_varlen_backward (sinks included; a softcap's backward is not built for
-    varlen yet: refused)."""
+    Differentiable through hk::attention_varlen_backward (softcap's derivative in its kernels, sinks' in torch)."""
     return _attention_varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               causal=causal, window=_window(window), align=align, scale=scale,
                                               softcap=softcap, sinks=sinks, backend=backend)
@@ -309,33 +308,31 @@ def attention_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               do: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                               max_seqlen_q: int, max_seqlen_k: int, dlse: torch.Tensor | None = None,
                               causal: bool = False, window: Sequence[int] | None = None, align: str | None = None,
-                              scale: float | None = None,
-                              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of hk::attention_varlen through the varlen backward kernels (no atomics)."""
+                              scale: float | None = None, backend: str | None = None,
+                              softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of hk::attention_varlen through the varlen backward kernels (no atomics); softcap: the
+    forward's."""
     return _attention_varlen.attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                   max_seqlen_k, causal=causal, window=_window(window), align=align,
-                                                  scale=scale, dlse=dlse, backend=backend)
+                                                  scale=scale, dlse=dlse, softcap=softcap, backend=backend)
 
 
 @attention_varlen_backward.register_fake
 def _(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dlse=None, causal=False,
-      window=None, align=None, scale=None, backend=None):
+      window=None, align=None, scale=None, backend=None, softcap=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _attention_varlen_backward(ctx, grad_o, grad_lse):
     q, k, v, cu_q, cu_k, o, lse, *sinks = ctx.saved_tensors
     max_q, max_k, causal, window, align, scale, backend = ctx.args
-    if ctx.softcap is not None:
-        raise NotImplementedError("hk::attention_varlen: the backward of a softcapped forward is not built for "
-                                  "varlen yet (issue 40; the dense hk::attention has it)")
     do = torch.zeros_like(o) if grad_o is None else grad_o.to(o.dtype).contiguous()
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     cu_k_arg = cu_q if ctx.same_cu else cu_k
     dq = dk = dv = dsinks = None
     if any(ctx.needs_input_grad[:3]):   # with sinks: as the dense backward (lse includes the sink; dS unchanged)
         dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, do, cu_q, cu_k_arg, max_q, max_k, dlse, causal,
-                                               window, align, scale, backend)
+                                               window, align, scale, backend, ctx.softcap)
     if sinks and ctx.needs_input_grad[13]:
         dsinks = _sinks_grad(sinks[0].view(-1, 1), lse, (do.float() * o.float()).sum(-1).t(), dlse, dim=1)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, dsinks

@@ -286,8 +286,8 @@ def test_deepseek_v3_mla_head_dims_match_sdpa_with_and_without_padding(monkeypat
 @pytest.mark.parametrize("model", ["gemma2", "gpt_oss"])
 def test_softcap_and_sinks_over_a_padded_batch_match_eager(monkeypatch, model):
     """Batch 4 with left padding (hk::attention_varlen with softcap or sinks): the valid rows' logits and the greedy
-    tokens eager gives; GPT-OSS's sinks get their gradient through varlen too, Gemma 2's padded softcap gradient
-    is refused by name (varlen's backward takes no softcap yet)."""
+    tokens eager gives, and a training step's gradients (GPT-OSS's sinks, Gemma 2's query projection through the
+    softcap's derivative) within 5 % of eager's."""
     ours, theirs = _same_weights(_gemma2, 0.5) if model == "gemma2" else _same_weights(_gpt_oss)
     ids, mask = padded_batch((12, 9, 5, 11))
     shapes = spy_hk_attention(monkeypatch)
@@ -298,17 +298,16 @@ def test_softcap_and_sinks_over_a_padded_batch_match_eager(monkeypatch, model):
         assert torch.equal(ours.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0),
                            theirs.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0))
     assert any("varlen" in s for s in shapes)
-    ours.train()
-    if model == "gemma2":
-        with pytest.raises(NotImplementedError, match="gradient of a logit softcap over a padded batch"):
-            ours(ids, attention_mask=mask)
-        return
     grads = []
     for m in (ours, theirs):
         m.train()
         m.zero_grad()
-        labels = ids.masked_fill(mask == 0, -100)
+        # the last pad row predicts the first valid token: its output is no model's to define (hk gives pad rows 0,
+        # eager an average over masked keys), so that label is left out with the pads'
+        first = (mask.cumsum(1) == 1) & (mask == 1)
+        labels = ids.masked_fill((mask == 0) | first, -100)
         m(ids, attention_mask=mask, labels=labels).loss.backward()
-        grads.append(torch.stack([layer.self_attn.sinks.grad.float() for layer in m.model.layers]))
+        grads.append(torch.stack([(layer.self_attn.sinks if model == "gpt_oss" else layer.self_attn.q_proj.weight)
+                                  .grad.float() for layer in m.model.layers]))
     assert grads[0].abs().max() > 0
     assert torch.allclose(grads[0], grads[1], rtol=0.05, atol=0.02 * grads[1].abs().max().item())

@@ -469,10 +469,13 @@ def _attention_bwd_case(dtype: str, config) -> Case:
 VARLEN_BWD_CONFIGS = (((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right"),
                       ((70, 30), (40, 130), 4, 2, 128, False, (33, 7), "top_left"),
                       ((37, 0, 20), (50, 5, 17), 2, 1, 256, True, None, "bottom_right"),
-                      ((37, 0, 20), (50, 5, 17), 4, 2, (192, 128), True, None, "bottom_right"))
+                      ((37, 0, 20), (50, 5, 17), 4, 2, (192, 128), True, None, "bottom_right"),
+                      # softcap (issue 40): the varlen backward's softcap kernels, D=64 and the wide D=256 parts
+                      ((113, 0, 50), (203, 5, 20), 2, 1, 64, True, None, "bottom_right", 20.0),
+                      ((37, 0, 20), (50, 5, 17), 2, 1, 256, False, (9, 4), "top_left", 5.0))
 
 
-def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align):
+def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align, softcap=None):
     """attention_bwd_math one sequence at a time on packed tensors: {name: (gradient, magnitude)}."""
     out = {n: [torch.zeros(t.shape, dtype=torch.float64) for _ in range(2)] for n, t in (("dq", q), ("dk", k),
                                                                                          ("dv", v))}
@@ -482,13 +485,13 @@ def varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align):
             continue
         sl = {"dq": slice(cq[b], cq[b + 1]), "dk": slice(ck[b], ck[b + 1]), "dv": slice(ck[b], ck[b + 1])}
         seq = [t[sl[n]].transpose(0, 1)[None] for t, n in ((q, "dq"), (k, "dk"), (v, "dv"), (do, "dq"))]
-        for name, (g, mag) in attention_bwd_math(*seq, causal, scale, window, align).items():
+        for name, (g, mag) in attention_bwd_math(*seq, causal, scale, window, align, softcap).items():
             out[name][0][sl[name]], out[name][1][sl[name]] = g[0].transpose(0, 1), mag[0].transpose(0, 1)
     return {n: tuple(v) for n, v in out.items()}
 
 
 def _varlen_bwd_case(dtype: str, config) -> Case:
-    lens_q, lens_k, Hq, Hkv, D, causal, window, align = config
+    lens_q, lens_k, Hq, Hkv, D, causal, window, align, softcap = (*config, None)[:9]
     D, Dv, dims = _head_dims(D)
     tdt = TORCH[dtype]
     tq, tk = sum(lens_q), sum(lens_k)
@@ -499,15 +502,16 @@ def _varlen_bwd_case(dtype: str, config) -> Case:
         v = rand_float(gen, (tk, Hkv, Dv), dtype, 0.05, 2.0)
         do = rand_float(gen, (tq, Hq, Dv), dtype, 0.05, 2.0)
         scale = 1.0 / math.sqrt(D)
-        o_val, lse_val, _ = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align)
+        o_val, lse_val, _ = varlen_math(q, k, v, lens_q, lens_k, causal, scale, window, align, softcap)
         o, lse = round_to(o_val, tdt), lse_val.to(torch.float32)
-        grads = varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align)
+        grads = varlen_bwd_math(q, k, v, do, lens_q, lens_k, causal, scale, window, align, softcap)
         bwd = _wrapper("attention_varlen", "attention_varlen_bwd")
+        extra = {} if softcap is None else {"softcap": softcap}
 
         def launch(t, be):
             bwd(t["q"], t["k"], t["v"], t["o"], t["lse"], t["do"], t["cu_q"], t["cu_k"], max(lens_q), max(lens_k),
                 causal=causal, window=window, align=align, scale=scale, dq=t["dq"], dk=t["dk"], dv=t["dv"],
-                backend=be)
+                backend=be, **extra)
         dots = max(D, Dv)                   # the longest dot product in S = q kᵀ (D) and dP = dO vᵀ (Dv)
         terms = {"dq": max(lens_k) + dots, "dk": (Hq // Hkv) * max(lens_q) + dots, "dv": (Hq // Hkv) * max(lens_q)}
         checks = [Check(name, name, value,
@@ -518,7 +522,8 @@ def _varlen_bwd_case(dtype: str, config) -> Case:
         inputs = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do, "cu_q": _cu(lens_q), "cu_k": _cu(lens_k)}
         return Setup(inputs, outputs, launch, checks)
     mask = ("causal" if causal else "full") + (f"_win{window[0]}-{window[1]}" if window else "") + f"_{align}"
-    variant = f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_{dims}_{mask}"
+    cap = f"_softcap{softcap:g}" if softcap is not None else ""
+    variant = f"{dtype}/q{'-'.join(map(str, lens_q))}_k{'-'.join(map(str, lens_k))}_Hq{Hq}_Hkv{Hkv}_{dims}_{mask}{cap}"
     return _kernel_case("attention_varlen_bwd", variant, make, "attention_varlen")
 
 

@@ -106,12 +106,13 @@ def attention_bwd_dkdv_wide_kernel(q: GL[4], k: GL[4], v: GL[4], do: GL[4], lse:
 @hk.kernel(num_warps=4, tunable=TUNABLE)
 def attention_varlen_bwd_dkdv_wide_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2],
                                           dk: GL[3], dv: GL[3], cu_q: GL[1], cu_k: GL[1], scale: float,
-                                          bottom_right: int, left: int, right: int, steps: int, *,
+                                          bottom_right: int, left: int, right: int, steps: int, softcap: float, *,
                                           D: hk.const = 256, BM: hk.const = 16, BN: hk.const = 32,
                                           GROUP: hk.const = 1, MASKED: hk.const = False, STAGES: hk.const = 1,
-                                          PART: hk.const = 0, PC: hk.const = PART_COLS):
-    """attention_varlen_bwd_dkdv_kernel for D > 128: columns [PART * PC, (PART + 1) * PC) of dK, dV.
-    q, do [Hq, total_q, D]; k, v, dk, dv [Hkv, total_k, D]; lse, delta [Hq, total_q]."""
+                                          PART: hk.const = 0, PC: hk.const = PART_COLS, SOFTCAP: hk.const = False):
+    """attention_varlen_bwd_dkdv_kernel (and its softcap form, SOFTCAP) for D > 128: columns
+    [PART * PC, (PART + 1) * PC) of dK, dV. q, do [Hq, total_q, D]; k, v, dk, dv [Hkv, total_k, D]; lse, delta
+    [Hq, total_q]."""
     chunks = D // PC
     j, h_kv = hk.block_idx(0), hk.block_idx(1)
     total_k = k.shape[1]
@@ -124,6 +125,8 @@ def attention_varlen_bwd_dkdv_wide_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3
         hk.load(k_s[c], k, (h_kv, j, c))
         hk.load(v_s[c], v, (h_kv, j, c))
     scale_log2 = scale * LOG2E
+    if SOFTCAP:
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
     col0, col_end, first_seq, last_seq = block_sequences(cu_k, j, BN, total_k, steps, n_seq)
 
     def sequence(b, dk_acc, dv_acc):
@@ -144,15 +147,21 @@ def attention_varlen_bwd_dkdv_wide_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3
             scores = hk.zeros(RT[f32, BM, BN])
             for c in range(chunks):
                 scores = hk.mma_ABt(q_s[c][s], k_s[c], scores)
-            scores = scores * scale_log2
+            if SOFTCAP:
+                tanh_s = hk.tanh(scores * cap_in)
+                scores = tanh_s * cap_out
+            else:
+                scores = scores * scale_log2
             keep = _varlen_keep(scores, i * BM, col0, qs, ks, n_q, n_k, shift, left, right, MASKED)
             p = _p(scores, hk.load(RV[f32, BM], lse, (h, i), fill=INF), keep)
             dv_acc = hk.mma_AtB(p.to(do.dtype), do_s[PART][s], dv_acc)
             dp = hk.zeros(RT[f32, BM, BN])
             for c in range(chunks):
                 dp = hk.mma_ABt(do_s[c][s], v_s[c], dp)
-            ds = (p * (dp - hk.load(RV[f32, BM], delta, (h, i))[:, None])).to(q.dtype)
-            return hk.mma_AtB(ds, q_s[PART][s], dk_acc), dv_acc
+            ds = p * (dp - hk.load(RV[f32, BM], delta, (h, i))[:, None])
+            if SOFTCAP:
+                ds = ds * (1.0 - tanh_s * tanh_s)
+            return hk.mma_AtB(ds.to(q.dtype), q_s[PART][s], dk_acc), dv_acc
 
         return hk.pipeline(GROUP * n_blocks, load, compute, carry=(dk_acc, dv_acc), stages=STAGES)
 

@@ -336,6 +336,25 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
                                      MASKED: hk.const = False, STAGES: hk.const = 2):
     """q, do [Hq, total_q, D]; k, v, dk, dv [Hkv, total_k, D]; lse, delta [Hq, total_q]; GROUP = Hq / Hkv (a
     constant: the step's (query block, head) split divides by it)."""
+    varlen_dkdv_body(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, scale, bottom_right, left, right, steps, None, D=D,
+                     BM=BM, BN=BN, GROUP=GROUP, MASKED=MASKED, STAGES=STAGES, SOFTCAP=False)
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
+def attention_varlen_bwd_dkdv_softcap_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2],
+                                             dk: GL[3], dv: GL[3], cu_q: GL[1], cu_k: GL[1], scale: float,
+                                             bottom_right: int, left: int, right: int, steps: int, softcap: float, *,
+                                             D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
+                                             GROUP: hk.const = 1, MASKED: hk.const = False, STAGES: hk.const = 2):
+    """attention_varlen_bwd_dkdv_kernel of a forward with softcap c (`softcap`): the same body."""
+    varlen_dkdv_body(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, scale, bottom_right, left, right, steps, softcap,
+                     D=D, BM=BM, BN=BN, GROUP=GROUP, MASKED=MASKED, STAGES=STAGES, SOFTCAP=True)
+
+
+def varlen_dkdv_body(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, scale, bottom_right, left, right, steps, softcap, *,
+                     D, BM, BN, GROUP, MASKED, STAGES, SOFTCAP):
+    """The varlen dK/dV kernel, written once; SOFTCAP gates the softcap's recomputation and its derivative
+    (attention_bwd.dkdv_body's)."""
     j, h_kv = hk.block_idx(0), hk.block_idx(1)
     total_k = k.shape[1]
     n_seq = cu_k.shape[0] - 1
@@ -346,6 +365,8 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
     hk.load(k_s, k, (h_kv, j, 0))
     hk.load(v_s, v, (h_kv, j, 0))
     scale_log2 = scale * LOG2E
+    if SOFTCAP:                                       # the forward's c * tanh(scale * s / c), base 2
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
     col0, col_end, first_seq, last_seq = block_sequences(cu_k, j, BN, total_k, steps, n_seq)
 
     def sequence(b, dk_acc, dv_acc):
@@ -362,13 +383,19 @@ def attention_varlen_bwd_dkdv_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], ls
 
         def compute(t, s, dk_acc, dv_acc):
             h, i = head_and_block(t)
-            scores = hk.mma_ABt(q_s[s], k_s, hk.zeros(RT[f32, BM, BN])) * scale_log2
+            if SOFTCAP:
+                tanh_s = hk.tanh(hk.mma_ABt(q_s[s], k_s, hk.zeros(RT[f32, BM, BN])) * cap_in)
+                scores = tanh_s * cap_out
+            else:
+                scores = hk.mma_ABt(q_s[s], k_s, hk.zeros(RT[f32, BM, BN])) * scale_log2
             keep = _varlen_keep(scores, i * BM, col0, qs, ks, n_q, n_k, shift, left, right, MASKED)
             p = _p(scores, hk.load(RV[f32, BM], lse, (h, i), fill=INF), keep)
             dv_acc = hk.mma_AtB(p.to(do.dtype), do_s[s], dv_acc)
             dp = hk.mma_ABt(do_s[s], v_s, hk.zeros(RT[f32, BM, BN]))
-            ds = (p * (dp - hk.load(RV[f32, BM], delta, (h, i))[:, None])).to(q.dtype)
-            return hk.mma_AtB(ds, q_s[s], dk_acc), dv_acc
+            ds = p * (dp - hk.load(RV[f32, BM], delta, (h, i))[:, None])
+            if SOFTCAP:                               # d(c tanh(x / c)) / dx = 1 - tanh²
+                ds = ds * (1.0 - tanh_s * tanh_s)
+            return hk.mma_AtB(ds.to(q.dtype), q_s[s], dk_acc), dv_acc
 
         return hk.pipeline(GROUP * n_blocks, load, compute, carry=(dk_acc, dv_acc), stages=STAGES)
 
@@ -384,6 +411,24 @@ def attention_varlen_bwd_dq_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse:
                                    steps: int, *, D: hk.const = 64, BM: hk.const = 64, BN: hk.const = 64,
                                    MASKED: hk.const = False, STAGES: hk.const = 2):
     """dQ per packed query tile: the forward's loop over the tile's sequences and their key tiles."""
+    varlen_dq_body(q, k, v, do, lse, delta, dq, cu_q, cu_k, scale, bottom_right, left, right, steps, None, D=D, BM=BM,
+                   BN=BN, MASKED=MASKED, STAGES=STAGES, SOFTCAP=False)
+
+
+@hk.kernel(num_warps=4, tunable=TUNABLE)
+def attention_varlen_bwd_dq_softcap_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse: GL[2], delta: GL[2],
+                                           dq: GL[3], cu_q: GL[1], cu_k: GL[1], scale: float, bottom_right: int,
+                                           left: int, right: int, steps: int, softcap: float, *, D: hk.const = 64,
+                                           BM: hk.const = 64, BN: hk.const = 64, MASKED: hk.const = False,
+                                           STAGES: hk.const = 2):
+    """attention_varlen_bwd_dq_kernel of a forward with softcap c (`softcap`): the same body."""
+    varlen_dq_body(q, k, v, do, lse, delta, dq, cu_q, cu_k, scale, bottom_right, left, right, steps, softcap, D=D,
+                   BM=BM, BN=BN, MASKED=MASKED, STAGES=STAGES, SOFTCAP=True)
+
+
+def varlen_dq_body(q, k, v, do, lse, delta, dq, cu_q, cu_k, scale, bottom_right, left, right, steps, softcap, *, D,
+                   BM, BN, MASKED, STAGES, SOFTCAP):
+    """The varlen dQ kernel, written once; SOFTCAP as in varlen_dkdv_body."""
     m, h = hk.block_idx(0), hk.block_idx(1)
     h_kv = h // (q.shape[0] // k.shape[0])
     total_q = q.shape[1]
@@ -397,6 +442,8 @@ def attention_varlen_bwd_dq_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse:
     lse_row = hk.load(RV[f32, BM], lse, (h, m), fill=INF)
     delta_row = hk.load(RV[f32, BM], delta, (h, m))
     scale_log2 = scale * LOG2E
+    if SOFTCAP:
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
     row0, row_end, first_seq, last_seq = block_sequences(cu_q, m, BM, total_q, steps, n_seq)
 
     def sequence(b, dq_acc):
@@ -413,12 +460,18 @@ def attention_varlen_bwd_dq_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse:
             hk.load(v_s[s], v, (h_kv, first + i, 0))
 
         def compute(i, s, dq_acc):
-            scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
+            if SOFTCAP:
+                tanh_s = hk.tanh(hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * cap_in)
+                scores = tanh_s * cap_out
+            else:
+                scores = hk.mma_ABt(q_s, k_s[s], hk.zeros(RT[f32, BM, BN])) * scale_log2
             keep = _varlen_keep(scores, row0, (first + i) * BN, qs, ks, n_q, n_k, shift, left, right, MASKED)
             p = _p(scores, lse_row, keep)
             dp = hk.mma_ABt(do_s, v_s[s], hk.zeros(RT[f32, BM, BN]))
-            ds = (p * (dp - delta_row[:, None])).to(q.dtype)
-            return hk.mma(ds, k_s[s], dq_acc)
+            ds = p * (dp - delta_row[:, None])
+            if SOFTCAP:
+                ds = ds * (1.0 - tanh_s * tanh_s)
+            return hk.mma(ds.to(q.dtype), k_s[s], dq_acc)
 
         return hk.pipeline(n_blocks, load, compute, carry=dq_acc, stages=STAGES)
 
@@ -428,11 +481,12 @@ def attention_varlen_bwd_dq_kernel(q: GL[3], k: GL[3], v: GL[3], do: GL[3], lse:
 
 def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
                          causal: bool = False, window=None, align: str | None = None, scale: float | None = None,
-                         dq=None, dk=None, dv=None, dlse=None, backend=None):
+                         dq=None, dk=None, dv=None, dlse=None, softcap: float | None = None, backend=None):
     """Gradients (dq, dk, dv) of attention_varlen given dO = `do` (packed like o), in the input dtype; o and
-    lse [Hq, total_q] are the forward's outputs and the mask arguments and scale must be the forward's. dk, dv
-    are summed over each GQA group; no atomics (reruns are bitwise equal). dlse: an upstream gradient of lse."""
-    from .attention_bwd import attention_bwd_preprocess_kernel, config_for as bwd_config, dq_config_for
+    lse [Hq, total_q] are the forward's outputs and the mask arguments, scale and softcap must be the forward's
+    (with sinks, lse is the forward's, the sink included, and nothing else changes here). dk, dv are summed over
+    each GQA group; no atomics (reruns are bitwise equal). dlse: an upstream gradient of lse."""
+    from .attention_bwd import attention_bwd_preprocess_kernel, config_for as bwd_config, dq_config_for, fallbacks_for
     fn = "attention_varlen_bwd"
     _check_packed(fn, q, k, v)
     total_q, Hq, D = q.shape
@@ -451,6 +505,8 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
     masked, bottom, left, right = varlen_band(fn, causal, window, align, cu_seqlens_q is cu_seqlens_k,
                                               total_q + total_k)
     scale = scale_value(scale, D, fn)
+    cap = softcap_value(softcap, fn)
+    capped = () if cap is None else (cap,)            # the softcap kernels' one more argument
     outs = {}
     for name, t, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
         if t is None:
@@ -481,16 +537,23 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
         from .attention_bwd_wide import attention_varlen_bwd_dkdv_wide_kernel as wide, parts, varlen_config_for
         wcfg = varlen_config_for(Dt)
         for part in range(parts(Dt)):
-            wide(*dkdv_args, grid=(hk.cdiv(total_k, wcfg["BN"]), k.shape[1], 1), backend=backend, **wcfg,
-                 GROUP=Hq // k.shape[1], MASKED=masked, PART=part)
+            wide(*dkdv_args, 1.0 if cap is None else cap, grid=(hk.cdiv(total_k, wcfg["BN"]), k.shape[1], 1),
+                 backend=backend, **wcfg, GROUP=Hq // k.shape[1], MASKED=masked, PART=part, SOFTCAP=cap is not None)
     else:
-        attention_varlen_bwd_dkdv_kernel(*dkdv_args, grid=(hk.cdiv(total_k, cfg["BN"]), k.shape[1], 1),
-                                         backend=backend, **cfg, GROUP=Hq // k.shape[1], MASKED=masked)
+        dcfg = dict(cfg, GROUP=Hq // k.shape[1], MASKED=masked)
+        dkdv = attention_varlen_bwd_dkdv_kernel
+        if cap is not None:     # tanh's tile beside the two accumulators: where a target's build spills (sm_80,
+            # NVRTC 13.0: 8 bytes at D = 64), the dense kernel's smaller tiles (Kernel.choose_config's fallbacks)
+            dkdv = attention_varlen_bwd_dkdv_softcap_kernel
+            flags = dict(GROUP=dcfg["GROUP"], MASKED=masked)
+            dcfg = dkdv.choose_config(lambda: [dcfg], *dkdv_args, cap, backend=backend, key=(Dt, *flags.values()),
+                                      fallbacks=[{**c, **flags} for c in fallbacks_for(Dt)], fixed=tuple(dcfg))
+        dkdv(*dkdv_args, *capped, grid=(hk.cdiv(total_k, dcfg["BN"]), k.shape[1], 1), backend=backend, **dcfg)
     # D = 64: key blocks of 32 (with 64 the dQ kernel's loop over sequences spilled scalar registers on gfx950)
     qcfg = dict(D=Dt, BM=64, BN=32, STAGES=2) if Dt <= 64 else dq_config_for(Dt)
-    attention_varlen_bwd_dq_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dq"]), *common,
-                                   grid=(hk.cdiv(total_q, qcfg["BM"]), Hq, 1), backend=backend, **qcfg,
-                                   MASKED=masked)
+    dq_kernel = attention_varlen_bwd_dq_kernel if cap is None else attention_varlen_bwd_dq_softcap_kernel
+    dq_kernel(tq(q), tq(k), tq(v), tq(do), lse, delta, tq(outs["dq"]), *common, *capped,
+              grid=(hk.cdiv(total_q, qcfg["BM"]), Hq, 1), backend=backend, **qcfg, MASKED=masked)
     return outs["dq"], outs["dk"], outs["dv"]
 
 

@@ -29,10 +29,9 @@ on a GPU, none per layer. The attention function then runs:
 
 Refused with NotImplementedError naming the reason, never run with a different mask: any other mask rule
 (chunked attention, block or custom and/or overlays, bidirectional windows, packed sequences with padding or a
-cache), a dense mask passed in (a 4-D mask), attention dropout, the gradient of a logit softcap over a padded or
-packed batch (varlen's backward takes no softcap yet). Gemma 2's softcap and GPT-OSS's sinks (`s_aux`) run the dense
-hk::attention on unpadded batches, decode steps included (the dense kernel; the split-KV one takes neither yet),
-and hk::attention_varlen on padded or packed ones (sinks with their gradient, softcap forward only). transformers' continuous
+cache), a dense mask passed in (a 4-D mask), attention dropout. Gemma 2's softcap and GPT-OSS's sinks (`s_aux`)
+run the dense hk::attention on unpadded batches, decode steps included (the dense kernel; the split-KV one takes
+neither yet), and hk::attention_varlen on padded or packed ones, forward and backward. transformers' continuous
 batching (its paged cache, `generate_batch`) is not served: transformers accepts only "paged|eager", "sdpa" and
 flash implementations there and refuses "hk" itself; serving it needs hk registered as a flash-style
 implementation (the cu_seq_lens keyword arguments to hk::attention_varlen, the block table to
@@ -125,11 +124,7 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
         raise NotImplementedError(f"hk attention: q {tuple(query.shape)} and k {tuple(key.shape)} do not match the "
                                   f"mask's batch {mask.batch}, query length {mask.q_length} and key length "
                                   f"{mask.kv_length}")
-    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
     if mask.padded is not None:
-        if softcap is not None and grad:
-            raise NotImplementedError("hk attention: the gradient of a logit softcap over a padded batch (varlen's "
-                                      "backward takes no softcap yet, issue 40); unpadded batches take it")
         return _varlen(query, key, value, mask, scaling, **extras), None
     # no padding: keys 0 .. mask.keys - 1, the queries the last n of them when causal
     k, v = key, value
@@ -139,6 +134,7 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
     # one query row (decode) sees every key up to its own: causal only to count a window back from the last key
     causal = mask.causal and (n > 1 or window is not None)
     # the KV-cache kernel takes one head dim for keys and values: MLA-shaped layers (v's differs) decode densely
+    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
     if n == 1 and D in DECODE_HEAD_DIMS and value.shape[-1] == D and mask.causal and softcap is None and \
             sinks is None and not grad:
         if mask.window is not None and k.shape[2] > mask.window:

@@ -294,7 +294,7 @@ def _head_dim_256_build(name: str, arch: str):
         vargs, _ = AV.example_args(D=256)
         q, k, v, lse, cu = vargs[0], vargs[1], vargs[2], vargs[4], vargs[5]
         args = (q, k, v, q, lse, lse, torch.empty_like(k), torch.empty_like(v), cu, cu, 1 / 16, 1, 2 * q.shape[1], 0,
-                vargs[-1])
+                vargs[-1], 1.0)
         return W.attention_varlen_bwd_dkdv_wide_kernel, args, {**W.varlen_config_for(256), "GROUP": 2, "MASKED": True}
     if name == "kvcache":
         args, cfg = AK.example_args(D=256)
