@@ -344,16 +344,19 @@ attention_varlen.register_autograd(_attention_varlen_backward, setup_context=_at
 @_Op
 def attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                       block_table: torch.Tensor | None = None, causal: bool = False, scale: float | None = None,
-                      num_splits: int | None = None,
-                      backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      num_splits: int | None = None, backend: str | None = None, softcap: float | None = None,
+                      sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention against a paged (block_table) or contiguous KV cache, split-KV: q [B, Nq, Hq, D];
-    (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]). Forward only (decode and prefill against a cache)."""
+    (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]); softcap, sinks: hk::attention's. Forward only (decode and prefill
+    against a cache)."""
     return _attention_kvcache.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal,
-                                                scale=scale, num_splits=num_splits, backend=backend)
+                                                scale=scale, num_splits=num_splits, softcap=softcap, sinks=sinks,
+                                                backend=backend)
 
 
 @attention_kvcache.register_fake
-def _(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None, num_splits=None, backend=None):
+def _(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None, num_splits=None, backend=None,
+      softcap=None, sinks=None):
     B, Nq, Hq, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 

@@ -169,8 +169,8 @@ def spy_hk_attention(monkeypatch):
     shapes, attention, decode, varlen = [], huggingface.F.attention, huggingface.decode, huggingface._varlen
     monkeypatch.setattr(huggingface.F, "attention",
                         lambda q, k, v, **kw: shapes.append((q.shape[2], k.shape[2])) or attention(q, k, v, **kw))
-    monkeypatch.setattr(huggingface, "decode",
-                        lambda q, k, v, s: shapes.append((q.shape[2], k.shape[2], "decode")) or decode(q, k, v, s))
+    monkeypatch.setattr(huggingface, "decode", lambda q, k, v, s, **kw: shapes.append((q.shape[2], k.shape[2], "decode"))
+                        or decode(q, k, v, s, **kw))
     monkeypatch.setattr(huggingface, "_varlen", lambda q, k, v, mask, s, **kw: shapes.append(
         (q.shape[2], k.shape[2], "varlen", mask.window)) or varlen(q, k, v, mask, s, **kw))
     return shapes

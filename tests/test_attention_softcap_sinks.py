@@ -239,3 +239,32 @@ def test_varlen_opcheck_with_softcap_and_sinks():
     torch.library.opcheck(torch.ops.hk.attention_varlen.default,
                           (q.detach(), k.detach(), v.detach(), cu, cu, 12, 12, True, None, "top_left", None, None,
                            5.0, sinks.detach()))
+
+
+# ------------------------------------------------------------------- KV cache (decode): softcap and sinks, split or not
+@pytest.mark.parametrize("backend", ["reference", "cuda:sm_80:emulated"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_kvcache_softcap_sinks_match_float64(backend, splits):
+    """hk::attention_kvcache with softcap and sinks, one query per sequence (an empty sequence: o = 0, lse = the
+    sink) in one split (the kernel writes o and lse) or three (the sink counted once, in split 0): the float64
+    math of the dense definition."""
+    from hk_portable.kernels.attention_kvcache import kvcache_reference
+    g = torch.Generator().manual_seed(21)
+    kc, vc = (torch.randn(3, 90, 2, 64, generator=g).bfloat16() for _ in range(2))
+    q = torch.randn(3, 1, 8, 64, generator=g).bfloat16()
+    sinks = torch.rand(8, generator=g) * 6 - 3
+    lens = torch.tensor([90, 0, 33], dtype=torch.int32)
+    o, lse = torch.ops.hk.attention_kvcache(q, kc, vc, lens, None, True, None, splits, backend, softcap=15.0,
+                                            sinks=sinks)
+    ro, rl = kvcache_reference(q, kc, vc, lens, causal=True, softcap=15.0, sinks=sinks)
+    assert (o.double() - ro).abs().max() <= 2.0 ** -6 * ro.abs().max() + 1e-3
+    assert torch.allclose(lse.double(), rl, atol=2.0 ** -13)
+    assert (o[1] == 0).all() and torch.allclose(lse[1], sinks.view(-1, 1), atol=1e-6)
+
+
+def test_kvcache_opcheck_with_softcap_and_sinks():
+    kc, vc = (torch.randn(2, 40, 2, 64).bfloat16() for _ in range(2))
+    q = torch.randn(2, 1, 4, 64).bfloat16()
+    lens = torch.tensor([40, 17], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.hk.attention_kvcache.default,
+                          (q, kc, vc, lens, None, True, None, 2, None, 5.0, torch.randn(4)))

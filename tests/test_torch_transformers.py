@@ -226,16 +226,18 @@ def test_gemma2_softcap_matches_eager_in_logits_and_greedy_tokens(monkeypatch):
     with torch.no_grad():
         assert torch.equal(ours.generate(IDS20, max_new_tokens=6, do_sample=False),
                            theirs.generate(IDS20, max_new_tokens=6, do_sample=False))
-    # the dense kernel throughout, decode steps included (the split-KV kernel takes no softcap yet)
-    assert (20, 20) in shapes and (1, 25) in shapes and not any("decode" in s or "varlen" in s for s in shapes)
+    # the dense kernel for the prompt, the split-KV kernel (with the softcap) for the decode steps
+    assert (20, 20) in shapes and (1, 25, "decode") in shapes and not any("varlen" in s for s in shapes)
 
 
-def test_gpt_oss_sinks_match_eager_with_their_gradient():
+def test_gpt_oss_sinks_match_eager_with_their_gradient(monkeypatch):
     ours, theirs = _same_weights(_gpt_oss)
     assert _logits_error(ours, theirs, IDS20) < 4e-3
+    shapes = spy_hk_attention(monkeypatch)
     with torch.no_grad():
         assert torch.equal(ours.generate(IDS20, max_new_tokens=6, do_sample=False),
                            theirs.generate(IDS20, max_new_tokens=6, do_sample=False))
+    assert (1, 25, "decode") in shapes          # decode steps on the split-KV kernel, the sinks in it
     grads = []
     for model in (ours, theirs):
         model.train()

@@ -283,7 +283,13 @@ KVCACHE_CONFIGS = (((1, 77, 300), 1, 8, 2, 128, 16, False, 3),
                    ((130, 20), 40, 4, 2, 64, 32, True, 1),
                    ((77, 40), 1, 8, 2, 256, 16, True, 2),
                    ((50, 33), 20, 4, 2, 80, None, True, None),
-                   ((200, 0, 5), 1, 16, 4, 128, None, False, None))     # one split: the kernel writes o and lse
+                   ((200, 0, 5), 1, 16, 4, 128, None, False, None),     # one split: the kernel writes o and lse
+                   # softcap and sinks (issue 40), (..., softcap, sinks): decode in 3 splits (the sink counted once,
+                   # in split 0) with an empty sequence (o = 0, lse = the sink); one split (the kernel writes o, lse);
+                   # prefill with softcap alone
+                   ((1, 77, 0), 1, 8, 2, 64, 16, True, 3, 30.0, True),
+                   ((200, 5), 1, 16, 4, 128, None, False, 1, None, True),
+                   ((130, 20), 40, 4, 2, 64, 32, True, 1, 5.0, False))
 
 
 def cached_sequence(kc, vc, table, b: int, L: int):
@@ -295,24 +301,27 @@ def cached_sequence(kc, vc, table, b: int, L: int):
     return tuple(c[pages].reshape(-1, *c.shape[2:])[:L] for c in (kc, vc))
 
 
-def kvcache_math(q, kc, vc, lens, table, causal, scale):
-    """float64 (o [B, Nq, Hq, D], lse [B, Hq, Nq], sum softmax |v|), one sequence at a time."""
+def kvcache_math(q, kc, vc, lens, table, causal, scale, softcap=None, sinks=None):
+    """float64 (o [B, Nq, Hq, D], lse [B, Hq, Nq], sum softmax |v|), one sequence at a time; a sequence with no key:
+    o = 0, lse = -inf (with sinks: the sink)."""
     B, Nq, Hq, D = q.shape
     o = torch.zeros(q.shape, dtype=torch.float64)
     o_scale = torch.zeros(q.shape, dtype=torch.float64)
     lse = torch.full((B, Hq, Nq), float("-inf"), dtype=torch.float64)
+    if sinks is not None:
+        lse[:] = f64(sinks).view(1, -1, 1)
     for b, L in enumerate(lens):
         if L == 0:
             continue
         kb, vb = cached_sequence(kc, vc, table, b, L)
         ob, lb, sb = attention_math(q[b].transpose(0, 1)[None], kb.transpose(0, 1)[None], vb.transpose(0, 1)[None],
-                                    causal, scale, None, "bottom_right")
+                                    causal, scale, None, "bottom_right", softcap, sinks)
         o[b], o_scale[b], lse[b] = ob[0].transpose(0, 1), sb[0].transpose(0, 1), lb[0]
     return o, lse, o_scale
 
 
 def _kvcache_case(dtype: str, config) -> Case:
-    lens, Nq, Hq, Hkv, D, page, causal, splits = config
+    lens, Nq, Hq, Hkv, D, page, causal, splits, softcap, with_sinks = (*config, None, False)[:10]
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     B = len(lens)
 
@@ -326,21 +335,28 @@ def _kvcache_case(dtype: str, config) -> Case:
             table, shape = None, (B, max(lens) + 7, Hkv, D)
         kc, vc = (rand_float(gen, shape, dtype, 0.05, 2.0) for _ in range(2))
         q = rand_float(gen, (B, Nq, Hq, D), dtype, 0.05, 2.0)
+        sinks = rand_float(gen, (Hq,), "f32", 0.05, 3.0) if with_sinks else None
         scale = 1.0 / math.sqrt(D)
-        o_val, lse_val, o_scale = kvcache_math(q, kc, vc, lens, table, causal, scale)
+        o_val, lse_val, o_scale = kvcache_math(q, kc, vc, lens, table, causal, scale, softcap, sinks)
         attention_kvcache = _wrapper("attention_kvcache", "attention_kvcache")
-        inputs = {"q": q, "k_cache": kc, "v_cache": vc, "cache_seqlens": torch.tensor(lens, dtype=torch.int32)}
+        inputs = {"q": q, "k_cache": kc, "v_cache": vc, "cache_seqlens": torch.tensor(lens, dtype=torch.int32),
+                  **({"sinks": sinks} if with_sinks else {})}
         if table is not None:
             inputs["block_table"] = table
+        extra = {} if softcap is None else {"softcap": softcap}
 
         def launch(t, be):
             attention_kvcache(t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"], t.get("block_table"),
-                              causal=causal, scale=scale, num_splits=splits, out=t["o"], lse=t["lse"], backend=be)
+                              causal=causal, scale=scale, num_splits=splits, out=t["o"], lse=t["lse"], backend=be,
+                              sinks=t.get("sinks"), **extra)
+        lse_bound = "attention_fwd.softcap.lse" if softcap is not None else "attention_kvcache.lse"
         return Setup(inputs, {"o": poisoned((B, Nq, Hq, D), tdt), "lse": poisoned((B, Hq, Nq), "f32")}, launch,
                      [Check("o", "o", o_val, bound_for("attention_kvcache.o", dtype), scale=o_scale),
-                      Check("lse", "lse", lse_val, bound_for("attention_kvcache.lse", "f32"), k=max(lens))])
+                      Check("lse", "lse", lse_val, bound_for(lse_bound, "f32"), k=max(lens))])
+    ext = (f"_softcap{softcap:g}" if softcap is not None else "") + ("_sinks" if with_sinks else "")
     variant = (f"{dtype}/L{'-'.join(map(str, lens))}_Nq{Nq}_Hq{Hq}_Hkv{Hkv}_D{D}_"
-               f"{f'page{page}' if page else 'contiguous'}{'_causal' if causal else ''}_splits{splits or 'auto'}")
+               f"{f'page{page}' if page else 'contiguous'}{'_causal' if causal else ''}_splits{splits or 'auto'}"
+               f"{ext}")
     return _kernel_case("attention_kvcache", variant, make, "attention_kvcache")
 
 

@@ -23,7 +23,8 @@ import hk_portable as hk
 from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
-from .attention import TUNABLE, LN2, LOG2E, check_head_dim, check_qkv, normalised, scale_value, softmax_step, tile_dim
+from .attention import (TUNABLE, LN2, LOG2E, check_head_dim, check_qkv, check_sinks, normalised, scale_value,
+                        softcap_value, softmax_step, tile_dim)
 from .attention_combine import attention_combine_kernel
 
 
@@ -47,6 +48,32 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
     or [B, Hkv, S, D] (contiguous; block_table unused); o_part [B·Hkv·splits, R, D] f32; lse_part
     [B·Hkv·splits, R] f32 (natural log). With one split, o_part may be the output itself (q's dtype): nothing
     is left to combine."""
+    kvcache_body(q, k, v, o_part, lse_part, block_table, cache_seqlens, row_pos, iota, scale, n_q, row_tiles, None,
+                 None, D=D, BM=BM, BN=BN, PAGED=PAGED, TPP=TPP, CAUSAL=CAUSAL, STAGES=STAGES, SOFTCAP=False,
+                 SINKS=False)
+
+
+@hk.kernel(num_warps=1, tunable=TUNABLE)
+def attention_kvcache_ext_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_part: GL[2], block_table: GL[2],
+                                 cache_seqlens: GL[1], row_pos: GL[1], iota: GL[1], scale: float, n_q: int,
+                                 row_tiles: int, softcap: float, sinks: GL[3], *, D: hk.const = 128,
+                                 BM: hk.const = 16, BN: hk.const = 32, PAGED: hk.const = True, TPP: hk.const = 1,
+                                 CAUSAL: hk.const = False, STAGES: hk.const = 2, SOFTCAP: hk.const = False,
+                                 SINKS: hk.const = False):
+    """attention_kvcache_kernel with softcap (SOFTCAP) and/or sinks (SINKS): sinks [splits, Hkv, R] f32, each packed
+    row's head's sink logit in split 0 and NO_SINK in the others, so that the sink joins each row's denominator
+    once and the combine step needs no change. A kernel of its own: the plain one keeps its code."""
+    kvcache_body(q, k, v, o_part, lse_part, block_table, cache_seqlens, row_pos, iota, scale, n_q, row_tiles, softcap,
+                 sinks, D=D, BM=BM, BN=BN, PAGED=PAGED, TPP=TPP, CAUSAL=CAUSAL, STAGES=STAGES, SOFTCAP=SOFTCAP,
+                 SINKS=SINKS)
+
+
+NO_SINK = -1e30     # a finite "no sink" (its exp2 is 0; -inf would make the max of a row with no key NaN)
+
+
+def kvcache_body(q, k, v, o_part, lse_part, block_table, cache_seqlens, row_pos, iota, scale, n_q, row_tiles,
+                 softcap, sinks, *, D, BM, BN, PAGED, TPP, CAUSAL, STAGES, SOFTCAP, SINKS):
+    """The KV-cache kernel, written once; SOFTCAP and SINKS gate the two features as in attention.forward_body."""
     s, hm, b = hk.block_idx(0), hk.block_idx(1), hk.block_idx(2)
     splits = hk.num_blocks(0)
     h_kv, m = hm // row_tiles, hm % row_tiles
@@ -56,6 +83,8 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
     v_s = hk.shared(ST[v.dtype, BN, D], stages=STAGES)
     hk.load(q_s, q, (b, h_kv, m, 0))
     scale_log2 = scale * LOG2E
+    if SOFTCAP:                             # c * tanh(scale * s / c), in base 2 (attention.forward_body)
+        cap_in, cap_out = scale / softcap, softcap * LOG2E
     n_keys = hk.max(hk.load_scalar(cache_seqlens, b), 0)
     n_tiles = hk.cdiv(n_keys, BN)
     chunk = hk.cdiv(n_tiles, splits)
@@ -82,7 +111,10 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
 
         def compute(i, st, acc, row_m, row_l):
             jt = t_lo + i
-            scores = hk.mma_ABt(q_s, k_s[st], hk.zeros(RT[f32, BM, BN])) * scale_log2
+            if SOFTCAP:
+                scores = hk.tanh(hk.mma_ABt(q_s, k_s[st], hk.zeros(RT[f32, BM, BN])) * cap_in) * cap_out
+            else:
+                scores = hk.mma_ABt(q_s, k_s[st], hk.zeros(RT[f32, BM, BN])) * scale_log2
             if edge:
                 cols = hk.zeros(RT[hk.i32, BM, BN]) + (cols0 + jt * BN)[None, :]
                 keep = cols < n_keys
@@ -96,8 +128,16 @@ def attention_kvcache_kernel(q: GL[4], k: GL[4], v: GL[4], o_part: GL[3], lse_pa
     carry = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
     carry = blocks(lo, full_hi, False, carry)
     acc, row_m, row_l = blocks(full_hi, hi, True, carry)
-    row_l = hk.where(row_l == 0.0, 1.0, row_l)
-    hk.store(o_part, normalised(acc, row_l).to(o_part.dtype), (part, m, 0))     # f32 parts, or the output itself
+    if SINKS:                               # split 0's rows: the sink joins the denominator (others: NO_SINK, 0)
+        sink = hk.load(RV[f32, BM], sinks, (s, h_kv, m), fill=NO_SINK) * LOG2E
+        sink_m = hk.maximum(row_m, sink)
+        alpha = hk.exp2(row_m - sink_m)
+        row_l = row_l * alpha + hk.exp2(sink - sink_m)
+        row_m = sink_m
+        hk.store(o_part, (acc * (alpha * (1.0 / row_l))[:, None]).to(o_part.dtype), (part, m, 0))
+    else:
+        row_l = hk.where(row_l == 0.0, 1.0, row_l)
+        hk.store(o_part, normalised(acc, row_l).to(o_part.dtype), (part, m, 0))     # f32 parts, or the output
     hk.store(lse_part, (row_m + hk.log2(row_l)) * LN2, (part, m))
 
 
@@ -145,19 +185,20 @@ def combine_config(cfg: dict) -> dict:
 
 
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal: bool = False,
-                      scale: float | None = None, num_splits: int | None = None, out=None, lse=None, backend=None,
-                      **config):
+                      scale: float | None = None, num_splits: int | None = None, softcap: float | None = None,
+                      sinks=None, out=None, lse=None, backend=None, **config):
     """Attention of q [B, Nq, Hq, D] against a KV cache (flash_attn_with_kvcache's layouts): k_cache, v_cache
     [num_pages, page_size, Hkv, D] with block_table [B, max_pages] int32 (paged), or [B, S, Hkv, D] with
     block_table None (contiguous); cache_seqlens [B] int32, the keys of sequence b being 0 .. L_b - 1 (the new
     tokens' keys already written). causal: bottom-right, query n sees keys j <= L_b - Nq + n. The KV length is
     split across `num_splits` blocks (None: enough blocks for the device) and the splits are merged by a
     second kernel (one split of one query per sequence: the kernel writes the outputs itself). Returns (o [B, Nq, Hq, D], lse f32 [B, Hq, Nq]); a row that sees no key gives o = 0,
-    lse = -inf. Page ids outside [0, num_pages) read zeros (their keys are masked only by L_b: keep them valid)."""
+    lse = -inf (with sinks: the sink). Page ids outside [0, num_pages) read zeros (their keys are masked only by
+    L_b: keep them valid). softcap, sinks: attention_fwd's."""
     fn = "attention_kvcache"
     T = torch.Tensor
     key = None
-    if not config and isinstance(q, T) and isinstance(k_cache, T) and isinstance(v_cache, T) and \
+    if not config and softcap is None and sinks is None and isinstance(q, T) and isinstance(k_cache, T) and isinstance(v_cache, T) and \
             isinstance(cache_seqlens, T) and (block_table is None or isinstance(block_table, T)):
         # not a contiguous cache's length nor the caches' other strides: a decode loop whose cache grows by a
         # token a step (a new [B, S + 1, Hkv, D] view each step) keeps its plan; what depends on them is per call
@@ -173,6 +214,9 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
         if key is not None:
             _PLANS.put(key, plan)
     cfg, num_splits, scale, paged = plan
+    cap = softcap_value(softcap, fn)
+    if sinks is not None:
+        check_sinks(sinks, q.transpose(1, 2), fn)      # [Hq]: q [B, Nq, Hq, D]
     B, Nq, Hq, D = q.shape
     Hkv = k_cache.shape[2]
     g = Hq // Hkv
@@ -211,10 +255,18 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     else:
         o_part = torch.empty(B * Hkv * num_splits, R, D, device=dev, dtype=torch.float32)
         lse_part = torch.empty(B * Hkv * num_splits, R, device=dev, dtype=torch.float32)
-    attention_kvcache_kernel(q_rows, k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3), o_part, lse_part,
-                             table, cache_seqlens, _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles,
-                             grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
-                             TPP=page_size // BN if paged else 1, **cfg)
+    args = (q_rows, k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3), o_part, lse_part, table, cache_seqlens,
+            _row_pos(Nq, g, dev), _iota(BN, dev), scale, Nq, row_tiles)
+    launch = dict(grid=(num_splits, Hkv * row_tiles, B), backend=backend, PAGED=paged,
+                  TPP=page_size // BN if paged else 1, **cfg)
+    if cap is not None and cfg["BM"] > 16 and not config:   # prefill with softcap: one stage (with two, 1-2 SGPRs
+        launch["STAGES"] = 1                                # spilled on gfx942 and gfx950, clang 22.1.8)
+    if cap is None and sinks is None:
+        attention_kvcache_kernel(*args, **launch)
+    else:                   # without sinks the kernel reads none (SINKS False): lse_part stands in for the table
+        table = lse_part.view(1, *lse_part.shape) if sinks is None else _sink_table(sinks, num_splits, Hkv, Nq, g)
+        attention_kvcache_ext_kernel(*args, 1.0 if cap is None else cap, table, **launch, SOFTCAP=cap is not None,
+                                     SINKS=sinks is not None)
     if direct and num_splits == 1:
         return out, lse
     o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
@@ -272,6 +324,15 @@ def _decide(fn, q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, 
     return cfg, num_splits, scale, paged
 
 
+def _sink_table(sinks, splits: int, hkv: int, nq: int, g: int) -> torch.Tensor:
+    """[splits, Hkv, R] f32: packed row r = n·g + h_in_group of key/value head h_kv gets sinks[h_kv·g + h_in_group] in
+    split 0, NO_SINK in the others (the sink counted once; attention_combine merges the splits unchanged)."""
+    rows = sinks.detach().float().view(hkv, 1, g).expand(hkv, nq, g).reshape(hkv, nq * g)
+    table = torch.full((splits, hkv, nq * g), NO_SINK, device=sinks.device, dtype=torch.float32)
+    table[0] = rows
+    return table
+
+
 def _splits(blocks: int, capacity: int, bn: int, units: int) -> int:
     """The KV splits of a call with `blocks` blocks a split: enough for BLOCKS_PER_UNIT on each of the device's
     `units` compute units, at most one per 8 key tiles of the cache's capacity."""
@@ -281,7 +342,8 @@ def _splits(blocks: int, capacity: int, bn: int, units: int) -> int:
 _PLANS = hk.CallPlans()     # _decide's answer per call signature (less the caches' length)
 
 
-def kvcache_reference(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None):
+def kvcache_reference(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, scale=None, softcap=None,
+                      sinks=None):
     """float64 math, one sequence at a time: gathers each sequence's keys from its pages."""
     B, Nq, Hq, D = q.shape
     scale = D ** -0.5 if scale is None else scale
@@ -300,9 +362,16 @@ def kvcache_reference(q, k_cache, v_cache, cache_seqlens, block_table=None, caus
         kd = kb.double().permute(1, 0, 2).repeat_interleave(g, 0)          # [Hq, L, D]
         vd = vb.double().permute(1, 0, 2).repeat_interleave(g, 0)
         s = (q[b].double().permute(1, 0, 2) @ kd.transpose(-1, -2)) * scale    # [Hq, Nq, L]
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
         if causal:
             i = torch.arange(Nq).view(-1, 1) + (L - Nq)
             s = s.masked_fill(torch.arange(L).view(1, -1) > i, float("-inf"))
+        if sinks is not None:               # one more logit per row whose probability is dropped
+            full = torch.cat([s, sinks.double().view(-1, 1, 1).expand(Hq, Nq, 1)], -1)
+            lse[b] = torch.logsumexp(full, -1)
+            o[b] = (torch.softmax(full, -1)[..., :-1] @ vd).permute(1, 0, 2)
+            continue
         lse[b] = torch.logsumexp(s, -1) if L else lse[b]
         p = torch.softmax(s, -1).nan_to_num(0.0) if L else s.new_zeros(s.shape)
         o[b] = (p @ vd).permute(1, 0, 2) if L else 0.0
@@ -328,3 +397,12 @@ def example_args(device="cpu", B=2, Nq=1, Hq=8, Hkv=2, D=128, page=16, pages=4, 
     iota = torch.arange(cfg["BN"], dtype=torch.int32, device=device)
     return ((q, kc.permute(0, 2, 1, 3), vc.permute(0, 2, 1, 3), o_part, lse_part, table, seqlens, pos, iota,
              D ** -0.5, Nq, -(-R // cfg["BM"])), {**cfg, "PAGED": True, "TPP": page // cfg["BN"]})
+
+
+def example_args_attention_kvcache_ext_kernel(device="cpu", softcap=30.0, splits=2, **kw):
+    """example_args with softcap and a [splits, Hkv, R] sinks table (the softcap/sinks kernel's own arguments)."""
+    args, cfg = example_args(device, splits=splits, **kw)
+    q = args[0]
+    sinks = torch.full((splits, q.shape[1], q.shape[2]), NO_SINK, device=device)
+    sinks[0] = torch.randn(q.shape[1], q.shape[2], device=device)
+    return (*args, softcap, sinks), {**cfg, "SOFTCAP": True, "SINKS": True}

@@ -30,8 +30,8 @@ on a GPU, none per layer. The attention function then runs:
 Refused with NotImplementedError naming the reason, never run with a different mask: any other mask rule
 (chunked attention, block or custom and/or overlays, bidirectional windows, packed sequences with padding or a
 cache), a dense mask passed in (a 4-D mask), attention dropout. Gemma 2's softcap and GPT-OSS's sinks (`s_aux`)
-run the dense hk::attention on unpadded batches, decode steps included (the dense kernel; the split-KV one takes
-neither yet), and hk::attention_varlen on padded or packed ones, forward and backward. transformers' continuous
+run the dense hk::attention on unpadded batches, hk::attention_kvcache on their decode steps, and
+hk::attention_varlen on padded or packed ones, forward and backward. transformers' continuous
 batching (its paged cache, `generate_batch`) is not served: transformers accepts only "paged|eager", "sdpa" and
 flash implementations there and refuses "hk" itself; serving it needs hk registered as a flash-style
 implementation (the cu_seq_lens keyword arguments to hk::attention_varlen, the block table to
@@ -135,11 +135,10 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
     causal = mask.causal and (n > 1 or window is not None)
     # the KV-cache kernel takes one head dim for keys and values: MLA-shaped layers (v's differs) decode densely
     grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-    if n == 1 and D in DECODE_HEAD_DIMS and value.shape[-1] == D and mask.causal and softcap is None and \
-            sinks is None and not grad:
+    if n == 1 and D in DECODE_HEAD_DIMS and value.shape[-1] == D and mask.causal and not grad:
         if mask.window is not None and k.shape[2] > mask.window:
             k, v = k[:, :, k.shape[2] - mask.window:], v[:, :, v.shape[2] - mask.window:]
-        return decode(query, k, v, scaling), None
+        return decode(query, k, v, scaling, **extras), None
     masked = causal or (window is not None)
     align = "bottom_right" if masked and n != k.shape[2] else None
     o = F.attention(query, k, v, causal=causal, window=window if mask.causal else None, align=align, scale=scaling,
@@ -147,12 +146,15 @@ def hk_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torc
     return o.transpose(1, 2).contiguous(), None
 
 
-def decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
+def decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None, softcap=None,
+           sinks=None) -> torch.Tensor:
     """One query per sequence against all Nkv keys (the cache holds exactly the keys to attend to): q [B, Hq, 1, D],
-    k/v [B, Hkv, Nkv, D] -> [B, 1, Hq, D], through hk::attention_kvcache on the caches' [B, Nkv, Hkv, D] views."""
+    k/v [B, Hkv, Nkv, D] -> [B, 1, Hq, D], through hk::attention_kvcache on the caches' [B, Nkv, Hkv, D] views
+    (a softcap and sinks as the model has them)."""
     B, n_kv = query.shape[0], key.shape[2]
     o, _ = torch.ops.hk.attention_kvcache(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                          _lengths(B, n_kv, query.device), None, False, scaling)
+                                          _lengths(B, n_kv, query.device), None, False, scaling, softcap=softcap,
+                                          sinks=sinks)
     return o
 
 
