@@ -207,7 +207,7 @@ def _(q, k, v, causal=False, window=None, align=None, scale=None, backend=None, 
     if sinks is not None:
         _attention.check_sinks(sinks, q, "hk::attention")
     B, H, N, _ = q.shape
-    return q.new_empty((B, H, N, v.shape[-1])), q.new_empty((B, H, N), dtype=torch.float32)
+    return _attention.output_like(q, v.shape[-1]), q.new_empty((B, H, N), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
@@ -292,7 +292,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=Fa
     _attention.softcap_value(softcap, "hk::attention_varlen")
     if sinks is not None:
         _attention.check_sinks(sinks, q, "hk::attention_varlen")
-    return q.new_empty((*q.shape[:2], v.shape[-1])), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return _attention.output_like(q, v.shape[-1]), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 def _attention_varlen_setup(ctx, inputs, output):

@@ -234,3 +234,15 @@ def test_value_head_dim_is_checked_by_name():
         attention_fwd(q, k, torch.zeros(1, 2, 9, 128, dtype=torch.bfloat16))
     with pytest.raises(ArgumentError, match="'out' must be"):
         attention_fwd(q, k, torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16), out=torch.empty_like(q))
+
+
+@pytest.mark.parametrize("dv", [64, 128])
+def test_op_outputs_follow_q_layout_in_real_and_fake(dv):
+    """hk::attention's o takes q's memory layout (a [B, N, H, D] block's transposed view), with v's head dim: the
+    fake kernel agrees with the real one (torch.compile asserts it; a contiguous o broke a compiled block once)."""
+    q = torch.randn(2, 16, 2, 64, dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(2, 2, 16, 64, dtype=torch.bfloat16)
+    v = torch.randn(2, 2, 16, dv, dtype=torch.bfloat16)
+    o, _ = torch.ops.hk.attention(q, k, v, True, None, None, None, "reference")
+    assert o.shape == (2, 2, 16, dv) and o.stride()[1:3] == (dv, 2 * dv)
+    torch.library.opcheck(torch.ops.hk.attention.default, (q, k, v, True, None, None, None, "reference"))

@@ -208,6 +208,15 @@ def candidates(consts: dict, args: tuple = ()) -> list[dict]:
     return [{**base, **c} for c in wide] + [base]
 
 
+def output_like(q: torch.Tensor, dv: int) -> torch.Tensor:
+    """An uninitialised output of q's shape but its last dim dv, in q's memory layout (torch.empty_like's, which the
+    ops' fake kernels give too: a compiled graph asserts that real and fake outputs have the same strides)."""
+    if dv == q.shape[-1]:
+        return torch.empty_like(q)
+    order = sorted(range(q.dim()), key=lambda i: (-q.stride(i), i))       # outermost dim first
+    return torch.empty_permuted((*q.shape[:-1], dv), order, dtype=q.dtype, device=q.device)
+
+
 def check_qkv(fn: str, named: dict, ndim: int, what: str, unit_last_stride: bool = False) -> None:
     """What every attention entry point checks of its q/k/v-like tensors: `ndim` dims (`what` names the
     layout), bf16 or f16, one dtype, one device, and where the kernel needs it a unit-stride last dim."""
@@ -353,7 +362,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, window=None, align: str | No
     if plan is not None:    # a call like the last with these shapes, strides and mask: the launch alone
         mask, grid, cfg = plan
         B, Hq, N, D = q.shape
-        out, lse = q.new_empty((B, Hq, N, v.shape[3])), q.new_empty((B, Hq, N), dtype=torch.float32)
+        out, lse = output_like(q, v.shape[3]), q.new_empty((B, Hq, N), dtype=torch.float32)
         shift, left, right = mask or (0, 0, 0)
         attention_fwd_kernel(q, k, v, out, lse, scale_value(scale, D), shift, left, right, grid=grid,
                              backend=backend, **cfg)
@@ -393,7 +402,7 @@ def _outputs(q: torch.Tensor, v: torch.Tensor, out, lse) -> tuple[torch.Tensor, 
     B, Hq, N, _ = q.shape
     shape = (B, Hq, N, v.shape[3])
     if out is None:
-        out = q.new_empty(shape)
+        out = output_like(q, v.shape[3])
     elif tuple(out.shape) != shape or out.dtype != q.dtype:
         raise ArgumentError(f"attention_fwd: 'out' must be {shape} {q.dtype}, got "
                             f"{tuple(out.shape)} {out.dtype}")

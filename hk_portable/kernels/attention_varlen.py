@@ -29,7 +29,7 @@ from hk_portable.interface.kernel import check_no_overlap
 
 from .attention import (
     TUNABLE, ALIGNS, LN2, LOG2E, SINK_ROW, _window, check_head_dim, check_qkv, check_sinks, config_for, normalised,
-    scale_value, sink_rows, softcap_value, softmax_step, tile_dim)
+    output_like, scale_value, sink_rows, softcap_value, softmax_step, tile_dim)
 
 BIG = 2**31 - 1
 
@@ -231,7 +231,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     scale = scale_value(scale, D, fn)
     o_shape = (total_q, Hq, v.shape[2])               # v's head dim
     if out is None:
-        out = q.new_empty(o_shape)
+        out = output_like(q, v.shape[2])
     elif tuple(out.shape) != o_shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise _fn_error(fn, f"'out' must be {o_shape} {q.dtype} with a contiguous last dim, got "
                         f"{tuple(out.shape)} {out.dtype}")
