@@ -122,17 +122,23 @@ def forward_body(q, k, v, o, lse, scale, shift, left, right, softcap, sinks, *, 
     carry = blocks(full_lo, full_hi, False, carry)
     acc, row_m, row_l = blocks(full_hi, last, True, carry)
     if SINKS:                                        # the sink joins the denominator (and the max) of every row
-        sink = hk.load(RV[f32, BM], sinks, (h, 0)) * LOG2E
-        sink_m = hk.maximum(row_m, sink)             # finite: a row that saw no key gets o = 0, lse = sink
-        alpha = hk.exp2(row_m - sink_m)
-        row_l = row_l * alpha + hk.exp2(sink - sink_m)
-        row_m = sink_m
-        hk.store(o, (acc * (alpha * (1.0 / row_l))[:, None]).to(o.dtype), (b, h, m, 0))
+        out, row_m, row_l = with_sink(acc, row_m, row_l, hk.load(RV[f32, BM], sinks, (h, 0)) * LOG2E)
+        hk.store(o, out.to(o.dtype), (b, h, m, 0))
     else:
         if MASKED:                                   # a row that saw no key: o = 0, lse = -inf
             row_l = hk.where(row_l == 0.0, 1.0, row_l)     # acc is 0 there; row_m stays -inf
         hk.store(o, normalised(acc, row_l).to(o.dtype), (b, h, m, 0))
     hk.store(lse, (row_m + hk.log2(row_l)) * LN2, (b, h, m))
+
+
+def with_sink(acc, row_m, row_l, sink):
+    """A sink logit per row (log2 domain) joined to the online softmax's max and denominator: (the normalised
+    output, row_m, row_l). The max stays finite, so a row that saw no key gets o = 0 and lse = the sink. Shared by
+    every forward that takes sinks (dense, varlen, KV cache)."""
+    sink_m = hk.maximum(row_m, sink)
+    alpha = hk.exp2(row_m - sink_m)
+    row_l = row_l * alpha + hk.exp2(sink - sink_m)
+    return acc * (alpha * (1.0 / row_l))[:, None], sink_m, row_l
 
 
 def normalised(acc, row_l):

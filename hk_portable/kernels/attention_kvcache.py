@@ -24,7 +24,7 @@ from hk_portable.interface import GL, RT, RV, ST, ArgumentError, f32
 from hk_portable.interface.kernel import check_no_overlap
 
 from .attention import (TUNABLE, LN2, LOG2E, check_head_dim, check_qkv, check_sinks, normalised, scale_value,
-                        softcap_value, softmax_step, tile_dim)
+                        softcap_value, softmax_step, tile_dim, with_sink)
 from .attention_combine import attention_combine_kernel
 
 
@@ -129,12 +129,9 @@ def kvcache_body(q, k, v, o_part, lse_part, block_table, cache_seqlens, row_pos,
     carry = blocks(lo, full_hi, False, carry)
     acc, row_m, row_l = blocks(full_hi, hi, True, carry)
     if SINKS:                               # split 0's rows: the sink joins the denominator (others: NO_SINK, 0)
-        sink = hk.load(RV[f32, BM], sinks, (s, h_kv, m), fill=NO_SINK) * LOG2E
-        sink_m = hk.maximum(row_m, sink)
-        alpha = hk.exp2(row_m - sink_m)
-        row_l = row_l * alpha + hk.exp2(sink - sink_m)
-        row_m = sink_m
-        hk.store(o_part, (acc * (alpha * (1.0 / row_l))[:, None]).to(o_part.dtype), (part, m, 0))
+        out, row_m, row_l = with_sink(acc, row_m, row_l,
+                                      hk.load(RV[f32, BM], sinks, (s, h_kv, m), fill=NO_SINK) * LOG2E)
+        hk.store(o_part, out.to(o_part.dtype), (part, m, 0))
     else:
         row_l = hk.where(row_l == 0.0, 1.0, row_l)
         hk.store(o_part, normalised(acc, row_l).to(o_part.dtype), (part, m, 0))     # f32 parts, or the output

@@ -29,7 +29,7 @@ from hk_portable.interface.kernel import check_no_overlap
 
 from .attention import (
     TUNABLE, ALIGNS, LN2, LOG2E, SINK_ROW, _window, check_head_dim, check_qkv, check_sinks, config_for, normalised,
-    output_like, scale_value, sink_rows, softcap_value, softmax_step, tile_dim)
+    output_like, scale_value, sink_rows, softcap_value, softmax_step, tile_dim, with_sink)
 
 BIG = 2**31 - 1
 
@@ -129,12 +129,8 @@ def varlen_forward_body(q, k, v, o, lse, cu_q, cu_k, scale, bottom_right, left, 
     carry = (hk.zeros(RT[f32, BM, D]), hk.neg_inf(RV[f32, BM]), hk.zeros(RV[f32, BM]))
     acc, row_m, row_l = hk.fori_loop(first_seq, last_seq, sequence, carry)
     if SINKS:                                         # the sink joins every row's denominator (and max)
-        sink = hk.load(RV[f32, BM], sinks, (h, 0)) * LOG2E
-        sink_m = hk.maximum(row_m, sink)              # finite: a row that saw no key gets o = 0, lse = sink
-        alpha = hk.exp2(row_m - sink_m)
-        row_l = row_l * alpha + hk.exp2(sink - sink_m)
-        row_m = sink_m
-        hk.store(o, (acc * (alpha * (1.0 / row_l))[:, None]).to(o.dtype), (h, m, 0))
+        out, row_m, row_l = with_sink(acc, row_m, row_l, hk.load(RV[f32, BM], sinks, (h, 0)) * LOG2E)
+        hk.store(o, out.to(o.dtype), (h, m, 0))
     else:
         row_l = hk.where(row_l == 0.0, 1.0, row_l)       # a row that saw no key: o = 0, lse = -inf
         hk.store(o, normalised(acc, row_l).to(o.dtype), (h, m, 0))
@@ -540,14 +536,15 @@ def attention_varlen_bwd(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, max_se
             wide(*dkdv_args, 1.0 if cap is None else cap, grid=(hk.cdiv(total_k, wcfg["BN"]), k.shape[1], 1),
                  backend=backend, **wcfg, GROUP=Hq // k.shape[1], MASKED=masked, PART=part, SOFTCAP=cap is not None)
     else:
-        dcfg = dict(cfg, GROUP=Hq // k.shape[1], MASKED=masked)
+        flags = dict(GROUP=Hq // k.shape[1], MASKED=masked)
+        dcfg = {**cfg, **flags}
         dkdv = attention_varlen_bwd_dkdv_kernel
         if cap is not None:     # tanh's tile beside the two accumulators: where a target's build spills (sm_80,
             # NVRTC 13.0: 8 bytes at D = 64), the dense kernel's smaller tiles (Kernel.choose_config's fallbacks)
             dkdv = attention_varlen_bwd_dkdv_softcap_kernel
-            flags = dict(GROUP=dcfg["GROUP"], MASKED=masked)
-            dcfg = dkdv.choose_config(lambda: [dcfg], *dkdv_args, cap, backend=backend, key=(Dt, *flags.values()),
-                                      fallbacks=[{**c, **flags} for c in fallbacks_for(Dt)], fixed=tuple(dcfg))
+            base = dcfg
+            dcfg = dkdv.choose_config(lambda: [base], *dkdv_args, cap, backend=backend, key=(Dt, *flags.values()),
+                                      fallbacks=[{**c, **flags} for c in fallbacks_for(Dt)], fixed=tuple(base))
         dkdv(*dkdv_args, *capped, grid=(hk.cdiv(total_k, dcfg["BN"]), k.shape[1], 1), backend=backend, **dcfg)
     # D = 64: key blocks of 32 (with 64 the dQ kernel's loop over sequences spilled scalar registers on gfx950)
     qcfg = dict(D=Dt, BM=64, BN=32, STAGES=2) if Dt <= 64 else dq_config_for(Dt)
