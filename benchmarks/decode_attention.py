@@ -1,15 +1,16 @@
 """Decode attention at the sizes transformers' `generate` calls it (one query per sequence, GQA 16/4, D=128, a
-contiguous cache of 128-4096 keys in transformers' [B, Hkv, S, D] layout): hk's attention_kvcache in the
-configurations that matter at short contexts, against SDPA's cuDNN backend, side by side in one process.
+contiguous cache of 128-16384 keys in transformers' [B, Hkv, S, D] layout, batch 1-64): hk's attention_kvcache in
+the configurations that matter, against SDPA's cuDNN backend, side by side in one process.
 
-  hk auto          what attention_kvcache chooses (one split below 8 key tiles: the kernel writes o itself)
+  hk auto          what attention_kvcache chooses (kvcache_config, _splits; one split: the kernel writes o itself)
   hk 1 split sN    one split, N pipeline stages of key/value tiles (the serial chain a short cache walks)
-  hk K splits sN   K splits and the combine kernel
+  hk K splits      K splits (at most one per key tile) and the combine kernel
 
 Outputs are checked against SDPA's first (relative Frobenius error, printed). Both timing methods of
-hk_portable.bench (CUDA events per call, batch wall time).
+hk_portable.bench (CUDA events per call, batch wall time; at these sizes the batch figure is the host's), and
+torch.profiler's GPU time per kernel of "hk auto", "hk 16 splits" and cuDNN (the split kernel against the combine).
 
-    python benchmarks/decode_attention.py [--json decode.json] [--ctx 128 256 1024 4096] [--batch 1 8]
+    python benchmarks/decode_attention.py [--json decode.json] [--ctx 128 1024 4096 16384] [--batch 1 8 64]
 """
 from __future__ import annotations
 
@@ -23,8 +24,23 @@ from hk_portable.kernels.attention_kvcache import attention_kvcache
 
 HQ, HKV, D = 16, 4, 128
 VARIANTS = {"hk auto": {}, "hk 1 split s2": dict(num_splits=1, STAGES=2), "hk 1 split s3": dict(num_splits=1, STAGES=3),
-            "hk 1 split s4": dict(num_splits=1, STAGES=4), "hk 2 splits s2": dict(num_splits=2, STAGES=2),
-            "hk 4 splits s2": dict(num_splits=4, STAGES=2), "hk 4 splits s4": dict(num_splits=4, STAGES=4)}
+            **{f"hk {n} splits": dict(num_splits=n) for n in (2, 4, 8, 16, 32, 64)}}
+
+
+def kernel_times(fn, calls: int = 20) -> dict:
+    """GPU microseconds a call per kernel name (torch.profiler): where a variant's time goes (split kernel, combine)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn(0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(0)
+        torch.cuda.synchronize()
+    out: dict = {}
+    for e in prof.key_averages():
+        if e.device_type.name == "CUDA" and e.count:
+            out[e.key[:60]] = round(e.device_time_total / calls, 2)    # us a call
+    return out
 
 
 def case(B: int, ctx: int) -> dict:
@@ -49,20 +65,23 @@ def case(B: int, ctx: int) -> dict:
     ref = cudnn(0).double()
     errors = {name: float((fn(0).double() - ref).norm() / ref.norm()) for name, fn in fns.items()}
     t = time_side_by_side(fns, 2, "cuda", budget_s=0.3)
-    row = {"B": B, "ctx": ctx, "variants": {}}
+    row = {"B": B, "ctx": ctx, "variants": {},
+           "kernels_us": {name: kernel_times(fns[name]) for name in ("hk auto", "hk 16 splits", "cuDNN")}}
     base = t["cuDNN"].ms
     print(f"B{B} ctx{ctx}")
     for name, tm in t.items():
         row["variants"][name] = {"ms": tm.ms, "ms_batch": tm.ms_batch, "agree": tm.agree, "rel_error": errors[name]}
         print(f"  {name:16} {tm.ms * 1e3:8.2f} us (batch {tm.ms_batch * 1e3:8.2f}, agree {tm.agree})  "
               f"cuDNN/this {base / tm.ms:5.2f}  err {errors[name]:.1e}")
+    for name, ks in row["kernels_us"].items():
+        print(f"  kernels {name:12} " + "  ".join(f"{k} {v:.1f} us" for k, v in ks.items()))
     return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ctx", type=int, nargs="+", default=[128, 256, 1024, 4096])
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--ctx", type=int, nargs="+", default=[128, 1024, 4096, 16384])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = [case(B, ctx) for B in args.batch for ctx in args.ctx]

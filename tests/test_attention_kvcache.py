@@ -141,12 +141,14 @@ def test_named_errors():
 
 
 def test_the_splits_fill_the_devices_compute_units():
-    """num_splits=None: about two blocks per compute unit of the tensors' device (hk.compute_units: SMs or CUs,
-    from torch; a CPU tensor's work is split as on a 132-unit GPU), at most one split per 8 key tiles."""
+    """num_splits=None: BLOCKS_PER_UNIT blocks per compute unit of the tensors' device (hk.compute_units: SMs or
+    CUs, from torch; a CPU tensor's work is split as on a 132-unit GPU), at most one split per TILES_PER_SPLIT key
+    tiles."""
     import hk_portable as hk
-    from hk_portable.kernels.attention_kvcache import BLOCKS_PER_UNIT, _splits
+    from hk_portable.kernels.attention_kvcache import BLOCKS_PER_UNIT, TILES_PER_SPLIT, _splits
     from hk_portable.runtime.devices import MODELLED_UNITS
     assert hk.compute_units(torch.device("cpu")) == MODELLED_UNITS
-    assert _splits(4, 1 << 20, 32, 132) == 66 and _splits(4, 1 << 20, 32, 304) == 152      # H100, MI300X
-    assert _splits(4, 4096, 32, 132) == 16                      # capped by the capacity: 4096 keys / (8 x 32)
+    for units in (132, 304):                                    # H100, MI300X
+        assert _splits(4, 1 << 20, 32, units) == -(-BLOCKS_PER_UNIT * units // 4)
+    assert _splits(4, 4096, 32, 132) == 4096 // (TILES_PER_SPLIT * 32)     # capped by the capacity
     assert _splits(2 * BLOCKS_PER_UNIT * 132, 1 << 20, 32, 132) == 1

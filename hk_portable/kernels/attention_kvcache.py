@@ -25,7 +25,7 @@ from hk_portable.interface.kernel import check_no_overlap
 
 from .attention import (TUNABLE, LN2, LOG2E, check_head_dim, check_qkv, check_sinks, normalised, scale_value,
                         softcap_value, softmax_step, tile_dim, with_sink)
-from .attention_combine import attention_combine_kernel
+from .attention_combine import attention_combine_kernel, combine_grid, combine_views
 
 
 def _fn_error(fn: str, msg: str) -> ArgumentError:
@@ -155,7 +155,9 @@ def _row_pos(n_q: int, g: int, device) -> torch.Tensor:
     return _IOTA[key]
 
 
-BLOCKS_PER_UNIT = 2     # blocks a split-KV launch aims for per compute unit (SM / CU); more only add combine work
+BLOCKS_PER_UNIT = 4     # one-warp blocks a split-KV launch aims for per compute unit (SM / CU): each walks its key
+                        # tiles as a serial chain (~1 us a tile on an H100), so the units want several in flight
+TILES_PER_SPLIT = 4     # the fewest key tiles a split walks (the combine reads 16 splits a load)
 
 
 def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:
@@ -174,11 +176,8 @@ def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:
 
 
 def combine_config(cfg: dict) -> dict:
-    """The combine kernel's configuration for a split kernel's: its rows and warps up to D=128; above (two [BM, D]
-    f32 tiles a thread: 256 registers on one warp's 16 rows at D=256, 1.5 KB spilled on sm_80) 16 rows on 4 warps."""
-    if cfg["D"] > 128:
-        return dict(D=cfg["D"], BM=16, num_warps=4)
-    return dict(D=cfg["D"], BM=cfg["BM"], num_warps=cfg["num_warps"])
+    """The combine kernel's configuration for a split kernel's: 16 splits a load, 64 columns a block, one warp."""
+    return dict(D=min(cfg["D"], 64), BS=16, num_warps=1)
 
 
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal: bool = False,
@@ -269,8 +268,8 @@ def attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, c
     o_rows = out.view(B, Hkv, R, D) if direct else torch.empty(B, Hkv, R, D, device=dev, dtype=q.dtype)
     lse_rows = lse.view(B, Hkv, R) if direct else torch.empty(B, Hkv, R, device=dev, dtype=torch.float32)
     comb = combine_config(cfg)
-    attention_combine_kernel(o_part, lse_part, o_rows, lse_rows, grid=(hk.cdiv(R, comb["BM"]), Hkv, B),
-                             backend=backend, **comb)
+    attention_combine_kernel(*combine_views(o_part, lse_part, num_splits), o_rows, lse_rows.unsqueeze(-1),
+                             grid=combine_grid(R, Hkv, B, D, comb), backend=backend, **comb)
     if not direct:
         out.copy_(o_rows.view(B, Hkv, Nq, g, D).permute(0, 2, 1, 3, 4).reshape(B, Nq, Hq, D))
         lse.copy_(lse_rows.view(B, Hkv, Nq, g).permute(0, 1, 3, 2).reshape(B, Hq, Nq))
@@ -332,8 +331,8 @@ def _sink_table(sinks, splits: int, hkv: int, nq: int, g: int) -> torch.Tensor:
 
 def _splits(blocks: int, capacity: int, bn: int, units: int) -> int:
     """The KV splits of a call with `blocks` blocks a split: enough for BLOCKS_PER_UNIT on each of the device's
-    `units` compute units, at most one per 8 key tiles of the cache's capacity."""
-    return max(1, min(hk.cdiv(BLOCKS_PER_UNIT * units, blocks), hk.cdiv(capacity, 8 * bn)))
+    `units` compute units, at most one per TILES_PER_SPLIT key tiles of the cache's capacity."""
+    return max(1, min(hk.cdiv(BLOCKS_PER_UNIT * units, blocks), hk.cdiv(capacity, TILES_PER_SPLIT * bn)))
 
 
 _PLANS = hk.CallPlans()     # _decide's answer per call signature (less the caches' length)

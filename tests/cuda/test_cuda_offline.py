@@ -275,7 +275,7 @@ def _head_dim_256_build(name: str, arch: str):
     """(kernel, args, config) of what a call at head dim 256 launches on cuda:`arch` (its wrapper's choice)."""
     from hk_portable.kernels import attention as A, attention_bwd as AB, attention_bwd_wide as W
     from hk_portable.kernels import attention_kvcache as AK, attention_varlen as AV
-    from hk_portable.kernels.attention_combine import attention_combine_kernel
+    from hk_portable.kernels.attention_combine import attention_combine_kernel, combine_views
     spec = f"cuda:{arch}"
     if name == "fwd":
         args, _ = A.example_args(D=256)
@@ -301,8 +301,9 @@ def _head_dim_256_build(name: str, arch: str):
         return AK.attention_kvcache_kernel, args, cfg
     assert name == "combine"
     _, cfg = AK.example_args(D=256)
-    args = (torch.randn(12, 4, 256), torch.randn(12, 4), torch.empty(2, 2, 4, 256, dtype=torch.bfloat16),
-            torch.empty(2, 2, 4))
+    args = (*combine_views(torch.randn(12, 4, 256), torch.randn(12, 4), 3),
+            torch.empty(2, 2, 4, 256, dtype=torch.bfloat16),
+            torch.empty(2, 2, 4, 1))
     return attention_combine_kernel, args, AK.combine_config(cfg)
 
 
