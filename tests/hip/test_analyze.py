@@ -145,6 +145,30 @@ def test_one_trip_takes_the_fast_path_and_skips_the_partial_tile():
     assert {blocks[n].name for n in isa.exec_masked(blocks)} == {"%bb.3", "%bb.5"}    # behind s_cbranch_execz
 
 
+ATOMIC_TOY = """\
+atomic_kernel:
+\ts_mov_b32 s0, 4
+.LBB2_1:
+\tv_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+\ts_cmp_eq_u32 s1, 0
+\ts_cbranch_scc1 .LBB2_3
+; %bb.2:
+\tglobal_atomic_add_f32 v[8:9], v10, off
+\tv_add_u32_e32 v8, 4, v8
+.LBB2_3:
+\ts_sub_u32 s0, s0, 1
+\ts_cbranch_scc1 .LBB2_1
+\ts_endpgm
+"""
+
+
+def test_one_trip_issues_the_atomics_a_trip_issues():
+    """A trip of attention_bwd's dK/dV loop adds its dQ tile with global atomics behind a block-uniform branch: the
+    steady-state trip takes them (before, the path that skips them won the tie on fewer clocks)."""
+    trip = isa.analyze(ATOMIC_TOY, "gfx942")["loops"][0]["one_trip"]
+    assert _counts(trip)["vmem_atomic"] == 1 and _counts(trip)["valu"] == 1 and trip["blocks"] == 3
+
+
 def _spilling_toy(where: str) -> str:
     """TOY with a spill: a store before the loop and its reload after it (an epilogue's), on the partial-tile path
     (%bb.3, behind execz: not one_trip), or on the fast path (%bb.5: every steady-state step)."""

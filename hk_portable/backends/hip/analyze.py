@@ -227,13 +227,14 @@ def one_trip(blocks: list[Block], loop: Loop, dom: list[set[int]], weight) -> li
     (the LDS writes break the tie with the path that skips them, taken on the last trips only; writes
     under a narrowed EXEC mask, the partial tiles' fills, do not count: exec_masked).
     weight(block) -> (mfma clocks, 16-byte loads, narrower global loads (the partial-tile paths: the
-    fewer the better), LDS bytes written, other clocks)."""
+    fewer the better), global atomics (a trip issues its atomics, whole tile or not: attention_bwd's dQ),
+    LDS bytes written, other clocks)."""
     def succs(x: int) -> list[int]:              # DAG edges: inside the loop, no back edge of any loop
         return [s for s in blocks[x].succs if s in loop.blocks and s not in dom[x]]
 
     def key(b: Block) -> tuple[float, ...]:
-        mfma, loads, narrow, writes, other = weight(b)
-        return -mfma, -loads, narrow, -writes, other
+        mfma, loads, narrow, atomics, writes, other = weight(b)
+        return -mfma, -loads, narrow, -atomics, -writes, other
     best: dict[int, tuple[tuple[float, ...], list[int]]] = {loop.header: (key(blocks[loop.header]),
                                                                          [loop.header])}
     for x in _topological(loop.header, succs):
@@ -434,7 +435,8 @@ def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) 
         loads = [i for i in b.instrs if classify(i) in ("vmem_load", "vmem_lds_dma")]
         wide = sum(1 for i in loads if lane_bytes(i.op) >= 16)
         writes = 0 if blocks.index(b) in masked else c["lds_bytes"]["write"]
-        return k["mfma"], wide, len(loads) - wide, writes, k["valu"] + k["lds"]
+        atomics = sum(1 for i in b.instrs if classify(i) == "vmem_atomic")
+        return k["mfma"], wide, len(loads) - wide, atomics, writes, k["valu"] + k["lds"]
     ids = sorted(lp.blocks)
     trip = one_trip(blocks, lp, dom, weight)
     return {"header": blocks[lp.header].name, "depth": lp.depth,
