@@ -4,7 +4,7 @@
 # (benchmarks/layout_check.py), the cuda conformance cases of the GEMM, `hk bench` over the GEMM layouts, the ops'
 # host time, GEMM tile configurations per operand layout (benchmarks/gemm_configs.py, step gemmcfg, not in the
 # default STEPS), the first call in a new process (benchmarks/first_call.py), the Llama block against torch and
-# torch.compile, the tunable tutorial kernel against torch.compile (step tunable), decode attention against cuDNN
+# torch.compile, the tunable tutorial kernel against torch.compile (step tunable; tunableauto with HK_AUTOTUNE=1), decode attention against cuDNN
 # (step decode), and transformers' generate with hk attention against SDPA (benchmarks/generate_tokens.py; needs
 # the transformers wheels in .whl/hf, see below). Results under $OUT (8 files at most); a summary last.
 #
@@ -26,10 +26,12 @@ step host 200 $HK bench -k "op call" --json "$OUT/bench_host.json"
 step hostprof 200 python3 benchmarks/host_profile.py --out "$OUT/host_profile.txt" --json "$OUT/host_profile.json"
 step first 300 python3 benchmarks/first_call.py --repeats 2 --json "$OUT/first_call.json"
 step block 560 $HK bench -k "llama block" --json "$OUT/bench_block.json"
-# issue 42: the README's tunable kernel against torch.compile (its tiles chosen by the autotuner on first call)
+# issue 42: the README's tunable kernel against torch.compile (its tiles the backend's choice)
 step tunable 300 $HK bench -k "tunable" --json "$OUT/bench_tunable.json"
+# the same with the autotuner on (HK_AUTOTUNE=1: each shape's candidates timed on the device on its first call)
+HK_AUTOTUNE=1 step tunableauto 400 $HK bench -k "tunable" --json "$OUT/bench_tunable_autotune.json"
 # decode attention at generate's sizes: attention_kvcache's forms against cuDNN (benchmarks/decode_attention.py)
-step decode 200 python3 benchmarks/decode_attention.py --json "$OUT/decode.json"
+step decode 300 python3 benchmarks/decode_attention.py --json "$OUT/decode.json"
 if (want generate || want genprof) && ls .whl/hf/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-hf .whl/hf/*.whl >> "$LOG" 2>&1
     PYTHONPATH=${PYTHONPATH:-}:/tmp/site-hf step generate 300 python3 benchmarks/generate_tokens.py --json "$OUT/generate.json"
@@ -38,8 +40,8 @@ fi
 
 # the tables (the reply carries the end of the output)
 grep -E "layout_check:|model_precompile:|CONFORMS|FAILED| us/call |^generate B|^\{'BM'" "$LOG" | tail -24
-grep -E "^B[0-9]+ ctx|  hk auto |  hk 1 split s2 |  cuDNN " "$LOG" | tail -32
-for f in bench_gemm bench_host bench_block bench_tunable; do
+grep -E "^B[0-9]+ ctx|  hk auto |  hk 1 split s3 |  hk 16 splits |  cuDNN |kernels hk auto" "$LOG" | tail -60
+for f in bench_gemm bench_host bench_block bench_tunable bench_tunable_autotune; do
     [ -f "$OUT/$f.json" ] && python3 - "$OUT/$f.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
