@@ -227,10 +227,21 @@ def one_trip(blocks: list[Block], loop: Loop, dom: list[set[int]], weight) -> li
     (the LDS writes break the tie with the path that skips them, taken on the last trips only; writes
     under a narrowed EXEC mask, the partial tiles' fills, do not count: exec_masked).
     weight(block) -> (mfma clocks, 16-byte loads, narrower global loads (the partial-tile paths: the
-    fewer the better), global atomics (a trip issues its atomics, whole tile or not: attention_bwd's dQ),
-    LDS bytes written, other clocks)."""
+    fewer the better), global atomics (a trip issues its whole tile's atomics, attention_bwd's dQ: a block
+    of 4 or more counts for, a partial tile's one-a-block predicated ones against), LDS bytes written, other clocks)."""
+    names = {b.name: n for n, b in enumerate(blocks)}
+
     def succs(x: int) -> list[int]:              # DAG edges: inside the loop, no back edge of any loop
-        return [s for s in blocks[x].succs if s in loop.blocks and s not in dom[x]]
+        out = [s for s in blocks[x].succs if s in loop.blocks and s not in dom[x]]
+        last = blocks[x].instrs[-1] if blocks[x].instrs else None
+        if last is not None and last.op == "s_cbranch_execnz":
+            # a forward jump taken while any lane is active: in a trip whose lanes all take one arm of a
+            # structurized branch (block-uniform tests LLVM could not prove uniform) the fall-through -- the
+            # other arm, run with no lane active -- is not taken
+            target = names.get(last.operands.split(",")[0].strip())
+            if target in out:
+                return [target]
+        return out
 
     def key(b: Block) -> tuple[float, ...]:
         mfma, loads, narrow, atomics, writes, other = weight(b)
@@ -436,6 +447,7 @@ def _loop_report(blocks: list[Block], lp: Loop, dom: list[set[int]], arch: str) 
         wide = sum(1 for i in loads if lane_bytes(i.op) >= 16)
         writes = 0 if blocks.index(b) in masked else c["lds_bytes"]["write"]
         atomics = sum(1 for i in b.instrs if classify(i) == "vmem_atomic")
+        atomics = atomics if atomics >= 4 else -atomics     # a whole tile's run, or a partial tile's predicated one
         return k["mfma"], wide, len(loads) - wide, atomics, writes, k["valu"] + k["lds"]
     ids = sorted(lp.blocks)
     trip = one_trip(blocks, lp, dom, weight)
