@@ -5,6 +5,7 @@ the configurations that matter, against SDPA's cuDNN backend, side by side in on
   hk auto          what attention_kvcache chooses (kvcache_config, _splits; one split: the kernel writes o itself)
   hk 1 split sN    one split, N pipeline stages of key/value tiles (the serial chain a short cache walks)
   hk K splits      K splits (at most one per key tile) and the combine kernel
+  hk ... bn64      key tiles of 64 rather than 32 (D=128): half the serial steps a split, twice the bytes a step
 
 Outputs are checked against SDPA's first (relative Frobenius error, printed). Both timing methods of
 hk_portable.bench (CUDA events per call, batch wall time; at these sizes the batch figure is the host's), and
@@ -24,7 +25,8 @@ from hk_portable.kernels.attention_kvcache import attention_kvcache
 
 HQ, HKV, D = 16, 4, 128
 VARIANTS = {"hk auto": {}, "hk 1 split s2": dict(num_splits=1, STAGES=2), "hk 1 split s3": dict(num_splits=1, STAGES=3),
-            **{f"hk {n} splits": dict(num_splits=n) for n in (2, 4, 8, 16, 32, 64)}}
+            **{f"hk {n} splits": dict(num_splits=n) for n in (2, 4, 8, 16, 32, 64)},
+            "hk auto bn64": dict(BN=64), "hk 1 split bn64": dict(num_splits=1, BN=64)}
 
 
 def kernel_times(fn, calls: int = 20) -> dict:
