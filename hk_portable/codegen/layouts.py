@@ -354,8 +354,9 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
 # transposed-fragment tile load). Not atomic_add or dropout masks: the layout was made for attention's forward,
 # which has neither, and they are not tried in it.
 TFRAG_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.ALONG_AXIS_OPS | opcodes.POSITIONAL_OPS
-             | opcodes.moves("register", "global") | opcodes.CONTRACTION_OPS | opcodes.CONTROL_OPS
-             ) - {"atomic_add", "dropout_mask"}
+             | opcodes.moves("register", ("global", "shared")) | opcodes.moves("global", "register")
+             | opcodes.CONTRACTION_OPS | opcodes.CONTROL_OPS) - {"atomic_add", "dropout_mask"}
+TFRAG_VECTOR_ONLY = opcodes.moves("global", "register")     # a vector's load (a tile's is not implemented)
 TFRAG_MMA_DTYPES = ("bf16", "f16")
 
 
@@ -377,26 +378,36 @@ def tfrag_components(program: Program, axes: dict[Value, str] | None = None) -> 
     """The register values that take TFragment: components (joined through elementwise ops, row broadcasts
     and reductions, loop carries, and both kinds of `_tfrag_mma_kind` mma: accumulator, result and a register
     A) that hold a register A operand of an mma ('rt_a', the gather this layout removes), meet only TFRAG_OPS
-    (reductions and broadcasts along rows, every vector a row vector), and whose tiles are whole 16x16 blocks."""
-    axes = assign_vector_axes(program) if axes is None else axes
+    (reductions along rows; broadcasts of row vectors and of column vectors, attention_bwd's lse and delta along
+    the columns of Sᵀ; loads of vectors, not of tiles; stores to global or shared), and whose tiles are whole
+    16x16 blocks."""
     uf, bad, has_rt_a = _UnionFind(), set(), set()
+    # a fill is one value per (type, constant, region) (ops._full), so every zero accumulator of one shape in a
+    # loop body is the same value: an mma does not join its component through one that several mmas start from
+    # (the emitter makes the fill afresh where the layouts differ: HipEmitter._acc_name)
+    accs: dict[Value, int] = {}
+    for op in program.body.walk():
+        if op.opcode == "mma":
+            accs[op.operands[2]] = accs.get(op.operands[2], 0) + 1
+    fills = {op.result for op in program.body.walk() if op.opcode == "fill" and accs.get(op.result, 0) > 1}
     for op in program.body.walk():
         tiles = [v for v in list(op.operands) + list(op.results) if is_tile(v, "rt", "rv")]
         if op.opcode == "mma":
             kind = _tfrag_mma_kind(op)
             if kind is None:
-                bad.update(tiles)
+                bad.update(v for v in tiles if v not in fills)
             else:
-                for v in tiles[1:]:
-                    uf.union(tiles[0], v)
+                joined = [v for v in tiles if not (v is op.operands[2] and v in fills)]
+                for v in joined[1:]:
+                    uf.union(joined[0], v)
                 if kind == "rt_a":
                     has_rt_a.add(op.operands[0])
         elif op.opcode in SHARE_A_LAYOUT:
-            if op.opcode in opcodes.ALONG_AXIS_OPS and op.attrs["axis"] != "row":
-                bad.update(tiles)
+            if op.opcode in opcodes.ALONG_AXIS_OPS and op.opcode != "broadcast" and op.attrs["axis"] != "row":
+                bad.update(tiles)       # a reduction down the columns (a broadcast of a column vector is fine)
             for v in tiles[1:]:
                 uf.union(tiles[0], v)
-        elif op.opcode not in TFRAG_OPS:
+        elif op.opcode not in TFRAG_OPS or (op.opcode in TFRAG_VECTOR_ONLY and any(is_tile(r, "rt") for r in op.results)):
             bad.update(tiles)
         for a, b in _carry_links(op):
             if is_tile(a, "rt", "rv"):
@@ -411,8 +422,7 @@ def tfrag_components(program: Program, axes: dict[Value, str] | None = None) -> 
     for members in groups.values():
         whole = all(v.type.shape[0] % 16 == 0 and (v.type.space == "rv" or v.type.shape[1] % 16 == 0)
                     for v in members)
-        rows = all(axes.get(v, ROW) == ROW for v in members if v.type.space == "rv")
-        if whole and rows and not any(v in bad for v in members) and any(v in has_rt_a for v in members):
+        if whole and not any(v in bad for v in members) and any(v in has_rt_a for v in members):
             out.append(members)
     return out
 

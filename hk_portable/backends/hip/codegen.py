@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ...codegen import library
 from ...codegen.cstyle import BINARY_FN, CTYPE, UNARY_FN, CStyleEmitter, EmittedKernel
-from ...codegen.layouts import ColMajor
+from ...codegen.layouts import FRAGMENT, ColMajor
 from ...codegen.patterns import MASK_LEAVES
 from ...interface import dtypes as D
 from ...interface.ir import Op, Program, Region, SharedBufType, Value
@@ -238,6 +238,19 @@ class HipEmitter(CStyleEmitter):
         if sums is not None:                     # nan_row_casts: A was converted without the NaN arm
             self.line(f"hk::nan_rows({self.name(op.result)}, {self.name(sums)});")
 
+    def _acc_name(self, op: Op) -> str:
+        """The accumulator operand's name; a shared zero fill in another layout than the mma's (layouts.py
+        tfrag_components) is made afresh in the mma's."""
+        c = op.operands[2]
+        fill = self.producer_of(c)
+        if self.layouts.get(c, FRAGMENT) == self.layouts.get(op.result, FRAGMENT) or fill is None or \
+                fill.opcode != "fill":
+            return self.name(c)
+        name = f"{self.name(c)}_{self.name(op.result)}"
+        self.line(f"{self.ctype(op.result.type, op.result)} {name};")
+        self.line(f"hk::fill({name}, {self.literal(fill.attrs['value'], c.type.dtype)});")
+        return name
+
     def _op_mma(self, op: Op) -> None:
         a, bb, c = op.operands
         buf = self.low.preloaded_a.get(op)
@@ -245,7 +258,7 @@ class HipEmitter(CStyleEmitter):
         quartered = op in self.low.quartered_mmas            # gfx942 fp8: the carry stays in the quartered domain
         if op in self._interleaved:                          # interleaved_pv: rescaled (if lazy) by op_binary
             self._result(op, f"hk::mma<{self.mma_template_args(op)}, true>({{dst}}, {a_name}, {self.name(bb)}, "
-                             f"{self.name(c)});")
+                             f"{self._acc_name(op)});")
             return
         scale = None if quartered else self.low.lazy.get(self.producer_of(c))
         if scale is not None:             # acc * rows[:, None] feeds only this mma: the rescale is skippable
@@ -254,7 +267,7 @@ class HipEmitter(CStyleEmitter):
                              f"{self.name(x)}, {self.name(v)});")
         else:
             args = self.mma_template_args(op) + (", true" if quartered else "")
-            self._result(op, f"hk::mma<{args}>({{dst}}, {a_name}, {self.name(bb)}, {self.name(c)});")
+            self._result(op, f"hk::mma<{args}>({{dst}}, {a_name}, {self.name(bb)}, {self._acc_name(op)});")
 
     def _pipeline_body(self, op: Op) -> None:
         """cstyle's op_pipeline, with the quartered carries entering their domain before the loop and

@@ -503,19 +503,6 @@ HK_EMU_BUFSTORE(__builtin_amdgcn_raw_buffer_store_b96, hk_emu_u3)
 HK_EMU_BUFSTORE(__builtin_amdgcn_raw_buffer_store_b128, hk_emu_u4)
 #undef HK_EMU_BUFLOAD
 #undef HK_EMU_BUFSTORE
-// buffer_atomic_add_f32 (the _ptr_ form: the resource as __amdgpu_buffer_rsrc_t): the range check as for stores
-// (out of range: dropped); returns the old value
-static inline float __builtin_amdgcn_raw_ptr_buffer_atomic_fadd_f32(float v, __amdgpu_buffer_rsrc_t r, int voffset,
-                                                                    int soffset, int aux, HK_EMU_LOC) {
-  (void)aux;
-  if (r.stride != 0)
-    hk_emu_fail(HK_EMU_AT, "buffer atomic with a non-zero stride (%d) in the resource: only raw buffers "
-                           "(stride 0) are emulated", r.stride);
-  const int64_t off = (int64_t)(uint32_t)voffset;
-  if (off + 4 > r.num_records) return 0.0f;
-  float* p = (float*)(r.base + (int64_t)(uint32_t)soffset + off);
-  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Direct-to-LDS loads: each lane loads `size` bytes from its own global address (+ imm offset);

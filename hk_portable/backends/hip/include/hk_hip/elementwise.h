@@ -63,6 +63,12 @@ template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C, tfrag>& dst, c
   for (int e = 0; e < D::NE; ++e) dst.data[e] = v.data[e / (D::CB * 4)];
 }
 
+template<class T, int R, int C> HK_DEV void broadcast(rt<T, R, C, tfrag>& dst, const rv<T, C, COL, tfrag>& v) {
+  using D = rt<T, R, C, tfrag>;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) dst.data[e] = v.data[e % (D::CB * 4)];
+}
+
 template<class T, int R, int C, int WR>
 HK_DEV void broadcast(rt<T, R, C, strip<WR>>& dst, const rv<T, R, ROW, strip<WR>>& v) {
   using D = rt<T, R, C, strip<WR>>;

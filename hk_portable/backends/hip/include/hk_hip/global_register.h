@@ -201,10 +201,18 @@ template<class T, int N, class Fn> HK_DEV void each_owned(const rv<T, N, ROW, tf
     if (owner<D::RB>(s) && ln < 16) fn(0, n, x.data[s]);
   }
 }
+// tfrag column vectors: every wave holds every column, each lane group's 16 lanes the same four a block: wave 0's
+// first lane of each group writes
+template<class T, int N, class Fn> HK_DEV void each_owned(const rv<T, N, COL, tfrag>& x, Fn fn, int ln = lane()) {
+  using D = rv<T, N, COL, tfrag>;
+  if (wave() != 0 || (ln & 15) != 0) return;
+#pragma unroll
+  for (int e = 0; e < D::NE; ++e) fn(0, D::pos(e, ln), x.data[e]);
+}
 template<class T, int R, int C, class U, int RANK>
 HK_DEV span locate(const rt<T, R, C, tfrag>&, const gl<U, RANK>& g, const int* ix) { return locate2(g, ix, R, C); }
-template<class T, int N, class U, int RANK>
-HK_DEV span locate(const rv<T, N, ROW, tfrag>&, const gl<U, RANK>& g, const int* ix) { return locate1(g, ix, N); }
+template<class T, int N, class AX, class U, int RANK>
+HK_DEV span locate(const rv<T, N, AX, tfrag>&, const gl<U, RANK>& g, const int* ix) { return locate1(g, ix, N); }
 
 // wave-grid tiles hold each element once
 template<class T, int R, int C, int WM, int WN, class Fn>
@@ -227,16 +235,6 @@ template<class T, int N, class AX, class U, int RANK>
 HK_DEV span locate(const rv<T, N, AX>&, const gl<U, RANK>& g, const int* ix) { return locate1(g, ix, N); }
 
 HK_DEV void gatomic_add(float* p, float v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-// buffer_atomic_add_f32 at byte offset voff of a resource: a scalar base and a 32-bit offset per element, where
-// the flat form takes a 64-bit address per element (its multiply-adds were ~170 VALU a trip of attention_bwd's
-// dK/dV loop on gfx942, issue 37)
-HK_DEV void batomic_add(__amdgpu_buffer_rsrc_t r, unsigned voff, float v) {
-  __builtin_amdgcn_raw_ptr_buffer_atomic_fadd_f32(v, r, (int)voff, 0, 0);
-}
-// a whole tile, unit column stride, whose last element lies within 512 MiB of its first: 32-bit byte offsets
-HK_DEV bool buffer_tile_ok(const span& sp) {
-  return sp.full && sp.sc == 1 && sp.sr >= 0 && (long long)(sp.rhi - 1) * sp.sr + sp.chi < (1LL << 27);
-}
 
 // writes fn's elements that fall inside the tensor; no predicate per element when the tile is whole
 template<class X, class U, class W> HK_DEV void write_owned(const X& x, const span& sp, W write) {
@@ -359,17 +357,6 @@ template<int RANK, class X, class... I> HK_DEV void atomic_add(const gl<float, R
   const auto g = detail::uniform(g0);
   const int ix[RANK] = {detail::uni(idx)...};
   const detail::span sp = detail::locate(x, g, ix);
-  // every element inside: no range check needed, the resource spans 4 GiB. The test in a scalar register: a
-  // branch LLVM sees as uniform, not both arms under EXEC masks one after the other
-  if (detail::sgpr(detail::buffer_tile_ok(sp))) {
-    // the tile's origin in scalar registers (readfirstlane): a resource LLVM cannot prove uniform is issued
-    // through a waterfall loop per access
-    const auto r = detail::rsrc((const void*)(unsigned long long)detail::sgpr64((long long)(unsigned long long)
-                                                                               (g.ptr + sp.base)), 0xFFFFFFFFu);
-    const int sr = (int)sp.sr;
-    detail::each_owned(x, [&](int row, int col, float v) { detail::batomic_add(r, (unsigned)(row * sr + col) * 4u, v); });
-    return;
-  }
   detail::write_owned<X, float>(x, sp, [&](long long off, float v) { detail::gatomic_add(g.ptr + off, v); });
 }
 

@@ -26,6 +26,17 @@ template<class T, int N> struct rv<T, N, ROW, tfrag> {
   static HK_DEV int pos(int i, int ln) { return 16 * detail::blk<RB>(i) + detail::trow_in_blk(ln); }
 };
 
+// tfrag: the columns of a tfrag tile as its lanes hold them: lane l holds columns 16*cb + 4*(l/16) + k, k < 4, of
+// every column block (the 16 lanes of a lane group hold the same values): attention_bwd's lse and delta, per query,
+// along the columns of Sᵀ
+template<class T, int N> struct rv<T, N, COL, tfrag> {
+  static_assert(N % 16 == 0, "a tfrag column vector is whole 16-column blocks");
+  using dtype = T;
+  static constexpr int n = N, CB = N / 16, NE = CB * 4;
+  typename storage<T>::type data[NE];
+  static HK_DEV int pos(int i, int ln) { return 16 * (i / 4) + detail::tcol_in_blk(i % 4, ln); }
+};
+
 // strip<WR>: a row vector holds this wave-row's rows (replicated over its lanes and wave-columns), a column
 // vector this lane's chunks (replicated over the wave-rows)
 template<class T, int N, int WR> struct rv<T, N, ROW, strip<WR>> {

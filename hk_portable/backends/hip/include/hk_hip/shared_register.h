@@ -20,5 +20,9 @@ template<class T, int R, int C> HK_DEV void store(st<T, R, C> dst, const rt<T, R
     if ((R % 16 == 0 || r < R) && (C % 16 == 0 || c < C)) dst.set(r, c, v);
   });
 }
+// a tfrag tile (whole 16x16 blocks): a lane writes 4 consecutive columns of a row
+template<class T, int R, int C> HK_DEV void store(st<T, R, C> dst, const rt<T, R, C, tfrag>& x) {
+  detail::each_owned(x, [&](int r, int c, T v) { dst.set(r, c, v); });
+}
 
 }  // namespace hk
