@@ -3,8 +3,8 @@ log-sum-exps into the output, with weights exp(lse_s - max_s lse_s).
 
 The splits are the rows of the tiles it reads: one block per packed row (and 64 columns) loads the partial outputs
 of BS splits as one [BS, 64] tile (and their lse as one vector) and reduces down the columns, so every split's bytes are in
-flight at once. (It looped over the splits before, one dependent load a split: on an H100, 2-4 splits cost the
-decode ~10 us more than one, perf-notes 2026-12-07.) More than BS splits merge BS at a time, online."""
+flight at once. (It looped over the splits before, one dependent load a split: 2-4 splits cost the decode
+~10 us more than one, perf-notes 2026-12-07.) More than BS splits merge BS at a time, online."""
 from __future__ import annotations
 
 import torch

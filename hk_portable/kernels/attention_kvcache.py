@@ -156,7 +156,7 @@ def _row_pos(n_q: int, g: int, device) -> torch.Tensor:
 
 
 BLOCKS_PER_UNIT = 4     # one-warp blocks a split-KV launch aims for per compute unit (SM / CU): each walks its key
-                        # tiles as a serial chain (~1 us a tile on an H100), so the units want several in flight
+                        # tiles as a serial chain (~1 us a tile, perf-notes), so the units want several in flight
 TILES_PER_SPLIT = 4     # the fewest key tiles a split walks (the combine reads 16 splits a load)
 
 
