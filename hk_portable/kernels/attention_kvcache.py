@@ -155,9 +155,9 @@ def _row_pos(n_q: int, g: int, device) -> torch.Tensor:
     return _IOTA[key]
 
 
-BLOCKS_PER_UNIT = 4     # one-warp blocks a split-KV launch aims for per compute unit (SM / CU): each walks its key
-                        # tiles as a serial chain (~1 us a tile, perf-notes), so the units want several in flight
-TILES_PER_SPLIT = 4     # the fewest key tiles a split walks (the combine reads 16 splits a load)
+BLOCKS_PER_UNIT = 1     # one-warp blocks a split-KV launch aims for per compute unit (SM / CU): a batch that fills the
+                        # units already runs unsplit (B64 ctx4096: 1 split 0.97x cuDNN, 3 splits 0.78x; perf-notes)
+TILES_PER_SPLIT = 8     # the fewest key tiles a split walks: each split costs the combine's launch (~6.5 us on the GPU)
 
 
 def kvcache_config(D: int, R: int, page_size: int, paged: bool) -> dict:
