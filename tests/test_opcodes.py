@@ -437,8 +437,10 @@ def test_the_lowerings_opcode_sets_are_roles_and_named_exceptions():
     assert layouts.GRID_VECTOR_OPS == {"fill", "splat", "unary", "binary", "cast", "global_to_register", "broadcast"}
     from hk_portable.backends.hip import patterns as hip_patterns
     assert hip_patterns.EPILOGUE_OPS == {"fill", "splat", "unary", "binary", "cast", "global_to_register", "broadcast"}
+    # register_to_shared and (vectors') global_to_register since 2026-12-07: attention_bwd's dSᵀ store, lse and delta
     assert layouts.TFRAG_OPS == {"fill", "splat", "unary", "binary", "compare", "where", "cast", "broadcast",
-                                 "reduce", "mma", "causal_mask", "bounds_mask", "register_to_global", "pipeline", "for"}
+                                 "reduce", "mma", "causal_mask", "bounds_mask", "register_to_global", "pipeline", "for",
+                                 "register_to_shared", "global_to_register"}
     assert dataflow.TAIL_OPS == {"mma", "binary", "unary", "broadcast", "fill", "splat", "cast", "where",
                                  "shared_stage"}
     assert patterns.MASK_LEAVES == {"causal_mask", "bounds_mask"}
