@@ -21,6 +21,7 @@ import json
 import torch
 
 from hk_portable.bench import time_side_by_side
+from hk_portable.bench_model import _profile_table
 from hk_portable.kernels.attention_kvcache import attention_kvcache
 
 HQ, HKV, D = 16, 4, 128
@@ -30,19 +31,10 @@ VARIANTS = {"hk auto": {}, "hk 1 split s2": dict(num_splits=1, STAGES=2), "hk 1 
 
 
 def kernel_times(fn, calls: int = 20) -> dict:
-    """GPU microseconds a call per kernel name (torch.profiler): where a variant's time goes (split kernel, combine)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn(0)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn(0)
-        torch.cuda.synchronize()
-    out: dict = {}
-    for e in prof.key_averages():
-        if e.device_type.name == "CUDA" and e.count:
-            out[e.key[:60]] = round(e.device_time_total / calls, 2)    # us a call
-    return out
+    """GPU microseconds a call per kernel name (bench_model's profiler table): where a variant's time goes (split
+    kernel, combine)."""
+    table = _profile_table({"fn": fn}, steps=calls)["fn"]["kernels"]
+    return {k["name"][:60]: round(k["ms_per_step"] * 1e3, 2) for k in table}
 
 
 def case(B: int, ctx: int) -> dict:

@@ -30,6 +30,7 @@ yet. The vector axes (ROW/COL) are a separate small pass, `assign_vector_axes`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ..interface import opcodes
@@ -343,16 +344,15 @@ def assign_layouts(program: Program, warps: int, strips: bool, lanes: int = 32,
         for v in members:
             out[v] = layout or FRAGMENT
     if tfrags:
-        for members in tfrag_components(program, axes):
+        for members in tfrag_components(program):
             if all(out.get(v, FRAGMENT) is FRAGMENT for v in members):
                 out.update({v: TFRAG for v in members})
     return out
 
 
-# what a transposed-fragment component may meet: elementwise ops, row broadcasts and reductions, masks made
-# where each element lies, stores, loop carries, and the two kinds of mma below; no loads (hk_hip has no
-# transposed-fragment tile load). Not atomic_add or dropout masks: the layout was made for attention's forward,
-# which has neither, and they are not tried in it.
+# what a transposed-fragment component may meet: elementwise ops, row reductions, broadcasts, masks made where each
+# element lies, stores (global or shared), loads of vectors (hk_hip has no transposed-fragment tile load), loop
+# carries, and the two kinds of mma below. Not atomic_add or dropout masks: not implemented for the layout.
 TFRAG_OPS = (opcodes.UNIFORM_OPS | opcodes.ELEMENTWISE_OPS | opcodes.ALONG_AXIS_OPS | opcodes.POSITIONAL_OPS
              | opcodes.moves("register", ("global", "shared")) | opcodes.moves("global", "register")
              | opcodes.CONTRACTION_OPS | opcodes.CONTROL_OPS) - {"atomic_add", "dropout_mask"}
@@ -374,7 +374,7 @@ def _tfrag_mma_kind(op: Op) -> str | None:
     return None
 
 
-def tfrag_components(program: Program, axes: dict[Value, str] | None = None) -> list[list[Value]]:
+def tfrag_components(program: Program) -> list[list[Value]]:
     """The register values that take TFragment: components (joined through elementwise ops, row broadcasts
     and reductions, loop carries, and both kinds of `_tfrag_mma_kind` mma: accumulator, result and a register
     A) that hold a register A operand of an mma ('rt_a', the gather this layout removes), meet only TFRAG_OPS
@@ -385,11 +385,8 @@ def tfrag_components(program: Program, axes: dict[Value, str] | None = None) -> 
     # a fill is one value per (type, constant, region) (ops._full), so every zero accumulator of one shape in a
     # loop body is the same value: an mma does not join its component through one that several mmas start from
     # (the emitter makes the fill afresh where the layouts differ: HipEmitter._acc_name)
-    accs: dict[Value, int] = {}
-    for op in program.body.walk():
-        if op.opcode == "mma":
-            accs[op.operands[2]] = accs.get(op.operands[2], 0) + 1
-    fills = {op.result for op in program.body.walk() if op.opcode == "fill" and accs.get(op.result, 0) > 1}
+    accs = Counter(op.operands[2] for op in program.body.walk() if op.opcode == "mma")
+    fills = {op.result for op in program.body.walk() if op.opcode == "fill" and accs[op.result] > 1}
     for op in program.body.walk():
         tiles = [v for v in list(op.operands) + list(op.results) if is_tile(v, "rt", "rv")]
         if op.opcode == "mma":
